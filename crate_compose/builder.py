@@ -1,0 +1,153 @@
+"""Spec -> ``torch.fx.GraphModule``, one ``call_module`` node per step, built node by node.
+
+This is the one place that creates fx nodes. Nothing is traced: the graph is written directly
+from the spec, so the generated ``forward`` reads like the algorithm being unrolled::
+
+    def forward(self, images):
+        patch_embed = self.preprocess.patch_embed(images)
+        ...
+        compress_0 = self.encoder.layer_0.compress(positions)
+        sparsify_0 = self.encoder.layer_0.sparsify(compress_0)
+        ...
+
+Each node's ``meta`` records the spec path, role, layer index, step name, primitive and the
+output shape. Shapes are inferred while building, without data: each new module runs once on a
+fake tensor (``FakeTensorMode``), so the next primitive knows its input shape (e.g. ``d``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from torch import fx, nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from . import loader, registry
+from .errors import Problem, SpecError
+from .spec import Spec
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FAKE_BATCH = 2  # batch size of the fake tensors used to infer shapes
+
+
+def _target(role: str, layer: int | None, name: str) -> str:
+    return f"{role}.{name}" if layer is None else f"{role}.layer_{layer}.{name}"
+
+
+def _node_name(role: str, layer: int | None, name: str) -> str:
+    if layer is None:
+        return name
+    return f"{name}_{layer}" if role == "encoder" else f"{role}_{name}_{layer}"
+
+
+def _install(root: nn.Module, target: str, module: nn.Module) -> None:
+    *parents, leaf = target.split(".")
+    owner = root
+    for name in parents:
+        if not hasattr(owner, name):
+            owner.add_module(name, nn.Module())
+        owner = getattr(owner, name)
+    owner.add_module(leaf, module)
+
+
+def class_name(spec_name: str) -> str:
+    """``crate-base`` -> ``CrateBase`` (the generated module's class)."""
+    words = re.split(r"[^A-Za-z0-9]+", spec_name)
+    name = "".join(w[:1].upper() + w[1:] for w in words if w)
+    return name if name[:1].isalpha() else f"Net{name}"
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SpecError([Problem("device 'cuda' was asked for, but no CUDA device is available", ("device",))])
+    return device
+
+
+def compile_spec(
+    spec: Spec,
+    *,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    meta: bool = False,
+) -> fx.GraphModule:
+    """Build ``spec`` into a GraphModule.
+
+    Args:
+        seed: parameters are a function of the spec and the seed alone; the global RNG is untouched.
+        device: where the parameters live; they are initialized on the CPU first, so a seed gives
+            the same weights on every device.
+        dtype: parameter dtype (``"float32"``, ``"float64"``, ``"bfloat16"``, ``"float16"``).
+        meta: build on the meta device: shapes and parameter counts without memory or init cost.
+    """
+    dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    device = resolve_device(device)
+    root, graph = nn.Module(), fx.Graph()
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    shape = tuple(spec.input.shape)
+    input_dtype = torch.int64 if spec.input.dtype == "int64" else torch.float32
+    with fake_mode:
+        value = torch.empty((FAKE_BATCH, *shape), dtype=input_dtype, device="meta" if meta else "cpu")
+    node = graph.placeholder(spec.input.name)
+    node.meta.update(role="input", shape=("B", *shape))
+
+    context = torch.device("meta") if meta else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), context:
+        torch.manual_seed(seed)
+        for role, layer, path, step in spec.stages():
+            primitive = registry.get(step.primitive)
+            args = primitive.args.model_validate(step.args)
+            where = f"{role} layer {layer}" if layer is not None else role
+            try:
+                module = primitive.build(args, shape)
+                with fake_mode:
+                    value = module(value)
+            except (ValueError, RuntimeError) as error:
+                message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {error}"
+                raise SpecError([Problem(message, path)]) from None
+            shape = tuple(value.shape[1:])
+            target = _target(role, layer, step.name)
+            _install(root, target, module)
+            node = graph.create_node("call_module", target, (node,), name=_node_name(role, layer, step.name))
+            node.meta.update(
+                spec_path=path, role=role, layer=layer, step=step.name, primitive=step.primitive, shape=("B", *shape)
+            )
+    graph.output(node)
+    graph.lint()
+    module = fx.GraphModule(root, graph, class_name=class_name(spec.name))
+    if not meta:
+        module.to(device=device, dtype=dtype)
+    module.meta["spec"] = spec
+    return module
+
+
+def build(
+    spec: Spec | str | Path,
+    *,
+    overrides: Iterable[str] = (),
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    meta: bool = False,
+) -> fx.GraphModule:
+    """Load (if needed) and build a spec: a file path, a zoo preset name, or a :class:`Spec`.
+
+    >>> model = build("crate-tiny")
+    >>> model(torch.randn(2, 3, 224, 224)).shape
+    torch.Size([2, 1000])
+    """
+    if not isinstance(spec, Spec):
+        spec = loader.load(spec, overrides)
+    elif overrides:
+        raise TypeError("overrides apply when loading; pass a path or preset name, or load the spec first")
+    return compile_spec(spec, seed=seed, device=device, dtype=dtype, meta=meta)
+
+
+def spec_of(module: fx.GraphModule) -> Spec:
+    """The resolved spec a module was built from."""
+    return module.meta["spec"]

@@ -1,0 +1,79 @@
+"""Errors a user can act on: every problem in a spec, located, reported together.
+
+A :class:`SpecError` carries a list of :class:`Problem`; the CLI prints them one per line
+(``file:line:column: key.path: message``) and exits with status 2. Nothing in the library
+lets a Python traceback reach a user for a bad spec.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a value came from: a file position, or a command-line override."""
+
+    source: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        if self.line:
+            return f"{self.source}:{self.line}:{self.column}"
+        return self.source
+
+
+def format_path(path: Path) -> str:
+    """``("encoder", "layer", 0, "args")`` -> ``encoder.layer[0].args``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "<spec>"
+
+
+@dataclass
+class Problem:
+    """One thing wrong with a spec."""
+
+    message: str
+    path: Path = ()
+    location: Location | None = None
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        text = f"{where}{format_path(self.path)}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+@dataclass
+class SpecError(Exception):
+    """A spec that cannot be built; ``problems`` lists every reason found."""
+
+    problems: list[Problem] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        count = len(self.problems)
+        head = f"{count} problem{'s' if count != 1 else ''} in the spec"
+        return "\n".join([head + ":", *(f"  {p}" for p in self.problems)])
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A hint naming the closest valid choice, or '' when nothing is close."""
+    matches = difflib.get_close_matches(str(word), sorted(set(choices)), n=1, cutoff=0.6)
+    return f"did you mean '{matches[0]}'?" if matches else ""
+
+
+def one_of(choices: Sequence[str], limit: int = 12) -> str:
+    """'expected one of: a, b, c' (shortened for long lists)."""
+    shown = ", ".join(sorted(choices)[:limit])
+    more = f", ... ({len(choices) - limit} more)" if len(choices) > limit else ""
+    return f"expected one of: {shown}{more}"

@@ -1,0 +1,444 @@
+"""From YAML files and ``--set`` overrides to a validated :class:`~crate_compose.spec.Spec`.
+
+The pipeline, each stage collecting problems rather than stopping at the first:
+
+1. read YAML keeping the file:line:column of every key (``read_yaml``);
+2. follow ``extends:`` (a path relative to the file, or a zoo preset) and merge: mappings merge
+   key by key, lists and scalars replace;
+3. apply ``--set path=value`` overrides (``encoder.layer.1.args.heads=8``,
+   ``encoder.layer[sparsify].primitive=ista_soft``);
+4. substitute ``${size}`` references from ``sizes``;
+5. validate against the pydantic models and each step's primitive argument model;
+6. fill in every default, so the resolved spec is explicit and reproducible.
+
+Any problem raises :class:`~crate_compose.errors.SpecError` listing all of them.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from . import registry, zoo
+from .errors import Location, Problem, SpecError, did_you_mean, one_of
+from .spec import REFERENCE, Derive, Spec, Stack, Step
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass
+class Source:
+    """Raw spec data and where each key of it came from."""
+
+    data: Any
+    marks: dict[KeyPath, Location] = field(default_factory=dict)
+
+    def locate(self, path: KeyPath) -> Location | None:
+        """The location of ``path``, or of its nearest ancestor that has one."""
+        for end in range(len(path), -1, -1):
+            if path[:end] in self.marks:
+                return self.marks[path[:end]]
+        return None
+
+
+# ---------------------------------------------------------------- 1. YAML with locations
+
+
+def read_yaml(text: str, source: str) -> Source:
+    """Parse YAML keeping the location of every key and list item; duplicate keys are problems."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source)
+        reason = getattr(error, "problem", None) or str(error)
+        raise SpecError([Problem(f"not valid YAML: {reason}", (), where)]) from None
+    finally:
+        loader.dispose()
+    marks: dict[KeyPath, Location] = {}
+    problems: list[Problem] = []
+
+    def where(node: yaml.Node) -> Location:
+        return Location(source, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def build(node: yaml.Node, path: KeyPath) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                key = loader.construct_object(key_node)
+                key = key if isinstance(key, str) else str(key)
+                marks[path + (key,)] = where(key_node)
+                if key in out:
+                    problems.append(Problem(f"key '{key}' appears twice", path + (key,), where(key_node)))
+                out[key] = build(value_node, path + (key,))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for i, item in enumerate(node.value):
+                marks[path + (i,)] = where(item)
+                items.append(build(item, path + (i,)))
+            return items
+        return loader.construct_object(node)
+
+    if root is None:
+        raise SpecError([Problem("the file is empty", (), Location(source))])
+    marks[()] = where(root)
+    data = build(root, ())
+    if problems:
+        raise SpecError(problems)
+    if not isinstance(data, dict):
+        raise SpecError([Problem(f"a spec is a mapping of keys; found {type(data).__name__}", (), marks[()])])
+    return Source(data, marks)
+
+
+def read_file(path: Path) -> Source:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise SpecError([Problem(f"cannot read spec file: {error.strerror}", (), Location(str(path)))]) from None
+    return read_yaml(text, str(path))
+
+
+# ---------------------------------------------------------------- 2. extends
+
+
+def merge(base: Source, over: Source) -> Source:
+    """``over`` on top of ``base``: mappings merge recursively, anything else replaces."""
+
+    def combine(a: Any, b: Any) -> Any:
+        if isinstance(a, dict) and isinstance(b, dict):
+            out = dict(a)
+            for key, value in b.items():
+                out[key] = combine(a[key], value) if key in a else value
+            return out
+        return copy.deepcopy(b)
+
+    data = combine(base.data, over.data)
+    marks: dict[KeyPath, Location] = {}
+    for path in _paths(data):
+        if path in over.marks:
+            marks[path] = over.marks[path]
+        elif path in base.marks and not _replaced(path, over.data):
+            marks[path] = base.marks[path]
+    return Source(data, marks)
+
+
+def _paths(data: Any, prefix: KeyPath = ()) -> Iterable[KeyPath]:
+    yield prefix
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _paths(value, prefix + (key,))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _paths(value, prefix + (i,))
+
+
+def _replaced(path: KeyPath, over: Any) -> bool:
+    """True when a prefix of ``path`` was replaced wholesale (not merged) by ``over``."""
+    node = over
+    for part in path:
+        if isinstance(node, dict):
+            if part not in node:
+                return False
+            node = node[part]
+            if not isinstance(node, dict):
+                return True
+        else:
+            return False
+    return False
+
+
+def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
+    """Read a spec file or zoo preset and everything it ``extends``, merged."""
+    path = zoo.locate(ref)
+    if path in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain, path))
+        raise SpecError([Problem(f"'extends' forms a cycle: {cycle}", ("extends",), Location(str(path)))])
+    source = read_file(path)
+    parent = source.data.get("extends")
+    if parent is None:
+        return source
+    if not isinstance(parent, str):
+        raise SpecError([Problem("'extends' must be a path or zoo name", ("extends",), source.marks.get(("extends",)))])
+    try:
+        parent_path = zoo.locate(parent, relative_to=path.parent)
+    except SpecError as error:
+        for problem in error.problems:
+            problem.path, problem.location = ("extends",), source.marks.get(("extends",))
+        raise
+    base = load_source(parent_path, (*_chain, path))
+    del source.data["extends"]
+    return merge(base, source)
+
+
+# ---------------------------------------------------------------- 3. --set overrides
+
+
+def parse_key_path(text: str) -> list[str]:
+    """``encoder.layer[1].args`` -> ``['encoder', 'layer', '1', 'args']``."""
+    parts: list[str] = []
+    for chunk in text.split("."):
+        while "[" in chunk and chunk.endswith("]"):
+            head, _, rest = chunk.partition("[")
+            if head:
+                parts.append(head)
+            index, _, chunk = rest.partition("]")
+            parts.append(index)
+            if chunk.startswith("["):
+                continue
+            break
+        else:
+            if chunk:
+                parts.append(chunk)
+            continue
+        if chunk:
+            parts.append(chunk)
+    return parts
+
+
+def apply_override(source: Source, assignment: str, index: int) -> None:
+    """Apply one ``path=value`` override; ``value`` is parsed as YAML (``8``, ``true``, ``[1, 2]``)."""
+    where = Location(f"--set #{index + 1} '{assignment}'")
+    if "=" not in assignment:
+        raise SpecError([Problem("an override is written path=value, e.g. sizes.d=384", (), where)])
+    key, _, text = assignment.partition("=")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    parts = parse_key_path(key.strip())
+    if not parts:
+        raise SpecError([Problem("an override needs a key path before '='", (), where)])
+    node: Any = source.data
+    path: KeyPath = ()
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            position = _list_index(node, part, path, where)
+            path += (position,)
+            if last:
+                node[position] = value
+            else:
+                node = node[position]
+        elif isinstance(node, dict):
+            path += (part,)
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise SpecError([Problem(f"cannot set '{part}' inside a {type(node).__name__} value", path, where)])
+    for sub in _paths(value, path):
+        source.marks[sub] = where
+
+
+def _list_index(items: list, part: str, path: KeyPath, where: Location) -> int:
+    """A list item by position (``1``) or, for lists of steps, by step name (``sparsify``)."""
+    if part.lstrip("-").isdigit():
+        position = int(part)
+        if -len(items) <= position < len(items):
+            return position % len(items)
+        raise SpecError([Problem(f"index {position} is out of range: the list has {len(items)} items", path, where)])
+    names = [item.get("name") for item in items if isinstance(item, dict)]
+    if part in names:
+        return names.index(part)
+    hint = did_you_mean(part, [n for n in names if isinstance(n, str)])
+    raise SpecError([Problem(f"no step named '{part}' in this list; it has {names}", path, where, hint)])
+
+
+# ---------------------------------------------------------------- 4. ${size} references
+
+
+def substitute(source: Source, problems: list[Problem]) -> Any:
+    """Replace ``${name}`` by ``sizes[name]``; a whole-string reference keeps the size's type."""
+    data = source.data
+    sizes_raw = data.get("sizes") or {}
+    if not isinstance(sizes_raw, dict):
+        return data
+    sizes: dict[str, Any] = {}
+
+    def resolve(value: Any, path: KeyPath) -> Any:
+        if isinstance(value, dict):
+            return {k: resolve(v, path + (k,)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolve(v, path + (i,)) for i, v in enumerate(value)]
+        if not isinstance(value, str) or "${" not in value:
+            return value
+        whole = REFERENCE.fullmatch(value.strip())
+        if whole:
+            return lookup(whole.group(1).strip(), path)
+        return REFERENCE.sub(lambda m: str(lookup(m.group(1).strip(), path)), value)
+
+    def lookup(name: str, path: KeyPath) -> Any:
+        if name in sizes:
+            return sizes[name]
+        known = list(sizes) if path[:1] == ("sizes",) else list(sizes_raw)
+        hint = did_you_mean(name, known)
+        if name in sizes_raw:  # a size referring to one declared after it
+            message = f"size '{name}' is used before it is declared; declare it earlier in 'sizes'"
+        else:
+            message = f"unknown size '${{{name}}}'; sizes declared: {', '.join(known) or 'none'}"
+        problems.append(Problem(message, path, source.locate(path), hint))
+        return None
+
+    for key, value in sizes_raw.items():  # sizes may use sizes declared before them
+        sizes[key] = resolve(value, ("sizes", key))
+    out = {k: v for k, v in data.items() if k != "sizes"}
+    out = resolve(out, ())
+    out["sizes"] = sizes
+    return out
+
+
+# ---------------------------------------------------------------- 5. validation
+
+
+def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, model: type[BaseModel]) -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        if loc[:1] == ("decoder",) and loc[1:2] in (("stack",), ("derive",)):
+            loc = loc[:1] + loc[2:]  # drop pydantic's union tag
+        path = prefix + loc
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            known = _fields_at(model, loc[:-1])
+            message = f"unknown key '{loc[-1]}'; {one_of(known)}" if known else f"unknown key '{loc[-1]}'"
+            problems.append(Problem(message, path, source.locate(path), did_you_mean(str(loc[-1]), known)))
+        elif kind == "missing":
+            problems.append(Problem("required key is missing", path, source.locate(path)))
+        else:
+            found = item.get("input")
+            shown = repr(found) if not isinstance(found, (dict, list)) else type(found).__name__
+            problems.append(Problem(f"{item['msg']}; found {shown}", path, source.locate(path)))
+    return problems
+
+
+def _fields_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
+    """Field names of the (sub)model at ``loc``, for did-you-mean on unknown keys."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return []
+        annotation = current.model_fields[part].annotation
+        current = _model_in(annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The first pydantic model inside an annotation such as ``list[Step]`` or ``Stack | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _step_lists(data: dict) -> Iterable[tuple[KeyPath, Any]]:
+    for key in ("preprocess", "head"):
+        if isinstance(data.get(key), list):
+            yield (key,), data[key]
+    for key in ("encoder", "decoder"):
+        block = data.get(key)
+        if isinstance(block, dict) and isinstance(block.get("layer"), list):
+            yield (key, "layer"), block["layer"]
+
+
+def validate_steps(data: dict, source: Source, problems: list[Problem]) -> dict[KeyPath, dict]:
+    """Check each step's primitive name and arguments; returns the arguments with defaults filled."""
+    filled: dict[KeyPath, dict] = {}
+    names = list(registry.primitives())
+    for prefix, steps in _step_lists(data):
+        for i, step in enumerate(steps):
+            if not isinstance(step, dict) or not isinstance(step.get("primitive"), str):
+                continue  # the pydantic pass reports the shape of the step itself
+            path = prefix + (i,)
+            spec = registry.get(step["primitive"])
+            if spec is None:
+                where = path + ("primitive",)
+                problems.append(
+                    Problem(
+                        f"unknown primitive '{step['primitive']}'; {one_of(names)}",
+                        where,
+                        source.locate(where),
+                        did_you_mean(step["primitive"], names),
+                    )
+                )
+                continue
+            args = step.get("args") or {}
+            if not isinstance(args, dict):
+                continue
+            try:
+                filled[path] = spec.args.model_validate(args).model_dump(mode="json")
+            except ValidationError as error:
+                problems.extend(_pydantic_problems(error, path + ("args",), source, spec.args))
+    return filled
+
+
+def resolve(source: Source) -> Spec:
+    """Stages 4-6: references, validation, defaults. Raises SpecError with every problem."""
+    problems: list[Problem] = []
+    data = substitute(source, problems)
+    filled = validate_steps(data, source, problems)
+    spec = None
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as error:
+        problems.extend(_pydantic_problems(error, (), source, Spec))
+    if problems or spec is None:
+        raise SpecError(_dedupe(problems))
+    for role, _, path, step in _all_steps(spec):
+        step.args = filled[path]
+    return spec
+
+
+def _all_steps(spec: Spec) -> Iterable[tuple[str, int, KeyPath, Step]]:
+    for i, step in enumerate(spec.preprocess):
+        yield "preprocess", i, ("preprocess", i), step
+    for key in ("encoder", "decoder"):
+        block = getattr(spec, key)
+        if isinstance(block, Stack):
+            for i, step in enumerate(block.layer):
+                yield key, i, (key, "layer", i), step
+    for i, step in enumerate(spec.head):
+        yield "head", i, ("head", i), step
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for problem in problems:
+        key = (problem.path, problem.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(problem)
+    return out
+
+
+def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
+    """Load a spec (file path, zoo preset name, or an already-parsed dict) with overrides."""
+    if isinstance(ref, dict):
+        source = Source(copy.deepcopy(ref))
+    else:
+        source = load_source(ref)
+    for i, assignment in enumerate(overrides):
+        apply_override(source, assignment, i)
+    return resolve(source)
+
+
+def dump(spec: Spec) -> str:
+    """The resolved spec as YAML: no extends, no references, every default written out."""
+    data = spec.model_dump(mode="json", exclude={"extends"})
+    if isinstance(spec.decoder, Derive):
+        data["decoder"] = spec.decoder.model_dump(mode="json")
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)

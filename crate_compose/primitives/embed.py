@@ -1,0 +1,167 @@
+"""Pre-processing: images to tokens (003 App. B.1, Algorithm 1).
+
+``patch_embed``: split into ``P x P`` patches flattened in ``(p1 p2 c)`` order, then
+``LN(P*P*C) -> Linear(P*P*C, d) -> LN(d)``. ``class_token`` prepends a learned token.
+``positions`` adds a position embedding: learned (CRATE, init randn) or the frozen 2-D sine-cosine
+table of MAE / CRATE-MAE.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from ..registry import Args, NoArgs, Shape, primitive, token_dim
+
+
+def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
+    """``(B, C, H, W) -> (B, (H/P)(W/P), P*P*C)``, pixels in ``(p1 p2 c)`` order (einops
+    ``'b c (h p1) (w p2) -> b (h w) (p1 p2 c)'``)."""
+    b, c, h, w = images.shape
+    x = images.reshape(b, c, h // patch, patch, w // patch, patch)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // patch) * (w // patch), patch * patch * c)
+
+
+class PatchEmbed(nn.Module):
+    """``LN -> Linear -> LN`` on flattened patches (003 Algorithm 1, ``to_patch_embedding``)."""
+
+    def __init__(self, channels: int, patch_size: int, dim: int, *, norm: bool = True) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        patch_dim = channels * patch_size * patch_size
+        self.norm_in = nn.LayerNorm(patch_dim) if norm else nn.Identity()
+        self.project = nn.Linear(patch_dim, dim)
+        self.norm_out = nn.LayerNorm(dim) if norm else nn.Identity()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.norm_out(self.project(self.norm_in(patchify(images, self.patch_size))))
+
+
+class PatchEmbedArgs(Args):
+    patch_size: int = Field(ge=1, description="Side P of the square patches.")
+    dim: int = Field(ge=1, description="Token dimension d.")
+    norm: bool = Field(default=True, description="LayerNorm before and after the projection (CRATE: yes).")
+
+
+@primitive(
+    "patch_embed",
+    args=PatchEmbedArgs,
+    kind="preprocess",
+    objective="none (fixed lifting of pixels to tokens)",
+    equation="003 App. B.1, Alg. 1",
+    update="LN(LN(patches) W^T + b)",
+    description="Split images into P x P patches ((p1 p2 c) order) and embed: LN -> Linear -> LN.",
+)
+def patch_embed(args: PatchEmbedArgs, shape: Shape) -> nn.Module:
+    if len(shape) != 3:
+        raise ValueError(f"patch_embed takes images of shape (C, H, W); got input of shape {shape}")
+    c, h, w = shape
+    if h % args.patch_size or w % args.patch_size:
+        raise ValueError(f"image size {h}x{w} is not divisible by patch_size={args.patch_size}")
+    return PatchEmbed(c, args.patch_size, args.dim, norm=args.norm)
+
+
+class ClassToken(nn.Module):
+    """Prepend a learned class token (init randn, 003 Alg. 1): ``(B, n, d) -> (B, n+1, d)``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)
+
+
+@primitive(
+    "class_token",
+    args=NoArgs,
+    kind="preprocess",
+    objective="none (summary token for classification)",
+    equation="003 App. B.1, Alg. 1",
+    update="[z_cls, Z]",
+    description="Prepend a learned class token.",
+)
+def class_token(args: NoArgs, shape: Shape) -> nn.Module:
+    return ClassToken(token_dim(shape, "class_token"))
+
+
+def sincos_2d(dim: int, grid: tuple[int, int], leading: int = 0) -> torch.Tensor:
+    """The fixed 2-D sine-cosine table of MAE: ``(leading + h*w, dim)``; leading rows are zero.
+
+    Half of the features encode the row, half the column; each half is ``[sin(pos w), cos(pos w)]``
+    with frequencies ``w_i = 10000^(-i / (dim/4))``.
+    """
+    if dim % 4:
+        raise ValueError(f"sine-cosine positions need d divisible by 4; got d={dim}")
+    h, w = grid
+    omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim / 4))
+    rows, cols = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+
+    def encode(pos: torch.Tensor) -> torch.Tensor:
+        angles = pos.reshape(-1, 1) * omega
+        return torch.cat([angles.sin(), angles.cos()], dim=1)
+
+    # MAE's convention: the first half encodes the width coordinate, the second the height.
+    table = torch.cat([encode(cols), encode(rows)], dim=1)
+    return torch.cat([torch.zeros(leading, dim, dtype=torch.float64), table]).float()
+
+
+class Positions(nn.Module):
+    """Add a position embedding of shape ``(1, n, d)`` (003 Alg. 1; 001 Sec. 3)."""
+
+    def __init__(self, tokens: int, dim: int, *, table: torch.Tensor | None = None, trainable: bool = True) -> None:
+        super().__init__()
+        init = torch.randn(1, tokens, dim) if table is None else table.reshape(1, tokens, dim).clone()
+        self.embedding = nn.Parameter(init, requires_grad=trainable)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.embedding
+
+
+class PositionsArgs(Args):
+    init: Literal["randn", "sincos2d"] = Field(
+        default="randn",
+        description="'randn': learned, initialized N(0, 1) (CRATE); 'sincos2d': the 2-D sine-cosine table (MAE).",
+    )
+    trainable: bool = Field(
+        default=True, description="Learn the embedding; false freezes it (counted in params_total, not trainable)."
+    )
+    grid: tuple[int, int] | None = Field(
+        default=None,
+        description="Patch grid (h, w) for 'sincos2d'; default the largest square that fits the tokens. "
+        "Tokens before the grid (a class token) get a zero embedding.",
+    )
+
+
+def _grid(args: PositionsArgs, tokens: int) -> tuple[int, int]:
+    if args.grid is not None:
+        grid = args.grid
+    else:
+        side = math.isqrt(tokens)
+        grid = (side, side)
+    if grid[0] * grid[1] > tokens:
+        raise ValueError(f"grid {grid} has more cells than the {tokens} tokens")
+    return grid
+
+
+@primitive(
+    "positions",
+    args=PositionsArgs,
+    kind="preprocess",
+    objective="none (token positions)",
+    equation="003 App. B.1, Alg. 1; 001 Sec. 3",
+    update="Z + E_pos",
+    description="Add a position embedding: learned (randn) or the frozen 2-D sine-cosine table.",
+)
+def positions(args: PositionsArgs, shape: Shape) -> nn.Module:
+    dim = token_dim(shape, "positions")
+    tokens = shape[0]
+    table = None
+    if args.init == "sincos2d":
+        grid = _grid(args, tokens)
+        table = sincos_2d(dim, grid, leading=tokens - grid[0] * grid[1])
+    return Positions(tokens, dim, table=table, trainable=args.trainable)

@@ -1,0 +1,137 @@
+"""The primitive registry: every optimization step a spec may name.
+
+A primitive is one step of an optimization algorithm (a gradient step on the coding rate, a
+proximal step on a LASSO, ...). It is registered under a name with
+
+* ``args``: a pydantic model of the arguments a spec may give it (unknown keys rejected);
+* ``objective``: what the step descends (or ascends), in words;
+* ``equation``: where the papers define it (e.g. ``"003 eq. 17"``);
+* ``update``: the update in the papers' notation, for summaries and diagrams;
+* ``inverse``: the name of the primitive that undoes it in a derived decoder, if any;
+* a *factory* ``f(args, input_shape) -> nn.Module``, where ``input_shape`` is the per-sample
+  shape of the step's input (batch axis excluded), inferred by the builder.
+
+Built-in primitives live in :mod:`crate_compose.primitives`. Other packages add their own with
+the :func:`primitive` decorator, either by importing it themselves or through the entry-point
+group ``crate_compose.primitives`` (loaded on first use). A spec only ever names a registered
+primitive: it can never make the tool import code by a dotted path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+Shape = tuple[int, ...]
+Factory = Callable[[BaseModel, Shape], nn.Module]
+
+ROLES = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "head", "norm", "attention", "mlp")
+
+
+class Args(BaseModel):
+    """Base of every primitive's argument model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoArgs(Args):
+    """This primitive takes no arguments."""
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """A registered optimization step (see the module docstring for the fields)."""
+
+    name: str
+    factory: Factory
+    args: type[Args]
+    kind: str
+    objective: str
+    equation: str
+    update: str
+    description: str
+    inverse: str | None = None
+
+    def build(self, args: Args, input_shape: Shape) -> nn.Module:
+        return self.factory(args, input_shape)
+
+
+_REGISTRY: dict[str, Primitive] = {}
+_PLUGINS_LOADED = False
+ENTRY_POINT_GROUP = "crate_compose.primitives"
+
+
+def primitive(
+    name: str,
+    *,
+    args: type[Args] = NoArgs,
+    kind: str,
+    objective: str,
+    equation: str,
+    update: str,
+    description: str,
+    inverse: str | None = None,
+) -> Callable[[Factory], Factory]:
+    """Register ``factory`` as the primitive ``name``.
+
+    Example::
+
+        @primitive("my_step", args=MyArgs, kind="compress", objective="R^c",
+                   equation="my paper eq. 3", update="Z - eta grad R^c(Z)",
+                   description="one sentence")
+        def my_step(args: MyArgs, shape: tuple[int, ...]) -> nn.Module:
+            return MyStep(dim=shape[-1], ...)
+    """
+    if not name.isidentifier():
+        raise ValueError(f"primitive name {name!r} must be a Python identifier")
+    if kind not in ROLES:
+        raise ValueError(f"primitive {name!r}: kind {kind!r} is not one of {ROLES}")
+
+    def register(factory: Factory) -> Factory:
+        if name in _REGISTRY and _REGISTRY[name].factory is not factory:
+            raise ValueError(f"primitive {name!r} is already registered by {_REGISTRY[name].factory.__module__}")
+        _REGISTRY[name] = Primitive(
+            name=name,
+            factory=factory,
+            args=args,
+            kind=kind,
+            objective=objective,
+            equation=equation,
+            update=update,
+            description=description,
+            inverse=inverse,
+        )
+        return factory
+
+    return register
+
+
+def _load() -> dict[str, Primitive]:
+    global _PLUGINS_LOADED
+    from . import primitives  # noqa: F401  (registers the built-in primitives)
+
+    if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
+        for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            entry.load()
+    return _REGISTRY
+
+
+def primitives() -> dict[str, Primitive]:
+    """All registered primitives by name (built-in and from plugins)."""
+    return dict(sorted(_load().items()))
+
+
+def get(name: str) -> Primitive | None:
+    return _load().get(name)
+
+
+def token_dim(shape: Shape, name: str) -> int:
+    """The feature dimension d of a token input ``(n, d)``; a clear error for anything else."""
+    if len(shape) != 2:
+        raise ValueError(f"{name} takes tokens of shape (n, d); got input of shape {shape}")
+    return shape[-1]

@@ -1,0 +1,148 @@
+"""The spec language: a network as pre-processing steps, a layer of steps repeated ``depth``
+times, an optional decoder, and a head.
+
+Every model rejects unknown keys; every field has a description, so ``crate-compose schema``
+is the reference of the language. A step names a registered primitive and gives its arguments;
+the arguments are validated against that primitive's own model (see
+:mod:`crate_compose.registry`). See ``docs/spec.md`` for a tour.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Iterator, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ROLES = ("preprocess", "encoder", "decoder", "head")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Step(_Model):
+    """One optimization step: a registered primitive and its arguments."""
+
+    name: str = Field(
+        pattern=IDENTIFIER,
+        description="Name of the step, unique within its list; names the submodule and the graph node "
+        "(e.g. 'compress', 'sparsify').",
+    )
+    primitive: str = Field(description="A registered primitive; `crate-compose list primitives` shows them all.")
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Arguments of the primitive, checked against its own argument model; sizes that follow "
+        "from the input (such as d) are inferred.",
+    )
+
+
+def _unique_names(steps: list[Step]) -> list[Step]:
+    seen: set[str] = set()
+    for step in steps:
+        if step.name in seen:
+            raise ValueError(f"step name '{step.name}' is used twice in this list")
+        seen.add(step.name)
+    return steps
+
+
+class Stack(_Model):
+    """A layer (an ordered list of steps) repeated ``depth`` times, each repetition with its own weights."""
+
+    depth: int = Field(ge=1, description="Number of layers L; each repeats `layer` with fresh weights.")
+    layer: list[Step] = Field(min_length=1, description="The steps of one layer, in order.")
+
+    _check_layer = field_validator("layer")(_unique_names)
+
+
+class Derive(_Model):
+    """A decoder derived from the encoder: each step replaced by its inverse, in reverse order."""
+
+    derive: Literal["inverse"] = Field(
+        description="'inverse': decoder layer l undoes encoder layer L-l, untied weights (001 Sec. 2.4-2.5)."
+    )
+
+
+def _decoder_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "derive" if "derive" in value else "stack"
+    return "derive" if isinstance(value, Derive) else "stack"
+
+
+Decoder = Annotated[
+    Union[Annotated[Stack, Tag("stack")], Annotated[Derive, Tag("derive")]], Discriminator(_decoder_kind)
+]
+
+
+class Input(_Model):
+    """The network's input, per sample (the batch axis is not written)."""
+
+    name: str = Field(default="images", pattern=IDENTIFIER, description="Name of the graph input (e.g. 'images').")
+    shape: list[int] = Field(
+        min_length=1, description="Shape of one sample, without the batch axis: [C, H, W] for images."
+    )
+    dtype: Literal["float32", "int64"] = Field(
+        default="float32", description="float32 for pixels or features, int64 for token ids."
+    )
+
+    @field_validator("shape")
+    @classmethod
+    def _positive(cls, shape: list[int]) -> list[int]:
+        if any(size < 1 for size in shape):
+            raise ValueError(f"every size must be positive; got {shape}")
+        return shape
+
+
+class Spec(_Model):
+    """A white-box network: input -> preprocess -> encoder (x depth) -> decoder -> head."""
+
+    name: str = Field(description="Name of the architecture (e.g. 'crate-base').")
+    description: str = Field(default="", description="One or two sentences for humans.")
+    extends: str | None = Field(
+        default=None,
+        description="A spec file (relative to this one) or zoo preset to inherit from; this file overrides "
+        "its keys (mappings merge, lists and values replace). Resolved at load time.",
+    )
+    sizes: dict[str, int | float | bool | str] = Field(
+        default_factory=dict,
+        description="Shared sizes declared once (d, heads, depth, ...), referenced anywhere below as '${name}'.",
+    )
+    input: Input = Field(description="The network's input.")
+    preprocess: list[Step] = Field(default_factory=list, description="Steps before the encoder (patch embedding, ...).")
+    encoder: Stack = Field(description="The encoder: one layer of steps, repeated depth times.")
+    decoder: Decoder | None = Field(
+        default=None,
+        description="Optional decoder: an explicit stack, or {derive: inverse} to derive it from the encoder.",
+    )
+    head: list[Step] = Field(default_factory=list, description="Steps after the encoder and decoder (task head).")
+
+    _check_preprocess = field_validator("preprocess", "head")(_unique_names)
+
+    @model_validator(mode="after")
+    def _no_name_clash(self) -> "Spec":
+        outside = [s.name for s in self.preprocess] + [s.name for s in self.head]
+        layer = {s.name for s in self.encoder.layer}
+        clash = sorted(set(outside) & layer)
+        if clash:
+            raise ValueError(f"step names {clash} are used both in a layer and outside it")
+        if len(set(outside)) != len(outside):
+            raise ValueError("a step name is used in both preprocess and head")
+        return self
+
+    def stages(self) -> Iterator[tuple[str, int | None, tuple[str | int, ...], Step]]:
+        """Every step in execution order: ``(role, layer index or None, spec path, step)``."""
+        for i, step in enumerate(self.preprocess):
+            yield "preprocess", None, ("preprocess", i), step
+        for layer in range(self.encoder.depth):
+            for i, step in enumerate(self.encoder.layer):
+                yield "encoder", layer, ("encoder", "layer", i), step
+        if isinstance(self.decoder, Stack):
+            for layer in range(self.decoder.depth):
+                for i, step in enumerate(self.decoder.layer):
+                    yield "decoder", layer, ("decoder", "layer", i), step
+        for i, step in enumerate(self.head):
+            yield "head", None, ("head", i), step
+
+
+REFERENCE = re.compile(r"\$\{([^}]*)\}")
