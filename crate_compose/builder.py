@@ -109,7 +109,7 @@ def compile_spec(
                     value = module(value)
             except (ValueError, RuntimeError) as error:
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {error}"
-                raise SpecError([Problem(message, path)]) from None
+                raise SpecError([Problem(message, path, spec.locate(path))]) from None
             shape = tuple(value.shape[1:])
             target = _target(role, layer, step.name)
             _install(root, target, module)

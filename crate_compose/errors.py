@@ -36,7 +36,7 @@ def format_path(path: Path) -> str:
             out += f"[{part}]"
         else:
             out += f".{part}" if out else str(part)
-    return out or "<spec>"
+    return out
 
 
 @dataclass
@@ -50,7 +50,8 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.location}: " if self.location else ""
-        text = f"{where}{format_path(self.path)}: {self.message}"
+        key = f"{format_path(self.path)}: " if self.path else ""
+        text = f"{where}{key}{self.message}"
         return f"{text} ({self.hint})" if self.hint else text
 
 

@@ -45,6 +45,8 @@ class Source:
                 return self.marks[path[:end]]
         return None
 
+    unresolved: set[KeyPath] = field(default_factory=set)  # values whose ${reference} failed
+
 
 # ---------------------------------------------------------------- 1. YAML with locations
 
@@ -285,6 +287,7 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
         else:
             message = f"unknown size '${{{name}}}'; sizes declared: {', '.join(known) or 'none'}"
         problems.append(Problem(message, path, source.locate(path), hint))
+        source.unresolved.add(path)
         return None
 
     for key, value in sizes_raw.items():  # sizes may use sizes declared before them
@@ -358,7 +361,7 @@ def _step_lists(data: dict) -> Iterable[tuple[KeyPath, Any]]:
 def validate_steps(data: dict, source: Source, problems: list[Problem]) -> dict[KeyPath, dict]:
     """Check each step's primitive name and arguments; returns the arguments with defaults filled."""
     filled: dict[KeyPath, dict] = {}
-    names = list(registry.primitives())
+    names = list(registry.all_primitives())
     for prefix, steps in _step_lists(data):
         for i, step in enumerate(steps):
             if not isinstance(step, dict) or not isinstance(step.get("primitive"), str):
@@ -397,9 +400,10 @@ def resolve(source: Source) -> Spec:
     except ValidationError as error:
         problems.extend(_pydantic_problems(error, (), source, Spec))
     if problems or spec is None:
-        raise SpecError(_dedupe(problems))
+        raise SpecError(_dedupe(problems, source.unresolved))
     for role, _, path, step in _all_steps(spec):
         step.args = filled[path]
+    spec._locations = dict(source.marks)
     return spec
 
 
@@ -415,14 +419,17 @@ def _all_steps(spec: Spec) -> Iterable[tuple[str, int, KeyPath, Step]]:
         yield "head", i, ("head", i), step
 
 
-def _dedupe(problems: list[Problem]) -> list[Problem]:
+def _dedupe(problems: list[Problem], unresolved: set[KeyPath]) -> list[Problem]:
+    """Drop repeats, and type errors on values whose reference already failed."""
     seen, out = set(), []
     for problem in problems:
         key = (problem.path, problem.message)
-        if key not in seen:
+        followup = problem.path in unresolved and "unknown size" not in problem.message
+        if key not in seen and not followup:
             seen.add(key)
             out.append(problem)
-    return out
+    where = lambda p: (p.location.source, p.location.line, p.location.column) if p.location else ("", 0, 0)  # noqa: E731
+    return sorted(out, key=where)
 
 
 def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:

@@ -20,7 +20,7 @@ primitive: it can never make the tool import code by a dotted path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata
+from importlib import import_module, metadata
 from typing import Callable
 
 from pydantic import BaseModel, ConfigDict
@@ -112,7 +112,7 @@ def primitive(
 
 def _load() -> dict[str, Primitive]:
     global _PLUGINS_LOADED
-    from . import primitives  # noqa: F401  (registers the built-in primitives)
+    import_module("crate_compose.primitives")  # registers the built-in primitives
 
     if not _PLUGINS_LOADED:
         _PLUGINS_LOADED = True
@@ -121,7 +121,7 @@ def _load() -> dict[str, Primitive]:
     return _REGISTRY
 
 
-def primitives() -> dict[str, Primitive]:
+def all_primitives() -> dict[str, Primitive]:
     """All registered primitives by name (built-in and from plugins)."""
     return dict(sorted(_load().items()))
 

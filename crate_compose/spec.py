@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Iterator, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ROLES = ("preprocess", "encoder", "decoder", "head")
@@ -118,6 +118,14 @@ class Spec(_Model):
     head: list[Step] = Field(default_factory=list, description="Steps after the encoder and decoder (task head).")
 
     _check_preprocess = field_validator("preprocess", "head")(_unique_names)
+    _locations: dict = PrivateAttr(default_factory=dict)  # key path -> Location, set by the loader
+
+    def locate(self, path: tuple[str | int, ...]) -> Any:
+        """Where ``path`` (or its nearest ancestor) was written, if the spec came from a file."""
+        for end in range(len(path), -1, -1):
+            if path[:end] in self._locations:
+                return self._locations[path[:end]]
+        return None
 
     @model_validator(mode="after")
     def _no_name_clash(self) -> "Spec":

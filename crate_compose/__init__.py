@@ -1,0 +1,48 @@
+"""crate-compose: white-box transformers from declarative specs of optimization steps.
+
+The Python API does everything the command line does::
+
+    import crate_compose as cc
+    spec = cc.load_spec("crate-base", overrides=["sizes.depth=6"])
+    model = cc.build(spec, seed=0)          # a torch.fx.GraphModule
+    print(cc.summarize(model).table())
+    cc.save(model, "out/crate-base")        # spec.yaml + model.safetensors
+    same = cc.load("out/crate-base")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from .artifacts import load, save
+from .builder import build, compile_spec, spec_of
+from .errors import Problem, SpecError
+from .loader import dump as dump_spec
+from .loader import load as load_spec
+from .registry import Args, Primitive, all_primitives, primitive
+from .schema import json_schema
+from .spec import Spec
+from .summary import Summary, summarize
+from .zoo import presets
+
+__version__ = "0.1.0"
+
+
+def validate(spec: str | Path, overrides: Iterable[str] = ()) -> Spec:
+    """Load ``spec`` and check that it builds (shapes inferred on the meta device, no weights)."""
+    resolved = load_spec(spec, overrides)
+    compile_spec(resolved, meta=True)
+    return resolved
+
+
+def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
+    """Per-step output shapes and parameter counts, without allocating weights."""
+    return summarize(build(spec, overrides=overrides, meta=True))
+
+
+__all__ = [
+    "Args", "Primitive", "Problem", "Spec", "SpecError", "Summary", "build", "compile_spec", "dump_spec",
+    "inspect", "json_schema", "load", "load_spec", "presets", "primitive", "all_primitives", "save", "spec_of",
+    "summarize", "validate",
+]

@@ -1,0 +1,132 @@
+"""The ``crate-compose`` command: a thin layer over the Python API (:mod:`crate_compose`).
+
+Exit status: 0 on success, 2 for a bad spec or bad arguments (every problem listed, each located),
+1 when the output cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import crate_compose as cc
+
+from .builder import DTYPES
+from .errors import SpecError
+
+EPILOG = """examples:
+  crate-compose build crate-base                       build a zoo preset into out/crate-base
+  crate-compose build specs/crate.yaml --set sizes.depth=6 --set encoder.layer.sparsify.primitive=ista_soft
+  crate-compose inspect zoo/crate-large.yaml --json
+  crate-compose list primitives
+"""
+
+
+def _spec_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="a spec file (specs/crate.yaml) or a zoo preset name (crate-base)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a key, e.g. sizes.d=384 or encoder.layer.sparsify.args.lambd=0.5 (repeatable); "
+        "list items by index (layer.1) or step name (layer.sparsify)",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="crate-compose",
+        description="Build white-box transformers from YAML specs of optimization steps.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("--version", action="version", version=f"crate-compose {cc.__version__}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    build = commands.add_parser("build", help="build a spec; write spec, code, summary and weights to --out")
+    _spec_arguments(build)
+    build.add_argument("--out", type=Path, help="output directory (default: out/<spec name>)")
+    build.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
+    build.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="parameter dtype")
+    build.add_argument("--seed", type=int, default=0, help="seed for the initial weights (default: 0)")
+
+    validate = commands.add_parser("validate", help="check a spec (schema, primitives, shapes) without building weights")
+    _spec_arguments(validate)
+
+    inspect = commands.add_parser("inspect", help="a row per step: primitive, output shape, parameters")
+    _spec_arguments(inspect)
+    inspect.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+    listing = commands.add_parser("list", help="list registered primitives or zoo presets")
+    listing.add_argument("what", choices=["primitives", "zoo"])
+
+    commands.add_parser("schema", help="print the JSON Schema of the spec language")
+    return top
+
+
+def _build(args: argparse.Namespace) -> int:
+    spec = cc.load_spec(args.spec, args.overrides)
+    model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype)
+    out = args.out or Path("out") / spec.name
+    summary = cc.summarize(model)
+    cc.save(model, out, extra={"seed": str(args.seed), "dtype": args.dtype})
+    print(summary.table())
+    print(f"wrote {out}/: spec.yaml, code.py, summary.txt, model.safetensors")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    spec = cc.validate(args.spec, args.overrides)
+    print(f"{args.spec}: ok ({spec.name})")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    summary = cc.inspect(args.spec, args.overrides)
+    print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.table())
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.what == "zoo":
+        for name, path in cc.presets().items():
+            spec = cc.load_spec(path)
+            print(f"{name:<20} {spec.description}")
+        return 0
+    rows = [(p.name, p.kind, p.update, p.equation, p.description) for p in cc.all_primitives().values()]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for name, kind, update, equation, description in rows:
+        print(f"{name:<{widths[0]}}  {kind:<{widths[1]}}  {update:<{widths[2]}}  {equation}")
+        print(f"{'':<{widths[0]}}  {description}")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    print(json.dumps(cc.json_schema(), indent=2))
+    return 0
+
+
+COMMANDS = {"build": _build, "validate": _validate, "inspect": _inspect, "list": _list, "schema": _schema}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except SpecError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: cannot write output: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""A row per step of a built graph: name, primitive, output shape, parameters; and totals."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from torch import fx
+
+
+@dataclass
+class StepRow:
+    name: str
+    module: str
+    role: str
+    layer: int | None
+    primitive: str
+    spec_path: str
+    output_shape: list[int | str]
+    params: int
+    trainable: int
+
+
+@dataclass
+class Summary:
+    name: str
+    input_shape: list[int | str]
+    output_shape: list[int | str]
+    params_total: int
+    params_trainable: int
+    steps: list[StepRow] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def by_role(self) -> dict[str, int]:
+        """Parameters per role (preprocess, encoder, decoder, head)."""
+        totals: dict[str, int] = {}
+        for row in self.steps:
+            totals[row.role] = totals.get(row.role, 0) + row.params
+        return totals
+
+    def table(self) -> str:
+        """The summary as aligned text, one row per step."""
+        header = ("step", "primitive", "output shape", "params")
+        rows = [header] + [
+            (r.module, r.primitive, _shape(r.output_shape), f"{r.params:,}") for r in self.steps
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines = [f"{self.name}: input {_shape(self.input_shape)} -> output {_shape(self.output_shape)}"]
+        for i, row in enumerate(rows):
+            lines.append(
+                f"  {row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]:>{widths[3]}}"
+            )
+            if i == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths))
+        parts = ", ".join(f"{role} {count:,}" for role, count in self.by_role().items())
+        lines.append(f"parameters: {self.params_total:,} total, {self.params_trainable:,} trainable ({parts})")
+        return "\n".join(lines)
+
+
+def _shape(shape: list[int | str]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def summarize(module: fx.GraphModule) -> Summary:
+    """Summarize a module built by :func:`crate_compose.build` (shapes come from node metadata)."""
+    steps, input_shape, output_shape = [], [], []
+    for node in module.graph.nodes:
+        if node.op == "placeholder":
+            input_shape = list(node.meta["shape"])
+        elif node.op == "call_module":
+            sub = module.get_submodule(node.target)
+            params = list(sub.parameters())
+            steps.append(
+                StepRow(
+                    name=node.name,
+                    module=node.target,
+                    role=node.meta["role"],
+                    layer=node.meta["layer"],
+                    primitive=node.meta["primitive"],
+                    spec_path=".".join(str(p) for p in node.meta["spec_path"]),
+                    output_shape=list(node.meta["shape"]),
+                    params=sum(p.numel() for p in params),
+                    trainable=sum(p.numel() for p in params if p.requires_grad),
+                )
+            )
+            output_shape = list(node.meta["shape"])
+    unique = {id(p): p for p in module.parameters()}.values()
+    return Summary(
+        name=module.meta["spec"].name,
+        input_shape=input_shape,
+        output_shape=output_shape,
+        params_total=sum(p.numel() for p in unique),
+        params_trainable=sum(p.numel() for p in unique if p.requires_grad),
+        steps=steps,
+    )
