@@ -1,0 +1,28 @@
+"""The built module is ordinary PyTorch: it compiles without graph breaks and exports."""
+
+import torch
+
+import crate_compose as cc
+
+SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
+         "sizes.patch_size=8", "sizes.classes=10"]
+
+
+def _model():
+    return cc.build("crate-tiny", overrides=SMALL, seed=0).eval()
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    model = _model()
+    images = torch.randn(2, 3, 32, 32)
+    compiled = torch.compile(model, fullgraph=True)  # inductor: generates and compiles C++
+    torch.testing.assert_close(compiled(images), model(images), atol=1e-5, rtol=1e-5)
+
+
+def test_torch_export_matches_eager():
+    model = _model()
+    images = torch.randn(2, 3, 32, 32)
+    exported = torch.export.export(model, (images,))
+    torch.testing.assert_close(exported.module()(images), model(images), atol=1e-5, rtol=1e-5)
+    other = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(exported.module()(other), model(other), atol=1e-5, rtol=1e-5)
