@@ -18,6 +18,7 @@ fake tensor (``FakeTensorMode``), so the next primitive knows its input shape (e
 from __future__ import annotations
 
 import contextlib
+import operator
 import re
 from pathlib import Path
 from typing import Iterable
@@ -28,13 +29,15 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import loader, registry
 from .errors import Problem, SpecError
-from .spec import Spec
+from .derive import derive_decoder
+from .spec import Derive, Spec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FAKE_BATCH = 2  # batch size of the fake tensors used to infer shapes
 
 
 def _target(role: str, layer: int | None, name: str) -> str:
+    """The submodule path: ``preprocess.patch_embed``, ``encoder.layer_3.compress``."""
     return f"{role}.{name}" if layer is None else f"{role}.layer_{layer}.{name}"
 
 
@@ -87,6 +90,8 @@ def compile_spec(
     """
     dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     device = resolve_device(device)
+    if isinstance(spec.decoder, Derive):
+        spec = spec.model_copy(update={"decoder": derive_decoder(spec)})
     root, graph = nn.Module(), fx.Graph()
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     shape = tuple(spec.input.shape)
@@ -95,6 +100,7 @@ def compile_spec(
         value = torch.empty((FAKE_BATCH, *shape), dtype=input_dtype, device="meta" if meta else "cpu")
     node = graph.placeholder(spec.input.name)
     node.meta.update(role="input", shape=("B", *shape))
+    named: dict[str, tuple[fx.Node, torch.Tensor]] = {}  # values published by steps (mask, restore)
 
     context = torch.device("meta") if meta else contextlib.nullcontext()
     with torch.random.fork_rng(devices=[]), context:
@@ -103,21 +109,40 @@ def compile_spec(
             primitive = registry.get(step.primitive)
             args = primitive.args.model_validate(step.args)
             where = f"{role} layer {layer}" if layer is not None else role
+            missing = [name for name in primitive.consumes if name not in named]
+            if missing:
+                message = f"step '{step.name}' ({step.primitive}) needs {missing}, which no earlier step publishes"
+                raise SpecError([Problem(message, path, spec.locate(path))])
+            extra = [named[name] for name in primitive.consumes]
             try:
                 module = primitive.build(args, shape)
                 with fake_mode:
-                    value = module(value)
+                    value = module(value, *(v for _, v in extra))
             except (ValueError, RuntimeError) as error:
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {error}"
                 raise SpecError([Problem(message, path, spec.locate(path))]) from None
-            shape = tuple(value.shape[1:])
             target = _target(role, layer, step.name)
             _install(root, target, module)
-            node = graph.create_node("call_module", target, (node,), name=_node_name(role, layer, step.name))
-            node.meta.update(
-                spec_path=path, role=role, layer=layer, step=step.name, primitive=step.primitive, shape=("B", *shape)
-            )
-    graph.output(node)
+            meta = dict(spec_path=path, role=role, layer=layer, step=step.name, primitive=step.primitive)
+            name = _node_name(role, layer, step.name)
+            inputs = (node, *(n for n, _ in extra))
+            if primitive.publishes:  # the step returns (tokens, *published): unpack into named nodes
+                outputs = graph.create_node("call_module", target, inputs, name=f"{name}_outputs")
+                outputs.meta.update(meta, shape=None, publishes=primitive.publishes)
+                value, *published = value
+                node = graph.create_node("call_function", operator.getitem, (outputs, 0), name=f"{name}_tokens")
+                for i, (key, tensor) in enumerate(zip(primitive.publishes, published), start=1):
+                    item = graph.create_node("call_function", operator.getitem, (outputs, i), name=key)
+                    item.meta.update(role=role, value=key, shape=("B", *tensor.shape[1:]))
+                    named[key] = (item, tensor)
+            else:
+                node = graph.create_node("call_module", target, inputs, name=name)
+            shape = tuple(value.shape[1:])
+            node.meta.update(meta, shape=("B", *shape))
+    if named:
+        graph.output({"output": node, **{key: item for key, (item, _) in named.items()}})
+    else:
+        graph.output(node)
     graph.lint()
     module = fx.GraphModule(root, graph, class_name=class_name(spec.name))
     if not meta:

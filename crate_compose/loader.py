@@ -26,7 +26,8 @@ from pydantic import BaseModel, ValidationError
 
 from . import registry, zoo
 from .errors import Location, Problem, SpecError, did_you_mean, one_of
-from .spec import REFERENCE, Derive, Spec, Stack, Step
+from .derive import derive_decoder
+from .spec import REFERENCE, STEP_LISTS, Derive, Spec
 
 KeyPath = tuple[str | int, ...]
 
@@ -349,13 +350,13 @@ def _model_in(annotation: Any) -> Any:
 
 
 def _step_lists(data: dict) -> Iterable[tuple[KeyPath, Any]]:
-    for key in ("preprocess", "head"):
-        if isinstance(data.get(key), list):
-            yield (key,), data[key]
-    for key in ("encoder", "decoder"):
-        block = data.get(key)
-        if isinstance(block, dict) and isinstance(block.get("layer"), list):
-            yield (key, "layer"), block["layer"]
+    """The raw lists of steps, before validation (mirrors ``Spec.step_lists``)."""
+    for path in STEP_LISTS:
+        owner: Any = data
+        for key in path:
+            owner = owner.get(key) if isinstance(owner, dict) else None
+        if isinstance(owner, list):
+            yield path, owner
 
 
 def validate_steps(data: dict, source: Source, problems: list[Problem]) -> dict[KeyPath, dict]:
@@ -401,22 +402,13 @@ def resolve(source: Source) -> Spec:
         problems.extend(_pydantic_problems(error, (), source, Spec))
     if problems or spec is None:
         raise SpecError(_dedupe(problems, source.unresolved))
-    for role, _, path, step in _all_steps(spec):
-        step.args = filled[path]
+    for path, steps in spec.step_lists():
+        for i, step in enumerate(steps):
+            step.args = filled[(*path, i)]
     spec._locations = dict(source.marks)
+    if isinstance(spec.decoder, Derive):
+        spec.decoder = derive_decoder(spec)
     return spec
-
-
-def _all_steps(spec: Spec) -> Iterable[tuple[str, int, KeyPath, Step]]:
-    for i, step in enumerate(spec.preprocess):
-        yield "preprocess", i, ("preprocess", i), step
-    for key in ("encoder", "decoder"):
-        block = getattr(spec, key)
-        if isinstance(block, Stack):
-            for i, step in enumerate(block.layer):
-                yield key, i, (key, "layer", i), step
-    for i, step in enumerate(spec.head):
-        yield "head", i, ("head", i), step
 
 
 def _dedupe(problems: list[Problem], unresolved: set[KeyPath]) -> list[Problem]:

@@ -7,7 +7,10 @@ proximal step on a LASSO, ...). It is registered under a name with
 * ``objective``: what the step descends (or ascends), in words;
 * ``equation``: where the papers define it (e.g. ``"003 eq. 17"``);
 * ``update``: the update in the papers' notation, for summaries and diagrams;
-* ``inverse``: the name of the primitive that undoes it in a derived decoder, if any;
+* ``inverse``: an :class:`Inverse` rule naming the primitive that undoes it in a derived decoder
+  (``None``: the step has no inverse, and deriving a decoder through it is an error);
+* ``consumes`` / ``publishes``: named values besides the token stream that the step reads (extra
+  positional inputs, e.g. ``restore``) or writes (extra outputs after the tokens, e.g. ``mask``);
 * a *factory* ``f(args, input_shape) -> nn.Module``, where ``input_shape`` is the per-sample
   shape of the step's input (batch axis excluded), inferred by the builder.
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module, metadata
-from typing import Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 from torch import nn
@@ -29,7 +32,7 @@ from torch import nn
 Shape = tuple[int, ...]
 Factory = Callable[[BaseModel, Shape], nn.Module]
 
-ROLES = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "head", "norm", "attention", "mlp")
+KINDS = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "head", "norm", "attention", "mlp")
 
 
 class Args(BaseModel):
@@ -40,6 +43,26 @@ class Args(BaseModel):
 
 class NoArgs(Args):
     """This primitive takes no arguments."""
+
+
+def _no_args(args: "Args", shape: "Shape") -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Inverse:
+    """How a derived decoder undoes a step (001 Sec. 2.4-2.5).
+
+    ``primitive``: the inverse step, or ``None`` when there is nothing to undo (identity).
+    ``args(forward_args, forward_input_shape)``: the inverse step's arguments.
+    ``where``: ``"reverse"`` puts it in mirror order (layers reversed, pre-processing undone after
+    the decoder layers); ``"prologue"`` re-applies it where the decoder starts (position
+    embeddings and mask tokens, as MAE and CRATE-MAE do).
+    """
+
+    primitive: str | None
+    args: Callable[["Args", "Shape"], dict[str, Any]] = _no_args
+    where: Literal["reverse", "prologue"] = "reverse"
 
 
 @dataclass(frozen=True)
@@ -54,7 +77,9 @@ class Primitive:
     equation: str
     update: str
     description: str
-    inverse: str | None = None
+    inverse: Inverse | None = None
+    consumes: tuple[str, ...] = ()
+    publishes: tuple[str, ...] = ()
 
     def build(self, args: Args, input_shape: Shape) -> nn.Module:
         return self.factory(args, input_shape)
@@ -74,7 +99,9 @@ def primitive(
     equation: str,
     update: str,
     description: str,
-    inverse: str | None = None,
+    inverse: Inverse | None = None,
+    consumes: tuple[str, ...] = (),
+    publishes: tuple[str, ...] = (),
 ) -> Callable[[Factory], Factory]:
     """Register ``factory`` as the primitive ``name``.
 
@@ -88,8 +115,8 @@ def primitive(
     """
     if not name.isidentifier():
         raise ValueError(f"primitive name {name!r} must be a Python identifier")
-    if kind not in ROLES:
-        raise ValueError(f"primitive {name!r}: kind {kind!r} is not one of {ROLES}")
+    if kind not in KINDS:
+        raise ValueError(f"primitive {name!r}: kind {kind!r} is not one of {KINDS}")
 
     def register(factory: Factory) -> Factory:
         if name in _REGISTRY and _REGISTRY[name].factory is not factory:
@@ -104,6 +131,8 @@ def primitive(
             update=update,
             description=description,
             inverse=inverse,
+            consumes=consumes,
+            publishes=publishes,
         )
         return factory
 

@@ -36,6 +36,11 @@ class Step(_Model):
         description="Arguments of the primitive, checked against its own argument model; sizes that follow "
         "from the input (such as d) are inferred.",
     )
+    inverts: str | None = Field(
+        default=None,
+        description="The encoder step this step undoes, as 'preprocess.NAME' or 'encoder.layer.NAME'; written "
+        "by decoder derivation, drawn as a dashed edge in diagrams.",
+    )
 
 
 def _unique_names(steps: list[Step]) -> list[Step]:
@@ -56,6 +61,21 @@ class Stack(_Model):
     _check_layer = field_validator("layer")(_unique_names)
 
 
+class DecoderStack(Stack):
+    """A decoder: optional steps before and after its layers, and the layers themselves."""
+
+    pre: list[Step] = Field(
+        default_factory=list,
+        description="Steps before the decoder layers (mask tokens, decoder position embeddings).",
+    )
+    post: list[Step] = Field(
+        default_factory=list,
+        description="Steps after the decoder layers (dropping the class token, predicting pixels).",
+    )
+
+    _check_ends = field_validator("pre", "post")(_unique_names)
+
+
 class Derive(_Model):
     """A decoder derived from the encoder: each step replaced by its inverse, in reverse order."""
 
@@ -71,7 +91,7 @@ def _decoder_kind(value: Any) -> str:
 
 
 Decoder = Annotated[
-    Union[Annotated[Stack, Tag("stack")], Annotated[Derive, Tag("derive")]], Discriminator(_decoder_kind)
+    Union[Annotated[DecoderStack, Tag("stack")], Annotated[Derive, Tag("derive")]], Discriminator(_decoder_kind)
 ]
 
 
@@ -92,6 +112,15 @@ class Input(_Model):
         if any(size < 1 for size in shape):
             raise ValueError(f"every size must be positive; got {shape}")
         return shape
+
+
+class Reference(_Model):
+    """What the paper reports for this architecture, checked by the tests and shown by `inspect`."""
+
+    params: int = Field(ge=0, description="Parameter count from the paper's table (all parameters).")
+    source: str = Field(description="Where the number comes from, e.g. '003 Table 1'.")
+    exact: bool = Field(default=True, description="True when a faithful build must match the count exactly.")
+    note: str = Field(default="", description="Why a faithful build differs from the paper's count, if it does.")
 
 
 class Spec(_Model):
@@ -116,6 +145,7 @@ class Spec(_Model):
         description="Optional decoder: an explicit stack, or {derive: inverse} to derive it from the encoder.",
     )
     head: list[Step] = Field(default_factory=list, description="Steps after the encoder and decoder (task head).")
+    reference: Reference | None = Field(default=None, description="The paper's parameter count for this model.")
 
     _check_preprocess = field_validator("preprocess", "head")(_unique_names)
     _locations: dict = PrivateAttr(default_factory=dict)  # key path -> Location, set by the loader
@@ -129,28 +159,39 @@ class Spec(_Model):
 
     @model_validator(mode="after")
     def _no_name_clash(self) -> "Spec":
-        outside = [s.name for s in self.preprocess] + [s.name for s in self.head]
-        layer = {s.name for s in self.encoder.layer}
-        clash = sorted(set(outside) & layer)
-        if clash:
-            raise ValueError(f"step names {clash} are used both in a layer and outside it")
-        if len(set(outside)) != len(outside):
-            raise ValueError("a step name is used in both preprocess and head")
+        once = [s.name for path, steps in self.step_lists() if "layer" not in path for s in steps]
+        twice = sorted({name for name in once if once.count(name) > 1})
+        if twice:
+            raise ValueError(f"step names {twice} are used in more than one of preprocess, decoder pre/post, head")
         return self
+
+    def step_lists(self) -> Iterator[tuple[tuple[str, ...], list[Step]]]:
+        """Each list of steps with its spec path, in execution order."""
+        for path in STEP_LISTS:
+            owner: Any = self
+            for key in path:
+                owner = getattr(owner, key, None)
+            if isinstance(owner, list):
+                yield path, owner
 
     def stages(self) -> Iterator[tuple[str, int | None, tuple[str | int, ...], Step]]:
         """Every step in execution order: ``(role, layer index or None, spec path, step)``."""
-        for i, step in enumerate(self.preprocess):
-            yield "preprocess", None, ("preprocess", i), step
-        for layer in range(self.encoder.depth):
-            for i, step in enumerate(self.encoder.layer):
-                yield "encoder", layer, ("encoder", "layer", i), step
-        if isinstance(self.decoder, Stack):
-            for layer in range(self.decoder.depth):
-                for i, step in enumerate(self.decoder.layer):
-                    yield "decoder", layer, ("decoder", "layer", i), step
-        for i, step in enumerate(self.head):
-            yield "head", None, ("head", i), step
+        for path, steps in self.step_lists():
+            block = getattr(self, path[0])
+            for layer in range(block.depth) if path[-1] == "layer" else [None]:
+                for i, step in enumerate(steps):
+                    yield path[0], layer, (*path, i), step
+
+
+# Where lists of steps live, in execution order.
+STEP_LISTS = (
+    ("preprocess",),
+    ("encoder", "layer"),
+    ("decoder", "pre"),
+    ("decoder", "layer"),
+    ("decoder", "post"),
+    ("head",),
+)
 
 
 REFERENCE = re.compile(r"\$\{([^}]*)\}")

@@ -28,6 +28,7 @@ class Summary:
     params_total: int
     params_trainable: int
     steps: list[StepRow] = field(default_factory=list)
+    reference: dict | None = None  # the paper's count (see Spec.reference), with this build's deviation
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +56,12 @@ class Summary:
                 lines.append("  " + "  ".join("-" * w for w in widths))
         parts = ", ".join(f"{role} {count:,}" for role, count in self.by_role().items())
         lines.append(f"parameters: {self.params_total:,} total, {self.params_trainable:,} trainable ({parts})")
+        if self.reference:
+            ref = self.reference
+            verdict = "exact" if ref["deviation"] == 0 else f"{ref['deviation']:+.2%}"
+            lines.append(f"paper: {ref['params']:,} ({ref['source']}); this build: {verdict}")
+            if ref["note"]:
+                lines.append(f"  difference: {ref['note']}")
         return "\n".join(lines)
 
 
@@ -70,6 +77,7 @@ def summarize(module: fx.GraphModule) -> Summary:
             input_shape = list(node.meta["shape"])
         elif node.op == "call_module":
             sub = module.get_submodule(node.target)
+            shape = node.meta["shape"] or next(iter(node.users)).meta["shape"]  # tokens of a multi-output step
             params = list(sub.parameters())
             steps.append(
                 StepRow(
@@ -79,18 +87,24 @@ def summarize(module: fx.GraphModule) -> Summary:
                     layer=node.meta["layer"],
                     primitive=node.meta["primitive"],
                     spec_path=".".join(str(p) for p in node.meta["spec_path"]),
-                    output_shape=list(node.meta["shape"]),
+                    output_shape=list(shape),
                     params=sum(p.numel() for p in params),
                     trainable=sum(p.numel() for p in params if p.requires_grad),
                 )
             )
-            output_shape = list(node.meta["shape"])
+            output_shape = list(shape)
     unique = {id(p): p for p in module.parameters()}.values()
+    total = sum(p.numel() for p in unique)
+    spec = module.meta["spec"]
+    reference = None
+    if spec.reference is not None:
+        reference = dict(spec.reference.model_dump(), deviation=(total - spec.reference.params) / spec.reference.params)
     return Summary(
-        name=module.meta["spec"].name,
+        name=spec.name,
         input_shape=input_shape,
         output_shape=output_shape,
-        params_total=sum(p.numel() for p in unique),
+        params_total=total,
         params_trainable=sum(p.numel() for p in unique if p.requires_grad),
         steps=steps,
+        reference=reference,
     )

@@ -1,7 +1,8 @@
 """Built-in primitives; importing this package registers them (see :mod:`crate_compose.registry`).
 
 One module per family of steps: ``embed`` (pre-processing), ``compress`` (gradient steps on the
-coding rate), ``sparsify`` (proximal steps on a LASSO), ``norm``, ``head``.
+coding rate), ``sparsify`` (proximal steps on a LASSO), ``diffuse`` (their inverses, for derived
+decoders), ``mask`` (masked autoencoding), ``norm``, ``head``.
 """
 
-from . import compress, embed, head, norm, sparsify  # noqa: F401
+from . import compress, diffuse, embed, head, mask, norm, sparsify  # noqa: F401

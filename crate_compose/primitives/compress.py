@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Shape, primitive, token_dim
+from ..registry import Args, Inverse, Shape, primitive, token_dim
 
 
 class MSSA(nn.Module):
@@ -94,10 +94,15 @@ def _head_dim(args: MSSAArgs, dim: int) -> int:
     equation="003 eq. 10-12, 115; Alg. 3",
     update="Z + MSSA(LN Z | U)",
     description="Multi-head subspace self-attention: one gradient step compressing tokens against K subspaces.",
+    inverse=Inverse("mssa_ascent", lambda args, shape: args.model_dump()),
 )
 def mssa(args: MSSAArgs, shape: Shape) -> nn.Module:
-    dim = token_dim(shape, "mssa")
-    return MSSA(
+    return mssa_module(MSSA, args, token_dim(shape, "mssa"))
+
+
+def mssa_module(cls: type[MSSA], args: MSSAArgs, dim: int) -> MSSA:
+    """An MSSA-form module of class ``cls`` from spec arguments."""
+    return cls(
         dim,
         args.heads,
         _head_dim(args, dim),

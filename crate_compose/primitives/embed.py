@@ -15,7 +15,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, NoArgs, Shape, primitive, token_dim
+from ..registry import Args, Inverse, NoArgs, Shape, primitive, token_dim
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -55,6 +55,7 @@ class PatchEmbedArgs(Args):
     equation="003 App. B.1, Alg. 1",
     update="LN(LN(patches) W^T + b)",
     description="Split images into P x P patches ((p1 p2 c) order) and embed: LN -> Linear -> LN.",
+    inverse=Inverse("pixel_head", lambda args, shape: {"patch_size": args.patch_size, "channels": shape[0]}),
 )
 def patch_embed(args: PatchEmbedArgs, shape: Shape) -> nn.Module:
     if len(shape) != 3:
@@ -84,6 +85,7 @@ class ClassToken(nn.Module):
     equation="003 App. B.1, Alg. 1",
     update="[z_cls, Z]",
     description="Prepend a learned class token.",
+    inverse=Inverse("drop_tokens", lambda args, shape: {"count": 1}),
 )
 def class_token(args: NoArgs, shape: Shape) -> nn.Module:
     return ClassToken(token_dim(shape, "class_token"))
@@ -156,6 +158,7 @@ def _grid(args: PositionsArgs, tokens: int) -> tuple[int, int]:
     equation="003 App. B.1, Alg. 1; 001 Sec. 3",
     update="Z + E_pos",
     description="Add a position embedding: learned (randn) or the frozen 2-D sine-cosine table.",
+    inverse=Inverse("positions", lambda args, shape: args.model_dump(), where="prologue"),
 )
 def positions(args: PositionsArgs, shape: Shape) -> nn.Module:
     dim = token_dim(shape, "positions")
@@ -165,3 +168,64 @@ def positions(args: PositionsArgs, shape: Shape) -> nn.Module:
         grid = _grid(args, tokens)
         table = sincos_2d(dim, grid, leading=tokens - grid[0] * grid[1])
     return Positions(tokens, dim, table=table, trainable=args.trainable)
+
+
+class PixelHead(nn.Module):
+    """``LN -> Linear(d, P*P*C)``: predict each token's patch of pixels, ``(p1 p2 c)`` order (001 Sec. 3)."""
+
+    def __init__(self, dim: int, patch_size: int, channels: int, *, norm: bool = True) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim) if norm else nn.Identity()
+        self.predict = nn.Linear(dim, patch_size * patch_size * channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.predict(self.norm(x))
+
+
+class PixelHeadArgs(Args):
+    patch_size: int = Field(ge=1, description="Side P of the patches to predict.")
+    channels: int = Field(default=3, ge=1, description="Image channels C.")
+    norm: bool = Field(default=True, description="LayerNorm before the prediction (CRATE-MAE: yes).")
+
+
+@primitive(
+    "pixel_head",
+    args=PixelHeadArgs,
+    kind="head",
+    objective="masked reconstruction ||patches - prediction||^2 on hidden patches",
+    equation="001 Sec. 3, App. B.1",
+    update="W LN Z + b -> patches",
+    description="Inverse of patch_embed: predict the P x P x C pixels of every token ((p1 p2 c) order).",
+)
+def pixel_head(args: PixelHeadArgs, shape: Shape) -> nn.Module:
+    return PixelHead(token_dim(shape, "pixel_head"), args.patch_size, args.channels, norm=args.norm)
+
+
+class DropTokens(nn.Module):
+    """Drop the first ``count`` tokens (the class token): ``(B, n, d) -> (B, n - count, d)``."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, self.count :]
+
+
+class DropTokensArgs(Args):
+    count: int = Field(default=1, ge=1, description="How many leading tokens to drop.")
+
+
+@primitive(
+    "drop_tokens",
+    args=DropTokensArgs,
+    kind="preprocess",
+    objective="none",
+    equation="001 Sec. 3",
+    update="Z[:, count:]",
+    description="Inverse of class_token: drop leading tokens so only image tokens remain.",
+)
+def drop_tokens(args: DropTokensArgs, shape: Shape) -> nn.Module:
+    if token_dim(shape, "drop_tokens") and shape[0] <= args.count:
+        raise ValueError(f"cannot drop {args.count} tokens from {shape[0]}")
+    return DropTokens(args.count)

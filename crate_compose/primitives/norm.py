@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Shape, primitive
+from ..registry import Args, Inverse, Shape, primitive
 
 
 class LayerNormArgs(Args):
@@ -20,6 +20,7 @@ class LayerNormArgs(Args):
     equation="Ba et al. 2016",
     update="LN Z",
     description="LayerNorm over the feature axis, with affine weights.",
+    inverse=Inverse("layernorm", lambda args, shape: args.model_dump()),
 )
 def layernorm(args: LayerNormArgs, shape: Shape) -> nn.Module:
     return nn.LayerNorm(shape[-1], eps=args.eps)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Shape, primitive, token_dim
+from ..registry import Args, Inverse, Shape, primitive, token_dim
 
 
 class ISTA(nn.Module):
@@ -56,6 +56,10 @@ class ISTAArgs(Args):
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE: yes).")
 
 
+# 001 Listing 3: the sparse code is undone by a learned dictionary, LN(x) E^T.
+TO_DICTIONARY = Inverse("dictionary", lambda args, shape: {"norm": args.norm})
+
+
 def _ista(threshold: str):
     def factory(args: ISTAArgs, shape: Shape) -> nn.Module:
         dim = token_dim(shape, "ista")
@@ -72,6 +76,7 @@ primitive(
     equation="003 eq. 17; Alg. 3",
     update="ReLU(Z + eta D^T (Z - D Z) - eta lambda), Z = LN Z",
     description="Non-negative ISTA step: sparse-codes tokens against a complete dictionary D.",
+    inverse=TO_DICTIONARY,
 )(_ista("relu"))
 
 primitive(
@@ -82,4 +87,5 @@ primitive(
     equation="003 eq. 116-117",
     update="S_{eta lambda}(Z + eta D^T (Z - D Z)), Z = LN Z",
     description="Two-sided soft-threshold ISTA step (ablation, 003 App. B.5: 67.6% vs 70.8%).",
+    inverse=TO_DICTIONARY,
 )(_ista("soft"))

@@ -1,0 +1,76 @@
+"""Structured diffusion: the inverse of an encoder layer (paper 001 Sec. 2.4-2.5, Listing 3).
+
+Decoder layer ``g^l`` undoes encoder layer ``f^{L-l}``, its operations in reverse order, each with
+its own (untied) weights:
+
+* the inverse of the ISTA step is a learned dictionary: ``y = LN_a(x) E^T``;
+* the inverse of the MSSA step is a step of *ascent* on the coding rate (001 eq. 2.16):
+  ``y = LN_b(y); out = y - MSSA(y | V)``.
+
+So one CRATE-MAE decoder layer is ``y = LN_a(x) E^T; y = LN_b(y); out = y - MSSA(y)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from ..registry import Args, Inverse, Shape, primitive, token_dim
+from .compress import MSSA, MSSAArgs, mssa_module
+
+
+class MSSAAscent(MSSA):
+    """``y - MSSA(y | V)`` with ``y = LN_b(x)``: a gradient *ascent* step on R^c (001 eq. 2.16)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x)
+        h = self.attend(y)
+        if self.out is None:
+            return y - self.step_size * (h @ self.subspaces.weight)
+        return y - self.out(h)
+
+
+@primitive(
+    "mssa_ascent",
+    args=MSSAArgs,
+    kind="diffuse",
+    objective="coding rate R^c(Z | V) (ascent: expands what compression contracted)",
+    equation="001 eq. 2.16; Listing 3",
+    update="LN Z - MSSA(LN Z | V)",
+    description="Inverse of the MSSA step: one step of ascent on the coding rate, with its own subspaces V.",
+    inverse=Inverse("mssa", lambda args, shape: args.model_dump()),
+)
+def mssa_ascent(args: MSSAArgs, shape: Shape) -> nn.Module:
+    return mssa_module(MSSAAscent, args, token_dim(shape, "mssa_ascent"))
+
+
+class Dictionary(nn.Module):
+    """``LN_a(x) E^T``: synthesize tokens from sparse codes with a learned dictionary E (001 Listing 3)."""
+
+    def __init__(self, dim: int, *, norm: bool = True) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim) if norm else nn.Identity()
+        self.dictionary = nn.Parameter(torch.empty(dim, dim))  # E, as nn.Linear(d, d, bias=False)
+        nn.init.kaiming_uniform_(self.dictionary, a=5**0.5)  # nn.Linear's default init
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(x), self.dictionary)
+
+
+class DictionaryArgs(Args):
+    norm: bool = Field(default=True, description="Apply LayerNorm before the dictionary (CRATE-MAE: yes).")
+
+
+@primitive(
+    "dictionary",
+    args=DictionaryArgs,
+    kind="diffuse",
+    objective="none (synthesis Z = E X: undoes the sparse coding step)",
+    equation="001 eq. 2.17-2.18; Listing 3",
+    update="E LN Z",
+    description="Inverse of the ISTA step: a learned linear dictionary E applied to normalized codes.",
+)
+def dictionary(args: DictionaryArgs, shape: Shape) -> nn.Module:
+    return Dictionary(token_dim(shape, "dictionary"), norm=args.norm)
