@@ -19,7 +19,9 @@ from .artifacts import load, save
 from .builder import build, compile_spec, spec_of
 from .errors import Problem, SpecError
 from .loader import dump as dump_spec
+from .derive import derive_decoder
 from .loader import load as load_spec
+from .objectives import masked_reconstruction_loss, reconstruction_loss
 from .registry import Args, Primitive, all_primitives, primitive
 from .schema import json_schema
 from .spec import Spec
@@ -36,13 +38,25 @@ def validate(spec: str | Path, overrides: Iterable[str] = ()) -> Spec:
     return resolved
 
 
+def derive(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
+    """``spec`` as an autoencoder: its decoder written out (the inverse of every encoder step).
+
+    The task head, if any, is dropped: the derived decoder's output is the reconstruction.
+    """
+    resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
+    explicit = resolved.model_copy(update={"decoder": derive_decoder(resolved), "head": [], "reference": None})
+    explicit._locations = resolved._locations
+    return explicit
+
+
 def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
     """Per-step output shapes and parameter counts, without allocating weights."""
     return summarize(build(spec, overrides=overrides, meta=True))
 
 
 __all__ = [
-    "Args", "Primitive", "Problem", "Spec", "SpecError", "Summary", "build", "compile_spec", "dump_spec",
-    "inspect", "json_schema", "load", "load_spec", "presets", "primitive", "all_primitives", "save", "spec_of",
-    "summarize", "validate",
+    "Args", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
+    "derive", "derive_decoder", "dump_spec", "inspect", "json_schema", "load", "load_spec",
+    "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "save", "spec_of", "summarize",
+    "validate",
 ]

@@ -49,6 +49,20 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
     return directory
 
 
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with open(handle, "w") as file:
+            file.write(text)
+        Path(staging).replace(path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
+
+
 def load(directory: str | Path, *, device: str | torch.device = "cpu") -> fx.GraphModule:
     """Rebuild the graph from ``spec.yaml`` and load ``model.safetensors`` into it (strict)."""
     directory = Path(directory)

@@ -123,12 +123,12 @@ def compile_spec(
                 raise SpecError([Problem(message, path, spec.locate(path))]) from None
             target = _target(role, layer, step.name)
             _install(root, target, module)
-            meta = dict(spec_path=path, role=role, layer=layer, step=step.name, primitive=step.primitive)
+            info = dict(spec_path=path, role=role, layer=layer, step=step.name, primitive=step.primitive)
             name = _node_name(role, layer, step.name)
             inputs = (node, *(n for n, _ in extra))
             if primitive.publishes:  # the step returns (tokens, *published): unpack into named nodes
                 outputs = graph.create_node("call_module", target, inputs, name=f"{name}_outputs")
-                outputs.meta.update(meta, shape=None, publishes=primitive.publishes)
+                outputs.meta.update(info, shape=None, publishes=primitive.publishes)
                 value, *published = value
                 node = graph.create_node("call_function", operator.getitem, (outputs, 0), name=f"{name}_tokens")
                 for i, (key, tensor) in enumerate(zip(primitive.publishes, published), start=1):
@@ -138,7 +138,7 @@ def compile_spec(
             else:
                 node = graph.create_node("call_module", target, inputs, name=name)
             shape = tuple(value.shape[1:])
-            node.meta.update(meta, shape=("B", *shape))
+            node.meta.update(info, shape=("B", *shape))
     if named:
         graph.output({"output": node, **{key: item for key, (item, _) in named.items()}})
     else:

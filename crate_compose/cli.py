@@ -14,6 +14,7 @@ from typing import Sequence
 
 import crate_compose as cc
 
+from .artifacts import write_atomic
 from .builder import DTYPES
 from .errors import SpecError
 
@@ -21,6 +22,7 @@ EPILOG = """examples:
   crate-compose build crate-base                       build a zoo preset into out/crate-base
   crate-compose build specs/crate.yaml --set sizes.depth=6 --set encoder.layer.sparsify.primitive=ista_soft
   crate-compose inspect zoo/crate-large.yaml --json
+  crate-compose derive specs/crate.yaml --out crate-ae.yaml   the encoder with its inverse decoder
   crate-compose list primitives
 """
 
@@ -62,6 +64,12 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(inspect)
     inspect.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
+    derive = commands.add_parser(
+        "derive", help="write the spec with its decoder derived explicitly (the inverse of every encoder step)"
+    )
+    _spec_arguments(derive)
+    derive.add_argument("--out", type=Path, help="write the derived spec here instead of printing it")
+
     listing = commands.add_parser("list", help="list registered primitives or zoo presets")
     listing.add_argument("what", choices=["primitives", "zoo"])
 
@@ -92,6 +100,17 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _derive(args: argparse.Namespace) -> int:
+    text = cc.dump_spec(cc.derive(args.spec, args.overrides))
+    header = f"# Derived by `crate-compose derive {args.spec}`: edit freely, then build this file.\n"
+    if args.out is None:
+        print(header + text, end="")
+        return 0
+    write_atomic(args.out, header + text)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     if args.what == "zoo":
         for name, path in cc.presets().items():
@@ -111,7 +130,14 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"build": _build, "validate": _validate, "inspect": _inspect, "list": _list, "schema": _schema}
+COMMANDS = {
+    "build": _build,
+    "validate": _validate,
+    "inspect": _inspect,
+    "derive": _derive,
+    "list": _list,
+    "schema": _schema,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -61,19 +61,21 @@ class Stack(_Model):
     _check_layer = field_validator("layer")(_unique_names)
 
 
-class DecoderStack(Stack):
+class DecoderStack(_Model):
     """A decoder: optional steps before and after its layers, and the layers themselves."""
 
     pre: list[Step] = Field(
         default_factory=list,
         description="Steps before the decoder layers (mask tokens, decoder position embeddings).",
     )
+    depth: int = Field(ge=1, description="Number of decoder layers; each repeats `layer` with fresh weights.")
+    layer: list[Step] = Field(min_length=1, description="The steps of one decoder layer, in order.")
     post: list[Step] = Field(
         default_factory=list,
         description="Steps after the decoder layers (dropping the class token, predicting pixels).",
     )
 
-    _check_ends = field_validator("pre", "post")(_unique_names)
+    _check_lists = field_validator("pre", "layer", "post")(_unique_names)
 
 
 class Derive(_Model):

@@ -26,3 +26,17 @@ def test_torch_export_matches_eager():
     torch.testing.assert_close(exported.module()(images), model(images), atol=1e-5, rtol=1e-5)
     other = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(exported.module()(other), model(other), atol=1e-5, rtol=1e-5)
+
+
+def test_masked_autoencoder_exports_with_its_named_outputs():
+    model = cc.build("mae-drop", overrides=["sizes.image_size=32", "sizes.patch_size=8", "sizes.d=32",
+                                            "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=1"])
+    images = torch.randn(2, 3, 32, 32)
+    exported = torch.export.export(model, (images,))
+    torch.manual_seed(1)
+    expected = model(images)
+    torch.manual_seed(1)
+    got = exported.module()(images)
+    assert set(got) == {"output", "mask", "restore"}
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-5, rtol=1e-5)

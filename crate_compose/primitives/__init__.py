@@ -2,7 +2,8 @@
 
 One module per family of steps: ``embed`` (pre-processing), ``compress`` (gradient steps on the
 coding rate), ``sparsify`` (proximal steps on a LASSO), ``diffuse`` (their inverses, for derived
-decoders), ``mask`` (masked autoencoding), ``norm``, ``head``.
+decoders), ``mask`` (masked autoencoding), ``norm``, ``head``, and ``standard`` (ViT parts,
+for baselines).
 """
 
-from . import compress, diffuse, embed, head, mask, norm, sparsify  # noqa: F401
+from . import compress, diffuse, embed, head, mask, norm, sparsify, standard  # noqa: F401

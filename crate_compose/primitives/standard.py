@@ -1,0 +1,89 @@
+"""Standard (black-box) transformer parts, for baselines and ablations against the white-box steps.
+
+* ``mhsa``: ``x + W_o softmax(Q K^T / sqrt(p)) V`` with separate Q, K, V (Vaswani et al.; ViT).
+* ``mlp``: ``x + W_2 GELU(W_1 LN x)`` with hidden width ``ratio * d``.
+
+Neither is a step of a known optimization algorithm, so neither has an inverse: a decoder cannot
+be derived through them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from ..registry import Args, Shape, primitive, token_dim
+
+
+class MHSA(nn.Module):
+    """``x + MHSA(LN x)``: multi-head self-attention with separate Q/K/V projections."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int, *, qkv_bias: bool = True, causal: bool = False) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.causal = heads, head_dim, causal
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=qkv_bias)
+        self.out = nn.Linear(heads * head_dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        qkv = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, K, n, p)
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return x + self.out(h.transpose(1, 2).flatten(2))
+
+
+class MHSAArgs(Args):
+    heads: int = Field(ge=1, description="Number of attention heads K.")
+    head_dim: int | None = Field(default=None, ge=1, description="Head dimension p; default d / heads.")
+    qkv_bias: bool = Field(default=True, description="Bias on the Q/K/V projection (ViT: yes).")
+    causal: bool = Field(default=False, description="Mask tokens after each position.")
+
+
+@primitive(
+    "mhsa",
+    args=MHSAArgs,
+    kind="attention",
+    objective="none (black-box baseline)",
+    equation="Vaswani et al. 2017; Dosovitskiy et al. 2021",
+    update="Z + MHSA(LN Z | Q, K, V, O)",
+    description="Standard multi-head self-attention with separate Q/K/V/O, pre-norm and residual (ViT).",
+)
+def mhsa(args: MHSAArgs, shape: Shape) -> nn.Module:
+    dim = token_dim(shape, "mhsa")
+    head_dim = args.head_dim or dim // args.heads
+    if args.head_dim is None and dim % args.heads:
+        raise ValueError(f"token dimension {dim} is not divisible by heads={args.heads}; give head_dim")
+    return MHSA(dim, args.heads, head_dim, qkv_bias=args.qkv_bias, causal=args.causal)
+
+
+class MLP(nn.Module):
+    """``x + W_2 GELU(W_1 LN x)``."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.expand = nn.Linear(dim, hidden)
+        self.contract = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.contract(F.gelu(self.expand(self.norm(x))))
+
+
+class MLPArgs(Args):
+    ratio: float = Field(default=4.0, gt=0, description="Hidden width as a multiple of d (ViT: 4).")
+
+
+@primitive(
+    "mlp",
+    args=MLPArgs,
+    kind="mlp",
+    objective="none (black-box baseline)",
+    equation="Vaswani et al. 2017",
+    update="Z + W_2 GELU(W_1 LN Z)",
+    description="Standard two-layer GELU MLP with pre-norm and residual (ViT).",
+)
+def mlp(args: MLPArgs, shape: Shape) -> nn.Module:
+    dim = token_dim(shape, "mlp")
+    return MLP(dim, int(round(dim * args.ratio)))
