@@ -22,6 +22,7 @@ from .loader import dump as dump_spec
 from .derive import derive_decoder
 from .loader import load as load_spec
 from .objectives import masked_reconstruction_loss, reconstruction_loss
+from .render import diagram, render
 from .registry import Args, Primitive, all_primitives, primitive
 from .schema import json_schema
 from .spec import Spec
@@ -56,7 +57,7 @@ def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
 
 __all__ = [
     "Args", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
-    "derive", "derive_decoder", "dump_spec", "inspect", "json_schema", "load", "load_spec",
-    "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "save", "spec_of", "summarize",
+    "derive", "derive_decoder", "diagram", "dump_spec", "inspect", "json_schema", "load", "load_spec",
+    "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "render", "save", "spec_of", "summarize",
     "validate",
 ]

@@ -16,10 +16,13 @@ import crate_compose as cc
 
 from .artifacts import write_atomic
 from .builder import DTYPES
+from .render import FORMATS, DiagramError
 from .errors import SpecError
 
 EPILOG = """examples:
+  crate-compose build specs/mae.yaml --render          build CRATE-MAE-Base and draw it
   crate-compose build crate-base                       build a zoo preset into out/crate-base
+  crate-compose render crate-large --expand --format png
   crate-compose build specs/crate.yaml --set sizes.depth=6 --set encoder.layer.sparsify.primitive=ista_soft
   crate-compose inspect zoo/crate-large.yaml --json
   crate-compose derive specs/crate.yaml --out crate-ae.yaml   the encoder with its inverse decoder
@@ -40,6 +43,22 @@ def _spec_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _diagram_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", default="svg", choices=FORMATS, help="diagram format (default: svg)")
+    parser.add_argument("--expand", action="store_true", help="draw every layer instead of one marked 'x L'")
+    parser.add_argument("--direction", default="TB", choices=["TB", "LR"], help="top-to-bottom or left-to-right")
+    parser.add_argument(
+        "--edge-shapes", action=argparse.BooleanOptionalAction, default=True, help="label edges with tensor shapes"
+    )
+
+
+def _draw(model, path: Path, args: argparse.Namespace) -> None:
+    written, note = cc.render(
+        model, path, format=args.format, expand=args.expand, direction=args.direction, edge_shapes=args.edge_shapes
+    )
+    print(note or f"wrote {written}")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="crate-compose",
@@ -56,6 +75,13 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     build.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="parameter dtype")
     build.add_argument("--seed", type=int, default=0, help="seed for the initial weights (default: 0)")
+    build.add_argument("--render", action="store_true", help="also draw the architecture (diagram.svg in --out)")
+    _diagram_arguments(build)
+
+    render = commands.add_parser("render", help="draw the architecture diagram")
+    _spec_arguments(render)
+    render.add_argument("--out", type=Path, help="output file (default: out/<spec name>.<format>)")
+    _diagram_arguments(render)
 
     validate = commands.add_parser("validate", help="check a spec (schema, primitives, shapes) without building weights")
     _spec_arguments(validate)
@@ -85,6 +111,14 @@ def _build(args: argparse.Namespace) -> int:
     cc.save(model, out, extra={"seed": str(args.seed), "dtype": args.dtype})
     print(summary.table())
     print(f"wrote {out}/: spec.yaml, code.py, summary.txt, model.safetensors")
+    if args.render:
+        _draw(model, out / "diagram", args)
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    model = cc.build(args.spec, overrides=args.overrides, meta=True)
+    _draw(model, args.out or Path("out") / cc.spec_of(model).name, args)
     return 0
 
 
@@ -135,6 +169,7 @@ COMMANDS = {
     "validate": _validate,
     "inspect": _inspect,
     "derive": _derive,
+    "render": _render,
     "list": _list,
     "schema": _schema,
 }
@@ -147,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except DiagramError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except OSError as error:
         print(f"error: cannot write output: {error}", file=sys.stderr)
         return 1

@@ -38,7 +38,7 @@ class MSSAAscent(MSSA):
     kind="diffuse",
     objective="coding rate R^c(Z | V) (ascent: expands what compression contracted)",
     equation="001 eq. 2.16; Listing 3",
-    update="LN Z - MSSA(LN Z | V)",
+    update="LN Z − MSSA(LN Z | V)",
     description="Inverse of the MSSA step: one step of ascent on the coding rate, with its own subspaces V.",
     inverse=Inverse("mssa", lambda args, shape: args.model_dump()),
 )
@@ -69,7 +69,7 @@ class DictionaryArgs(Args):
     kind="diffuse",
     objective="none (synthesis Z = E X: undoes the sparse coding step)",
     equation="001 eq. 2.17-2.18; Listing 3",
-    update="E LN Z",
+    update="E · LN Z",
     description="Inverse of the ISTA step: a learned linear dictionary E applied to normalized codes.",
 )
 def dictionary(args: DictionaryArgs, shape: Shape) -> nn.Module:

@@ -53,7 +53,7 @@ class PatchEmbedArgs(Args):
     kind="preprocess",
     objective="none (fixed lifting of pixels to tokens)",
     equation="003 App. B.1, Alg. 1",
-    update="LN(LN(patches) W^T + b)",
+    update="LN(W · LN(patches) + b)",
     description="Split images into P x P patches ((p1 p2 c) order) and embed: LN -> Linear -> LN.",
     inverse=Inverse("pixel_head", lambda args, shape: {"patch_size": args.patch_size, "channels": shape[0]}),
 )
@@ -194,7 +194,7 @@ class PixelHeadArgs(Args):
     kind="head",
     objective="masked reconstruction ||patches - prediction||^2 on hidden patches",
     equation="001 Sec. 3, App. B.1",
-    update="W LN Z + b -> patches",
+    update="W · LN Z + b → pixels",
     description="Inverse of patch_embed: predict the P x P x C pixels of every token ((p1 p2 c) order).",
 )
 def pixel_head(args: PixelHeadArgs, shape: Shape) -> nn.Module:
@@ -222,7 +222,7 @@ class DropTokensArgs(Args):
     kind="preprocess",
     objective="none",
     equation="001 Sec. 3",
-    update="Z[:, count:]",
+    update="Z[:, k:]",
     description="Inverse of class_token: drop leading tokens so only image tokens remain.",
 )
 def drop_tokens(args: DropTokensArgs, shape: Shape) -> nn.Module:

@@ -37,7 +37,7 @@ class ClassifyArgs(Args):
     kind="head",
     objective="cross-entropy on the pooled token (trained, not unrolled)",
     equation="003 Sec. 3, Alg. 1",
-    update="W LN(z_cls) + b",
+    update="W · LN(z_cls) + b",
     description="Classification head: pool tokens (class token or mean), LayerNorm, Linear.",
 )
 def classify(args: ClassifyArgs, shape: Shape) -> nn.Module:

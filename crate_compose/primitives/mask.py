@@ -74,7 +74,7 @@ def _unmask_rule(args: MaskArgs, shape: Shape) -> dict | None:
     kind="mask",
     objective="none (defines the masked-reconstruction task)",
     equation="001 App. B.1; He et al. 2022",
-    update="Z with a random 75% of tokens hidden",
+    update="hide a random fraction of tokens",
     description="Hide a random fraction of image tokens: replaced by a mask token, or dropped.",
     inverse=Inverse("unmask", _unmask_rule, where="prologue"),
     publishes=("mask", "restore"),
@@ -115,7 +115,7 @@ class UnmaskArgs(Args):
     kind="mask",
     objective="none",
     equation="He et al. 2022 (MAE decoder input)",
-    update="[Z_visible, m, m, ...] in original order",
+    update="[Z_visible, m, …] in original order",
     description="Inverse of mask (drop mode): insert learned mask tokens and unshuffle.",
     consumes=("restore",),
 )

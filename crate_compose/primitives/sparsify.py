@@ -74,7 +74,7 @@ primitive(
     kind="sparsify",
     objective="LASSO lambda ||X||_1 + 1/2 ||Z - D X||_F^2, X >= 0 (proximal step)",
     equation="003 eq. 17; Alg. 3",
-    update="ReLU(Z + eta D^T (Z - D Z) - eta lambda), Z = LN Z",
+    update="ReLU(Z + ηDᵀ(Z − DZ) − ηλ),  Z ← LN Z",
     description="Non-negative ISTA step: sparse-codes tokens against a complete dictionary D.",
     inverse=TO_DICTIONARY,
 )(_ista("relu"))
@@ -85,7 +85,7 @@ primitive(
     kind="sparsify",
     objective="LASSO lambda ||X||_1 + 1/2 ||Z - D X||_F^2 (proximal step)",
     equation="003 eq. 116-117",
-    update="S_{eta lambda}(Z + eta D^T (Z - D Z)), Z = LN Z",
+    update="S_ηλ(Z + ηDᵀ(Z − DZ)),  Z ← LN Z",
     description="Two-sided soft-threshold ISTA step (ablation, 003 App. B.5: 67.6% vs 70.8%).",
     inverse=TO_DICTIONARY,
 )(_ista("soft"))

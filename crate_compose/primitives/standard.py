@@ -81,7 +81,7 @@ class MLPArgs(Args):
     kind="mlp",
     objective="none (black-box baseline)",
     equation="Vaswani et al. 2017",
-    update="Z + W_2 GELU(W_1 LN Z)",
+    update="Z + W₂ GELU(W₁ · LN Z)",
     description="Standard two-layer GELU MLP with pre-norm and residual (ViT).",
 )
 def mlp(args: MLPArgs, shape: Shape) -> nn.Module:
