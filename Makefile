@@ -1,14 +1,15 @@
 # Two entry points, both starting from nothing: `make demo` and `make test`.
 # The virtual environment pins torch to the CPU wheel these machines carry (a bare `torch`
-# would pull a multi-GB CUDA build); Graphviz's `dot` comes from Debian where we can install it.
+# would pull a multi-GB CUDA build). Graphviz's `dot` draws the diagrams: installed from Debian
+# when we are root and it is missing; without it diagrams are written as .dot source.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test clean
+.PHONY: setup graphviz demo test clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed graphviz
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
+graphviz:
+	@command -v dot >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
+	  else echo "note: Graphviz 'dot' is missing (apt-get install graphviz); diagrams will be written as .dot"; fi; }
+
 demo: setup
-	$(BIN)/crate-compose build crate-base
+	$(BIN)/crate-compose build specs/mae.yaml --render
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -22,7 +22,7 @@ from .loader import dump as dump_spec
 from .derive import derive_decoder
 from .loader import load as load_spec
 from .objectives import masked_reconstruction_loss, reconstruction_loss
-from .render import diagram, render
+from .figures import diagram, render
 from .registry import Args, Primitive, all_primitives, primitive
 from .schema import json_schema
 from .spec import Spec

@@ -16,7 +16,7 @@ import crate_compose as cc
 
 from .artifacts import write_atomic
 from .builder import DTYPES
-from .render import FORMATS, DiagramError
+from .figures import FORMATS, DiagramError
 from .errors import SpecError
 
 EPILOG = """examples:
