@@ -78,12 +78,13 @@ class MSSAArgs(Args):
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE: yes).")
 
 
-def _head_dim(args: MSSAArgs, dim: int) -> int:
-    if args.head_dim is not None:
-        return args.head_dim
-    if dim % args.heads:
-        raise ValueError(f"token dimension {dim} is not divisible by heads={args.heads}; give head_dim")
-    return dim // args.heads
+def head_dim_of(heads: int, head_dim: int | None, dim: int) -> int:
+    """The head dimension p: as given, or d / heads when d divides evenly."""
+    if head_dim is not None:
+        return head_dim
+    if dim % heads:
+        raise ValueError(f"token dimension {dim} is not divisible by heads={heads}; give head_dim")
+    return dim // heads
 
 
 @primitive(
@@ -105,7 +106,7 @@ def mssa_module(cls: type[MSSA], args: MSSAArgs, dim: int) -> MSSA:
     return cls(
         dim,
         args.heads,
-        _head_dim(args, dim),
+        head_dim_of(args.heads, args.head_dim, dim),
         output=args.output,
         bias=args.bias,
         causal=args.causal,

@@ -15,6 +15,7 @@ from pydantic import Field
 from torch import nn
 
 from ..registry import Args, Shape, primitive, token_dim
+from .compress import head_dim_of
 
 
 class MHSA(nn.Module):
@@ -52,10 +53,7 @@ class MHSAArgs(Args):
 )
 def mhsa(args: MHSAArgs, shape: Shape) -> nn.Module:
     dim = token_dim(shape, "mhsa")
-    head_dim = args.head_dim or dim // args.heads
-    if args.head_dim is None and dim % args.heads:
-        raise ValueError(f"token dimension {dim} is not divisible by heads={args.heads}; give head_dim")
-    return MHSA(dim, args.heads, head_dim, qkv_bias=args.qkv_bias, causal=args.causal)
+    return MHSA(dim, args.heads, head_dim_of(args.heads, args.head_dim, dim), qkv_bias=args.qkv_bias, causal=args.causal)
 
 
 class MLP(nn.Module):
