@@ -118,7 +118,7 @@ def compile_spec(
                 module = primitive.build(args, shape)
                 with fake_mode:
                     value = module(value, *(v for _, v in extra))
-            except (ValueError, RuntimeError) as error:
+            except (ValueError, RuntimeError, IndexError) as error:
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {error}"
                 raise SpecError([Problem(message, path, spec.locate(path))]) from None
             target = _target(role, layer, step.name)

@@ -1,0 +1,91 @@
+"""The primitive registry: metadata every primitive must carry, inverse rules, plugins."""
+
+from importlib import metadata
+
+import pytest
+import torch
+from pydantic import Field, ValidationError
+from torch import nn
+
+import crate_compose as cc
+from crate_compose import registry
+
+SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=1", "sizes.image_size=32",
+         "sizes.patch_size=8", "sizes.classes=10"]
+
+
+@pytest.mark.parametrize("name", list(cc.all_primitives()))
+def test_every_primitive_documents_itself(name):
+    primitive = cc.all_primitives()[name]
+    for field in ("objective", "equation", "update", "description"):
+        assert getattr(primitive, field).strip(), f"{name} has no {field}"
+    assert primitive.kind in registry.KINDS
+    for arg, info in primitive.args.model_fields.items():
+        assert info.description, f"{name}.{arg} has no description"
+    with pytest.raises(ValidationError):
+        primitive.args.model_validate({"no_such_argument": 1})
+
+
+@pytest.mark.parametrize("name", [n for n, p in cc.all_primitives().items() if p.inverse and p.inverse.primitive])
+def test_inverse_rules_name_registered_primitives(name):
+    assert cc.all_primitives()[name].inverse.primitive in cc.all_primitives()
+
+
+def test_crate_steps_have_the_papers_inverses():
+    primitives = cc.all_primitives()
+    assert primitives["ista"].inverse.primitive == "dictionary"
+    assert primitives["ista_soft"].inverse.primitive == "dictionary"
+    assert primitives["mssa"].inverse.primitive == "mssa_ascent"
+    assert primitives["mhsa"].inverse is None and primitives["mlp"].inverse is None
+
+
+def test_registration_rejects_bad_names_and_duplicates():
+    with pytest.raises(ValueError, match="identifier"):
+        cc.primitive("not a name", kind="compress", objective="o", equation="e", update="u", description="d")
+    with pytest.raises(ValueError, match="already registered"):
+        cc.primitive("mssa", kind="compress", objective="o", equation="e", update="u", description="d")(
+            lambda args, shape: nn.Identity()
+        )
+    with pytest.raises(ValueError, match="kind"):
+        cc.primitive("fresh_name", kind="magic", objective="o", equation="e", update="u", description="d")
+
+
+class HalveArgs(cc.Args):
+    factor: float = Field(default=0.5, description="Multiplier.")
+
+
+class Halve(nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def _plugin_module():
+    @cc.primitive("plugin_halve", args=HalveArgs, kind="sparsify", objective="none", equation="plugin eq. 1",
+                  update="Z / 2", description="Halve the tokens (a plugin's primitive).")
+    def plugin_halve(args, shape):
+        return Halve(args.factor)
+
+
+def test_entry_point_plugins_are_loaded_on_first_use(monkeypatch):
+    class FakeEntryPoint:
+        name = "halve"
+
+        def load(self):
+            _plugin_module()
+
+    def entry_points(group):
+        return [FakeEntryPoint()] if group == registry.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(registry, "_PLUGINS_LOADED", False)
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
+    monkeypatch.delitem(registry._REGISTRY, "plugin_halve", raising=False)
+    assert "plugin_halve" in cc.all_primitives()
+    model = cc.build("crate-tiny", overrides=[*SMALL, "encoder.layer.sparsify.primitive=plugin_halve",
+                                                    "encoder.layer.sparsify.args={}"])
+    x = torch.randn(2, 17, 32)
+    torch.testing.assert_close(model.get_submodule("encoder.layer_0.sparsify")(x), x / 2)
+    registry._REGISTRY.pop("plugin_halve")
