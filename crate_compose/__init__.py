@@ -23,7 +23,7 @@ from .derive import derive_decoder
 from .loader import load as load_spec
 from .objectives import masked_reconstruction_loss, reconstruction_loss
 from .figures import diagram, render
-from .registry import Args, Primitive, all_primitives, primitive
+from .registry import Args, Inverse, Primitive, all_primitives, primitive
 from .schema import json_schema
 from .spec import Spec
 from .summary import Summary, summarize
@@ -32,9 +32,9 @@ from .zoo import presets
 __version__ = "0.1.0"
 
 
-def validate(spec: str | Path, overrides: Iterable[str] = ()) -> Spec:
+def validate(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
     """Load ``spec`` and check that it builds (shapes inferred on the meta device, no weights)."""
-    resolved = load_spec(spec, overrides)
+    resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
     compile_spec(resolved, meta=True)
     return resolved
 
@@ -56,7 +56,7 @@ def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
 
 
 __all__ = [
-    "Args", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
+    "Args", "Inverse", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
     "derive", "derive_decoder", "diagram", "dump_spec", "inspect", "json_schema", "load", "load_spec",
     "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "render", "save", "spec_of", "summarize",
     "validate",

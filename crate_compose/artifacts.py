@@ -3,7 +3,7 @@
 A build directory holds::
 
     spec.yaml           the resolved spec (no extends, no references, every default written)
-    model.safetensors   the weights, with the seed/dtype recorded in its metadata
+    model.safetensors   the weights (``extra`` strings, e.g. the CLI's seed and dtype, in its metadata)
     code.py             the generated forward (for reading; never executed on load)
     summary.txt         the step table printed by ``crate-compose build``
 

@@ -118,8 +118,9 @@ def compile_spec(
                 module = primitive.build(args, shape)
                 with fake_mode:
                     value = module(value, *(v for _, v in extra))
-            except (ValueError, RuntimeError, IndexError) as error:
-                message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {error}"
+            except Exception as error:  # a shape the primitive cannot take, reported where the step is written
+                reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+                message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
                 raise SpecError([Problem(message, path, spec.locate(path))]) from None
             target = _target(role, layer, step.name)
             _install(root, target, module)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +19,7 @@ from .artifacts import write_atomic
 from .builder import DTYPES
 from .figures import FORMATS, DiagramError
 from .errors import SpecError
+from .registry import PluginError
 
 EPILOG = """examples:
   crate-compose build specs/mae.yaml --render          build CRATE-MAE-Base and draw it
@@ -182,9 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except PluginError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except DiagramError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # output piped into a program that stopped reading (| head)
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except OSError as error:
         print(f"error: cannot write output: {error}", file=sys.stderr)
         return 1

@@ -55,9 +55,10 @@ class Inverse:
 
     ``primitive``: the inverse step, or ``None`` when there is nothing to undo (identity).
     ``args(forward_args, forward_input_shape)``: the inverse step's arguments.
-    ``where``: ``"reverse"`` puts it in mirror order (layers reversed, pre-processing undone after
-    the decoder layers); ``"prologue"`` re-applies it where the decoder starts (position
-    embeddings and mask tokens, as MAE and CRATE-MAE do).
+    ``where`` (read for pre-processing steps; steps of the encoder layer are always inverted in
+    mirror order inside the decoder layer): ``"reverse"`` undoes the step after the decoder layers,
+    in reverse order; ``"prologue"`` re-applies it where the decoder starts (position embeddings
+    and mask tokens, as MAE and CRATE-MAE do).
     """
 
     primitive: str | None
@@ -119,8 +120,8 @@ def primitive(
         raise ValueError(f"primitive {name!r}: kind {kind!r} is not one of {KINDS}")
 
     def register(factory: Factory) -> Factory:
-        if name in _REGISTRY and _REGISTRY[name].factory is not factory:
-            raise ValueError(f"primitive {name!r} is already registered by {_REGISTRY[name].factory.__module__}")
+        if name in _REGISTRY and _origin(_REGISTRY[name].factory) != _origin(factory):
+            raise ValueError(f"primitive {name!r} is already registered by {_origin(_REGISTRY[name].factory)}")
         _REGISTRY[name] = Primitive(
             name=name,
             factory=factory,
@@ -139,14 +140,29 @@ def primitive(
     return register
 
 
+def _origin(factory: Factory) -> str:
+    """Where a factory is defined; re-registering from the same place (a re-run notebook cell) replaces it."""
+    return f"{factory.__module__}.{factory.__qualname__}"
+
+
+class PluginError(RuntimeError):
+    """A package registered under ``crate_compose.primitives`` failed to import."""
+
+
 def _load() -> dict[str, Primitive]:
     global _PLUGINS_LOADED
     import_module("crate_compose.primitives")  # registers the built-in primitives
 
     if not _PLUGINS_LOADED:
-        _PLUGINS_LOADED = True
+        failures = []
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            entry.load()
+            try:
+                entry.load()
+            except Exception as error:  # a broken plugin must not look like a crash of this tool
+                failures.append(f"{entry.name} ({entry.value}): {type(error).__name__}: {error}")
+        _PLUGINS_LOADED = True
+        if failures:
+            raise PluginError("primitive plugins failed to load: " + "; ".join(failures))
     return _REGISTRY
 
 

@@ -73,7 +73,7 @@ class MSSAArgs(Args):
         default=False, description="Mask tokens after each position (book eq. 5.3.33-5.3.35)."
     )
     step_size: float = Field(
-        default=1.0, description="Step size eta of the tied update x + eta * MSSA (ignored when output is learned)."
+        default=1.0, gt=0, description="Step size eta of the tied update x + eta * MSSA (ignored when output is learned)."
     )
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE: yes).")
 

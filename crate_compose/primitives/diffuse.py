@@ -12,6 +12,8 @@ So one CRATE-MAE decoder layer is ``y = LN_a(x) E^T; y = LN_b(y); out = y - MSSA
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
@@ -19,6 +21,18 @@ from torch import nn
 
 from ..registry import Args, Inverse, Shape, primitive, token_dim
 from .compress import MSSA, MSSAArgs, mssa_module
+
+
+class AscentArgs(MSSAArgs):
+    """Arguments of ``mssa_ascent``: the MSSA form with its own subspaces V and a minus sign."""
+
+    output: Literal["learned", "tied"] = Field(
+        default="learned",
+        description="'learned': a separate output Linear(K*p, d) (001 Listing 3); 'tied': back through V itself.",
+    )
+    step_size: float = Field(
+        default=1.0, gt=0, description="Step size eta of the tied ascent LN Z - eta * MSSA (ignored when learned)."
+    )
 
 
 class MSSAAscent(MSSA):
@@ -34,7 +48,7 @@ class MSSAAscent(MSSA):
 
 @primitive(
     "mssa_ascent",
-    args=MSSAArgs,
+    args=AscentArgs,
     kind="diffuse",
     objective="coding rate R^c(Z | V) (ascent: expands what compression contracted)",
     equation="001 eq. 2.16; Listing 3",
@@ -42,7 +56,7 @@ class MSSAAscent(MSSA):
     description="Inverse of the MSSA step: one step of ascent on the coding rate, with its own subspaces V.",
     inverse=Inverse("mssa", lambda args, shape: args.model_dump()),
 )
-def mssa_ascent(args: MSSAArgs, shape: Shape) -> nn.Module:
+def mssa_ascent(args: AscentArgs, shape: Shape) -> nn.Module:
     return mssa_module(MSSAAscent, args, token_dim(shape, "mssa_ascent"))
 
 
@@ -68,7 +82,7 @@ class DictionaryArgs(Args):
     args=DictionaryArgs,
     kind="diffuse",
     objective="none (synthesis Z = E X: undoes the sparse coding step)",
-    equation="001 eq. 2.17-2.18; Listing 3",
+    equation="001 eq. 2.17, 2.20; Listing 3",
     update="E · LN Z",
     description="Inverse of the ISTA step: a learned linear dictionary E applied to normalized codes.",
 )

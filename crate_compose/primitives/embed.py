@@ -226,6 +226,7 @@ class DropTokensArgs(Args):
     description="Inverse of class_token: drop leading tokens so only image tokens remain.",
 )
 def drop_tokens(args: DropTokensArgs, shape: Shape) -> nn.Module:
-    if token_dim(shape, "drop_tokens") and shape[0] <= args.count:
+    token_dim(shape, "drop_tokens")  # tokens (n, d) only
+    if shape[0] <= args.count:
         raise ValueError(f"cannot drop {args.count} tokens from {shape[0]}")
     return DropTokens(args.count)
