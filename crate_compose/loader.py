@@ -175,6 +175,9 @@ def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
         for problem in error.problems:
             problem.path, problem.location = ("extends",), source.marks.get(("extends",))
         raise
+    if parent_path in (*_chain, path):  # located at the 'extends' that closes the cycle
+        cycle = " -> ".join(str(p) for p in (*_chain, path, parent_path))
+        raise SpecError([Problem(f"'extends' forms a cycle: {cycle}", ("extends",), source.marks.get(("extends",)))])
     base = load_source(parent_path, (*_chain, path))
     del source.data["extends"]
     return merge(base, source)
@@ -280,6 +283,8 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
 
     def lookup(name: str, path: KeyPath) -> Any:
         if name in sizes:
+            if ("sizes", name) in source.unresolved:  # that size's own reference failed (reported there)
+                source.unresolved.add(path)
             return sizes[name]
         known = list(sizes) if path[:1] == ("sizes",) else list(sizes_raw)
         hint = did_you_mean(name, known)
@@ -308,6 +313,9 @@ def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, 
         loc = tuple(item["loc"])
         if loc[:1] == ("decoder",) and loc[1:2] in (("stack",), ("derive",)):
             loc = loc[:1] + loc[2:]  # drop pydantic's union tag
+        if prefix == () and loc[:1] == ("sizes",) and len(loc) == 3:
+            loc = loc[:2]  # drop pydantic's union member (int, float, bool, str): one problem per size
+            item = dict(item, type="size_type", msg="a size is a number, a flag or a string")
         path = prefix + loc
         kind = item["type"]
         if kind == "extra_forbidden":
@@ -392,16 +400,17 @@ def validate_steps(data: dict, source: Source, problems: list[Problem]) -> dict[
 
 def resolve(source: Source) -> Spec:
     """Stages 4-6: references, validation, defaults. Raises SpecError with every problem."""
+    references: list[Problem] = []
+    data = substitute(source, references)
     problems: list[Problem] = []
-    data = substitute(source, problems)
     filled = validate_steps(data, source, problems)
     spec = None
     try:
         spec = Spec.model_validate(data)
     except ValidationError as error:
         problems.extend(_pydantic_problems(error, (), source, Spec))
-    if problems or spec is None:
-        raise SpecError(_dedupe(problems, source.unresolved))
+    if references or problems or spec is None:
+        raise SpecError(_dedupe(references, problems, source.unresolved))
     for path, steps in spec.step_lists():
         for i, step in enumerate(steps):
             step.args = filled[(*path, i)]
@@ -411,12 +420,12 @@ def resolve(source: Source) -> Spec:
     return spec
 
 
-def _dedupe(problems: list[Problem], unresolved: set[KeyPath]) -> list[Problem]:
-    """Drop repeats, and type errors on values whose reference already failed."""
-    seen, out = set(), []
-    for problem in problems:
+def _dedupe(references: list[Problem], problems: list[Problem], unresolved: set[KeyPath]) -> list[Problem]:
+    """Drop repeats, and validation errors on (or inside) values whose reference already failed."""
+    seen, out, own = set(), [], {id(p) for p in references}
+    for problem in [*references, *problems]:
         key = (problem.path, problem.message)
-        followup = problem.path in unresolved and "unknown size" not in problem.message
+        followup = id(problem) not in own and any(problem.path[: len(p)] == p for p in unresolved)
         if key not in seen and not followup:
             seen.add(key)
             out.append(problem)

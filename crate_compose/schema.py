@@ -20,14 +20,34 @@ def _allow_references(node: Any) -> None:
     if isinstance(node, dict):
         for key, value in list(node.items()):
             if key == "properties":
-                for prop, sub in value.items():
-                    if isinstance(sub, dict) and sub.get("type") in _SCALARS:
-                        scalar = {k: sub.pop(k) for k in list(sub) if k not in ("description", "title", "default")}
-                        sub["anyOf"] = [scalar, {"type": "string", "pattern": REFERENCE_PATTERN}]
+                for sub in value.values():
+                    _referable(sub)
             _allow_references(value)
     elif isinstance(node, list):
         for item in node:
             _allow_references(item)
+
+
+def _referable(sub: Any) -> None:
+    """Let ``sub`` be a '${name}' reference where it takes a scalar: plain (``heads``), optional
+    (``head_dim: int | None``) or an array item (``shape: [C, H, W]``, ``grid: [h, w]``)."""
+    if not isinstance(sub, dict):
+        return
+    reference = {"type": "string", "pattern": REFERENCE_PATTERN}
+    if sub.get("type") in _SCALARS:
+        scalar = {k: sub.pop(k) for k in list(sub) if k not in ("description", "title", "default")}
+        sub["anyOf"] = [scalar, reference]
+        return
+    if sub.get("type") == "array":
+        _referable(sub.get("items"))
+        for item in sub.get("prefixItems", []):
+            _referable(item)
+    branches = sub.get("anyOf", [])
+    for branch in branches:
+        if isinstance(branch, dict) and branch.get("type") == "array":
+            _referable(branch)
+    if any(isinstance(b, dict) and b.get("type") in _SCALARS for b in branches) and reference not in branches:
+        branches.append(reference)
 
 
 def json_schema() -> dict[str, Any]:
@@ -43,7 +63,11 @@ def json_schema() -> dict[str, Any]:
         branches.append(
             {
                 "if": {"properties": {"primitive": {"const": name}}, "required": ["primitive"]},
-                "then": {"properties": {"args": {"$ref": f"#/$defs/args_{name}"}}},
+                "then": {
+                    "properties": {
+                        "args": {"$ref": f"#/$defs/args_{name}", "description": f"Arguments of '{name}'."}
+                    }
+                },
             }
         )
     step = defs["Step"]

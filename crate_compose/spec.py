@@ -152,6 +152,14 @@ class Spec(_Model):
     _check_preprocess = field_validator("preprocess", "head")(_unique_names)
     _locations: dict = PrivateAttr(default_factory=dict)  # key path -> Location, set by the loader
 
+    def __eq__(self, other: object) -> bool:
+        """Specs are equal when they describe the same network; where they were written is not compared."""
+        if not isinstance(other, Spec):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
+
     def locate(self, path: tuple[str | int, ...]) -> Any:
         """Where ``path`` (or its nearest ancestor) was written, if the spec came from a file."""
         for end in range(len(path), -1, -1):
