@@ -47,7 +47,7 @@ def _spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _diagram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="svg", choices=FORMATS, help="diagram format (default: svg)")
-    parser.add_argument("--expand", action="store_true", help="draw every layer instead of one marked 'x L'")
+    parser.add_argument("--expand", action="store_true", help="draw every layer instead of one marked '× L'")
     parser.add_argument("--direction", default="TB", choices=["TB", "LR"], help="top-to-bottom or left-to-right")
     parser.add_argument(
         "--edge-shapes", action=argparse.BooleanOptionalAction, default=True, help="label edges with tensor shapes"

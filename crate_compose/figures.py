@@ -1,7 +1,7 @@
 """Architecture diagrams with Graphviz, drawn from the spec and the built graph.
 
 Clusters follow the spec (pre-processing, encoder, layer, decoder, head). Repeated layers are
-collapsed to one drawn layer marked "x L" unless ``expand=True``. Each step shows its name, its
+collapsed to one drawn layer marked "× L" unless ``expand=True``. Each step shows its name, its
 primitive, its update in the papers' notation, its output shape and its parameter count. A derived
 decoder is drawn mirrored against its encoder (its flow runs upward, as in paper 001 Fig. 4) with
 a dashed edge from each encoder step to the step that inverts it.
@@ -118,7 +118,7 @@ def _count(n: int) -> str:
 def _label(step: DrawnStep, show_shape: bool) -> str:
     primitive = registry.get(step.primitive)
     update = html.escape(primitive.update if primitive else "")
-    params = _count(step.params) + (f" x {step.depth}" if step.depth > 1 and step.params else "")
+    params = _count(step.params) + (f" × {step.depth}" if step.depth > 1 and step.params else "")
     details = [f"{_shape(step.shape)}" if show_shape else "", f"{params} params" if step.params else "no params"]
     return (
         f'<<b>{html.escape(step.name)}</b>  <font color="#555555">{html.escape(step.primitive)}</font>'
@@ -162,7 +162,7 @@ def diagram(
                 _node(cluster, s, edge_shapes)
             for layer in layers:
                 with cluster.subgraph(name=f"cluster_{role}_layer_{layer}") as box:
-                    label = f"layer x {depth}" if not expand else f"layer {layer}"
+                    label = f"layer × {depth}" if not expand else f"layer {layer}"
                     box.attr(label=label, style="rounded,dashed", color="#777777", fontname="Helvetica", fontsize="11")
                     for s in (s for s in members if s.layer == layer):
                         _node(box, s, edge_shapes)
@@ -177,7 +177,7 @@ def diagram(
         for role in ("encoder", "decoder"):
             layer_steps = [s for s in steps if s.role == role and s.layer is not None]
             if layer_steps and layer_steps[0].depth > 1:
-                dot.edge(layer_steps[-1].key, layer_steps[0].key, label=f"x {layer_steps[0].depth}",
+                dot.edge(layer_steps[-1].key, layer_steps[0].key, label=f"× {layer_steps[0].depth}",
                          style="bold", color="#777777", constraint="false")
     outputs = ends["outputs"]
     rows = "<br/>".join(f"<b>{html.escape(name)}</b> {_shape(shape)}" for name, _, shape in outputs)

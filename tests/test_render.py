@@ -35,9 +35,9 @@ def _step_nodes(source: str) -> list[str]:
 
 def test_collapsed_layers_are_drawn_once_with_their_count():
     source = cc.diagram(cc.build("crate-large", meta=True)).source
-    assert "layer x 24" in source
+    assert "layer × 24" in source
     assert source.count("mssa</font>") == 1 and source.count("ista</font>") == 1
-    assert "2.10M x 24 params" in source  # one MSSA step of CRATE-L, repeated
+    assert "2.10M × 24 params" in source  # one MSSA step of CRATE-L, repeated
 
 
 def test_expanded_diagram_draws_every_layer():
@@ -64,7 +64,7 @@ def test_labels_carry_update_shape_and_parameters():
     source = cc.diagram(cc.build("crate-tiny", meta=True)).source
     assert "Z + MSSA(LN Z | U)" in source
     assert "(B, 197, 384)" in source
-    assert "296.1K x 12 params" in source
+    assert "296.1K × 12 params" in source
     no_edge_shapes = cc.diagram(cc.build("crate-tiny", meta=True), edge_shapes=False).source
     assert 'label="(B, 197, 384)"' in source and 'label="(B, 197, 384)"' not in no_edge_shapes
     assert "rankdir=LR" in cc.diagram(cc.build("crate-tiny", meta=True), direction="LR").source
