@@ -18,6 +18,7 @@ fake tensor (``FakeTensorMode``), so the next primitive knows its input shape (e
 from __future__ import annotations
 
 import contextlib
+import logging
 import operator
 import re
 from pathlib import Path
@@ -62,6 +63,18 @@ def class_name(spec_name: str) -> str:
     words = re.split(r"[^A-Za-z0-9]+", spec_name)
     name = "".join(w[:1].upper() + w[1:] for w in words if w)
     return name if name[:1].isalpha() else f"Net{name}"
+
+
+@contextlib.contextmanager
+def _quiet_shape_inference():
+    """A step that cannot take its input is reported as a located problem; torch's fake-tensor
+    logger would also print the kernel's traceback to stderr, so it is silenced meanwhile."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -116,7 +129,7 @@ def compile_spec(
             extra = [named[name] for name in primitive.consumes]
             try:
                 module = primitive.build(args, shape)
-                with fake_mode:
+                with fake_mode, _quiet_shape_inference():
                     value = module(value, *(v for _, v in extra))
             except Exception as error:  # a shape the primitive cannot take, reported where the step is written
                 reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"

@@ -70,11 +70,25 @@ def read_yaml(text: str, source: str) -> Source:
     def where(node: yaml.Node) -> Location:
         return Location(source, node.start_mark.line + 1, node.start_mark.column + 1)
 
+    active: set[int] = set()  # the collections being built: an alias to one of them is a cycle
+
     def build(node: yaml.Node, path: KeyPath) -> Any:
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            if id(node) in active:
+                problems.append(Problem("a YAML alias refers to a collection that contains it", path, where(node)))
+                return None
+            active.add(id(node))
+            try:
+                return build_collection(node, path)
+            finally:
+                active.discard(id(node))
+        return loader.construct_object(node)
+
+    def build_collection(node: yaml.Node, path: KeyPath) -> Any:
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
-                key = loader.construct_object(key_node)
+                key = loader.construct_object(key_node, deep=True)
                 key = key if isinstance(key, str) else str(key)
                 marks[path + (key,)] = where(key_node)
                 if key in out:
@@ -87,7 +101,6 @@ def read_yaml(text: str, source: str) -> Source:
                 marks[path + (i,)] = where(item)
                 items.append(build(item, path + (i,)))
             return items
-        return loader.construct_object(node)
 
     if root is None:
         raise SpecError([Problem("the file is empty", (), Location(source))])
@@ -102,9 +115,14 @@ def read_yaml(text: str, source: str) -> Source:
 
 def read_file(path: Path) -> Source:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise SpecError([Problem(f"cannot read spec file: {error.strerror}", (), Location(str(path)))]) from None
+    except UnicodeDecodeError as error:
+        before = error.object[: error.start]
+        where = Location(str(path), before.count(b"\n") + 1, error.start - before.rfind(b"\n"))
+        found = error.object[error.start : error.start + 1]
+        raise SpecError([Problem(f"a spec is UTF-8 text; {error.reason} {found!r}", (), where)]) from None
     return read_yaml(text, str(path))
 
 
@@ -265,7 +283,8 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
     """Replace ``${name}`` by ``sizes[name]``; a whole-string reference keeps the size's type."""
     data = source.data
     sizes_raw = data.get("sizes") or {}
-    if not isinstance(sizes_raw, dict):
+    if not isinstance(sizes_raw, dict):  # reported by validation; its references cannot resolve
+        source.unresolved.update(_references(data))
         return data
     sizes: dict[str, Any] = {}
 
@@ -302,6 +321,18 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
     out = resolve(out, ())
     out["sizes"] = sizes
     return out
+
+
+def _references(data: Any, path: KeyPath = ()) -> Iterable[KeyPath]:
+    """The paths of the strings in ``data`` that contain a ``${reference}``."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _references(value, path + (key,))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _references(value, path + (i,))
+    elif isinstance(data, str) and "${" in data:
+        yield path
 
 
 # ---------------------------------------------------------------- 5. validation

@@ -128,7 +128,11 @@ class Reference(_Model):
 class Spec(_Model):
     """A white-box network: input -> preprocess -> encoder (x depth) -> decoder -> head."""
 
-    name: str = Field(description="Name of the architecture (e.g. 'crate-base').")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Name of the architecture (e.g. 'crate-base'); letters, digits, '.', '_' and '-', as it "
+        "names the default build directory out/<name>.",
+    )
     description: str = Field(default="", description="One or two sentences for humans.")
     extends: str | None = Field(
         default=None,

@@ -1,0 +1,338 @@
+"""The command line (build, inspect, list, schema) and the build artifacts, in process."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+import crate_compose as cc
+from crate_compose import artifacts, cli, zoo
+from crate_compose.errors import SpecError
+from crate_compose.spec import ROLES
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
+         "sizes.patch_size=8", "sizes.classes=10"]
+SETS = [arg for override in SMALL for arg in ("--set", override)]
+STEPS = ["preprocess.patch_embed", "preprocess.class_token", "preprocess.positions", "encoder.layer_0.compress",
+         "encoder.layer_0.sparsify", "encoder.layer_1.compress", "encoder.layer_1.sparsify", "head.classify"]
+BUILD_FILES = {"spec.yaml", "code.py", "summary.txt", "model.safetensors"}
+
+# Parameter counts of every preset in zoo/ (CRATE: exact, paper 003 Table 1; CRATE-MAE: this build,
+# which leaves out the paper's unused Linear(d, d) decoder embedding, see test_mae.py).
+ZOO_PARAMS = {
+    "crate-tiny": 6_090_856,
+    "crate-small": 13_116_328,
+    "crate-base": 22_796_008,
+    "crate-large": 77_641_192,
+    "crate-mae-small": 25_075_008,
+    "crate-mae-base": 44_049_408,
+}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def build_small(capsys, out: Path, *extra: str) -> str:
+    code, stdout, err = run(capsys, "build", "crate-tiny", *SETS, "--out", out, *extra)
+    assert (code, err) == (0, "")
+    return stdout
+
+
+# ---------------------------------------------------------------- build
+
+
+def test_build_writes_the_artifacts_and_prints_the_summary(tmp_path, capsys):
+    out = tmp_path / "model"
+    stdout = build_small(capsys, out)
+    assert {p.name for p in out.iterdir()} == BUILD_FILES
+    assert stdout.startswith("crate-tiny: input (B, 3, 32, 32) -> output (B, 10)\n")
+    for step in STEPS:
+        assert re.search(rf"^  {re.escape(step)}\s", stdout, re.M), step
+    assert "parameters: 14,058 total, 14,058 trainable" in stdout
+    assert stdout.rstrip().endswith(f"wrote {out}/: spec.yaml, code.py, summary.txt, model.safetensors")
+    assert (out / "summary.txt").read_text() == stdout[: stdout.index("wrote ")]
+    assert cc.load_spec(out / "spec.yaml") == cc.load_spec("crate-tiny", SMALL)
+    with safe_open(out / "model.safetensors", "pt") as weights:
+        assert weights.metadata() == {"format": "pt", "seed": "0", "dtype": "float32"}
+        keys = set(weights.keys())
+    assert keys == set(cc.build("crate-tiny", overrides=SMALL, meta=True).state_dict())
+    assert {"encoder.layer_1.compress.subspaces.weight", "preprocess.class_token.token"} <= keys
+
+
+def test_loaded_build_gives_identical_outputs(tmp_path, capsys):
+    out = tmp_path / "model"
+    build_small(capsys, out, "--seed", "7")
+    built = cc.build("crate-tiny", overrides=SMALL, seed=7)
+    loaded = cc.load(out)
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), built(x))
+    assert loaded.state_dict().keys() == built.state_dict().keys()
+    assert all(torch.equal(v, built.state_dict()[k]) for k, v in loaded.state_dict().items())
+    assert cc.spec_of(loaded) == cc.spec_of(built)
+    assert loaded.code == built.code
+
+
+def test_load_never_unpickles(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "model"
+    build_small(capsys, out)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("crate_compose.load must not unpickle")
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, forbidden)
+    monkeypatch.setattr(torch, "load", forbidden)
+    real_open = builtins.open
+
+    def watched_open(file, mode="r", *args, **kwargs):
+        assert not str(file).endswith((".pt", ".pth", ".pkl", ".bin")), file
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", watched_open)
+    model = cc.load(out)
+    assert isinstance(model, torch.fx.GraphModule)
+    assert cc.spec_of(model).name == "crate-tiny"
+
+
+def test_load_checks_the_weights_against_the_spec(tmp_path, capsys):
+    out = tmp_path / "model"
+    build_small(capsys, out)
+    spec = (out / "spec.yaml").read_text()
+    assert "encoder:\n  depth: 2\n" in spec
+    (out / "spec.yaml").write_text(spec.replace("encoder:\n  depth: 2\n", "encoder:\n  depth: 3\n"))
+    with pytest.raises(SpecError, match="weights do not match the spec"):
+        cc.load(out)
+    (out / "model.safetensors").unlink()
+    with pytest.raises(SpecError, match="model.safetensors is missing"):
+        cc.load(out)
+
+
+def test_invalid_spec_leaves_no_output(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: crate-tiny\nencodr: {}\n")
+    out = tmp_path / "model"
+    code, stdout, err = run(capsys, "build", bad, "--out", out)
+    assert code == 2 and stdout == "" and "did you mean 'encoder'?" in err
+    code, _, _ = run(capsys, "build", "crate-tiny", *SETS, "--set", "sizes.image_size=30", "--out", out)
+    assert code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no output, no temporary sibling
+
+
+def test_failed_write_keeps_the_previous_build(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "model"
+    build_small(capsys, out, "--seed", "1")
+    before = load_file(out / "model.safetensors")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(artifacts, "save_file", disk_full)
+    code, _, err = run(capsys, "build", "crate-tiny", *SETS, "--seed", "2", "--out", out)
+    assert code == 1 and "cannot write output" in err and "No space left" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the staging directory is gone
+    after = load_file(out / "model.safetensors")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_build_replaces_an_existing_directory(tmp_path, capsys):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    (out / "model.safetensors").write_text("not weights")
+    build_small(capsys, out)
+    assert {p.name for p in out.iterdir()} == BUILD_FILES
+    assert len(load_file(out / "model.safetensors")) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_build_defaults_to_out_slash_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    build_small_default = run(capsys, "build", "crate-tiny", *SETS, "--set", "name=tiny-small")
+    assert build_small_default[0] == 0
+    assert {p.name for p in (tmp_path / "out" / "tiny-small").iterdir()} == BUILD_FILES
+
+
+def test_dtype_float64(tmp_path, capsys):
+    out = tmp_path / "model"
+    build_small(capsys, out, "--dtype", "float64")
+    weights = load_file(out / "model.safetensors")
+    assert weights and {t.dtype for t in weights.values()} == {torch.float64}
+    with safe_open(out / "model.safetensors", "pt") as f:
+        assert f.metadata()["dtype"] == "float64"
+    loaded = cc.load(out)
+    assert {p.dtype for p in loaded.parameters()} == {torch.float64}
+    assert loaded(torch.randn(1, 3, 32, 32, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_seed_changes_weights_and_reproduces_them(tmp_path, capsys):
+    rng = torch.random.get_rng_state()
+    weights = {}
+    for name, seed in [("a", 1), ("b", 1), ("c", 2)]:
+        build_small(capsys, tmp_path / name, "--seed", str(seed))
+        weights[name] = load_file(tmp_path / name / "model.safetensors")
+    assert torch.equal(torch.random.get_rng_state(), rng)  # the global generator is untouched
+    assert weights["a"].keys() == weights["c"].keys()
+    assert all(torch.equal(weights["a"][k], weights["b"][k]) for k in weights["a"])
+    random_init = [k for k in weights["a"] if not torch.equal(weights["a"][k], weights["c"][k])]
+    assert "encoder.layer_0.compress.subspaces.weight" in random_init
+    assert "preprocess.class_token.token" in random_init
+
+
+def test_generated_code_is_one_call_per_step_and_imports_nothing(tmp_path, capsys):
+    out = tmp_path / "model"
+    build_small(capsys, out)
+    code = (out / "code.py").read_text()
+    assert "import" not in code
+    assert code.startswith("def forward(self, images):")
+    calls = re.findall(r"self\.([\w.]+)\(", code)
+    assert calls == STEPS
+    assert "compress_0 = self.encoder.layer_0.compress(positions)" in code
+    assert "sparsify_1 = self.encoder.layer_1.sparsify(compress_1)" in code
+    assert code.count("self.encoder.layer_0.compress(") == 1
+
+
+# ---------------------------------------------------------------- the graph
+
+
+def test_node_meta_and_lint():
+    model = cc.build("crate-tiny", overrides=SMALL, meta=True)
+    spec = cc.spec_of(model)
+    model.graph.lint()
+    calls = [n for n in model.graph.nodes if n.op == "call_module"]
+    assert [n.target for n in calls] == STEPS
+    for node in calls:
+        meta = node.meta
+        assert {"spec_path", "role", "layer", "primitive", "step", "shape"} <= set(meta)
+        assert meta["role"] in ROLES and node.target.startswith(meta["role"] + ".")
+        assert (meta["layer"] is None) == (meta["role"] != "encoder")
+        step = spec
+        for part in meta["spec_path"]:
+            step = step[part] if isinstance(part, int) else getattr(step, part)
+        assert (step.name, step.primitive) == (meta["step"], meta["primitive"])
+        expected_target = f"encoder.layer_{meta['layer']}.{step.name}" if meta["layer"] is not None \
+            else f"{meta['role']}.{step.name}"
+        assert node.target == expected_target
+        assert meta["shape"][0] == "B"
+    assert [n.meta["layer"] for n in calls if n.meta["role"] == "encoder"] == [0, 0, 1, 1]
+    assert calls[3].meta["spec_path"] == ("encoder", "layer", 0)
+    assert calls[-1].meta["shape"] == ("B", 10)
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def test_inspect_json(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, err = run(capsys, "inspect", "zoo/crate-base.yaml", "--json")
+    assert (code, err) == (0, "")
+    summary = json.loads(out)  # one JSON object, nothing else on stdout
+    assert summary["name"] == "crate-base"
+    assert summary["params_total"] == 22_796_008
+    assert summary["params_trainable"] == 22_796_008
+    assert summary["input_shape"] == ["B", 3, 224, 224] and summary["output_shape"] == ["B", 1000]
+    steps = summary["steps"]
+    assert len(steps) == 3 + 2 * 12 + 1
+    for step in steps:
+        assert {"name", "primitive", "output_shape", "params"} <= set(step)
+    assert sum(step["params"] for step in steps) == summary["params_total"]
+    compress = next(s for s in steps if s["module"] == "encoder.layer_11.compress")
+    assert compress == {**compress, "primitive": "mssa", "output_shape": ["B", 197, 768], "layer": 11,
+                        "params": 2 * 768 + 768 * 768 + 768 * 768 + 768}
+    assert summary["reference"]["params"] == 22_796_008 and summary["reference"]["deviation"] == 0
+
+
+def test_inspect_table_mentions_every_step(capsys):
+    code, out, _ = run(capsys, "inspect", "crate-tiny", *SETS)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "crate-tiny: input (B, 3, 32, 32) -> output (B, 10)"
+    rows = [line.split() for line in lines if line.startswith("  ") and "." in line.split()[0]]
+    assert [row[0] for row in rows] == STEPS
+    assert [row[1] for row in rows] == ["patch_embed", "class_token", "positions", "mssa", "ista", "mssa", "ista",
+                                        "classify"]
+    assert rows[3][-1] == "2,144" and rows[-1][-1] == "394"
+
+
+def test_inspect_a_preset_by_name(capsys):
+    code, out, err = run(capsys, "inspect", "crate-tiny")
+    assert (code, err) == (0, "")
+    assert out.startswith("crate-tiny: input (B, 3, 224, 224) -> output (B, 1000)")
+    assert "encoder.layer_11.sparsify" in out
+    assert "parameters: 6,090,856 total" in out and "this build: exact" in out
+
+
+def test_validate_ok(capsys):
+    assert run(capsys, "validate", "crate-tiny", *SETS) == (0, "crate-tiny: ok (crate-tiny)\n", "")
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in zoo.zoo_dir().glob("*.yaml")))
+def test_zoo_parameter_counts(name):
+    assert name in ZOO_PARAMS, f"zoo/{name}.yaml has no expected parameter count: add it to ZOO_PARAMS in {__file__}"
+    summary = cc.inspect(name)
+    assert summary.params_total == ZOO_PARAMS[name]
+    assert sum(step.params for step in summary.steps) == summary.params_total
+    spec = cc.load_spec(name)
+    if spec.reference.exact:
+        assert spec.reference.params == ZOO_PARAMS[name]
+
+
+def test_every_expected_count_has_a_preset():
+    assert sorted(ZOO_PARAMS) == sorted(p.stem for p in zoo.zoo_dir().glob("*.yaml"))
+
+
+# ---------------------------------------------------------------- list, schema
+
+
+def test_list_primitives(capsys):
+    code, out, _ = run(capsys, "list", "primitives")
+    assert code == 0
+    lines = out.splitlines()
+    primitives = cc.all_primitives()
+    named = {line.split()[0]: line for line in lines if line and not line.startswith(" ")}
+    assert list(named) == list(primitives)
+    for name, primitive in primitives.items():
+        assert primitive.equation in named[name] and primitive.kind in named[name]
+        assert f"  {primitive.description}" in out
+    assert named["mssa"].split()[1] == "compress" and "003 eq. 10-12, 115; Alg. 3" in named["mssa"]
+    assert named["ista"].split()[1] == "sparsify" and "003 eq. 17; Alg. 3" in named["ista"]
+
+
+def test_list_zoo(capsys):
+    code, out, _ = run(capsys, "list", "zoo")
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names[:6] == ["crate-base", "crate-large", "crate-mae-base", "crate-mae-small", "crate-small", "crate-tiny"]
+    assert set(names) == set(cc.presets())
+    line = next(line for line in out.splitlines() if line.startswith("crate-tiny "))
+    assert "CRATE-T/16" in line and "6.09M" in line
+
+
+def test_schema_is_json(capsys):
+    code, out, _ = run(capsys, "schema")
+    schema = json.loads(out)
+    assert code == 0 and schema["title"] == "crate-compose spec"
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert "mssa" in schema["$defs"]["Step"]["properties"]["primitive"]["enum"]
+
+
+def test_bad_arguments_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["build"])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["build", "crate-tiny", "--dtype", "int8"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'int8'" in capsys.readouterr().err
