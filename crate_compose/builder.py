@@ -12,21 +12,20 @@ from the spec, so the generated ``forward`` reads like the algorithm being unrol
 
 Each node's ``meta`` records the spec path, role, layer index, step name, primitive and the
 output shape. Shapes are inferred while building, without data: each new module runs once on a
-fake tensor (``FakeTensorMode``), so the next primitive knows its input shape (e.g. ``d``).
+meta tensor (no data, no FLOPs), so the next primitive knows its input shape (e.g. ``d``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import operator
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 from torch import fx, nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
 
 from . import loader, registry
 from .errors import Problem, SpecError
@@ -34,7 +33,7 @@ from .derive import derive_decoder
 from .spec import Derive, Spec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-FAKE_BATCH = 2  # batch size of the fake tensors used to infer shapes
+META_BATCH = 2  # batch size of the meta tensors used to infer shapes
 
 
 def _target(role: str, layer: int | None, name: str) -> str:
@@ -65,16 +64,10 @@ def class_name(spec_name: str) -> str:
     return name if name[:1].isalpha() else f"Net{name}"
 
 
-@contextlib.contextmanager
-def _quiet_shape_inference():
-    """A step that cannot take its input is reported as a located problem; torch's fake-tensor
-    logger would also print the kernel's traceback to stderr, so it is silenced meanwhile."""
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    disabled, logger.disabled = logger.disabled, True
-    try:
-        yield
-    finally:
-        logger.disabled = disabled
+def infer(module: nn.Module, *inputs: torch.Tensor) -> Any:
+    """Run ``module`` on meta tensors: output shapes without data, FLOPs or touching its weights."""
+    state = {name: t.to("meta") for name, t in [*module.named_parameters(), *module.named_buffers()]}
+    return functional_call(module, state, inputs)
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -106,11 +99,9 @@ def compile_spec(
     if isinstance(spec.decoder, Derive):
         spec = spec.model_copy(update={"decoder": derive_decoder(spec)})
     root, graph = nn.Module(), fx.Graph()
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     shape = tuple(spec.input.shape)
     input_dtype = torch.int64 if spec.input.dtype == "int64" else torch.float32
-    with fake_mode:
-        value = torch.empty((FAKE_BATCH, *shape), dtype=input_dtype, device="meta" if meta else "cpu")
+    value = torch.empty((META_BATCH, *shape), dtype=input_dtype, device="meta")
     node = graph.placeholder(spec.input.name)
     node.meta.update(role="input", shape=("B", *shape))
     named: dict[str, tuple[fx.Node, torch.Tensor]] = {}  # values published by steps (mask, restore)
@@ -129,8 +120,7 @@ def compile_spec(
             extra = [named[name] for name in primitive.consumes]
             try:
                 module = primitive.build(args, shape)
-                with fake_mode, _quiet_shape_inference():
-                    value = module(value, *(v for _, v in extra))
+                value = infer(module, value, *(v for _, v in extra))
             except Exception as error:  # a shape the primitive cannot take, reported where the step is written
                 reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
