@@ -8,11 +8,14 @@ A build directory holds::
     summary.txt         the step table printed by ``crate-compose build``
 
 The directory is written to a temporary sibling and renamed into place, so a failed build never
-leaves a half-written output.
+leaves a half-written output. An existing directory is replaced only when it is empty or an earlier
+build (nothing in it but the files above and a diagram): ``--out .`` or ``--out ~`` never deletes
+anybody's files.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,11 +30,44 @@ from .errors import Location, Problem, SpecError
 from .summary import summarize
 
 SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE = "spec.yaml", "model.safetensors", "code.py", "summary.txt"
+BUILD_FILES = frozenset({SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE})
+DIAGRAM_STEM = "diagram"  # build --render writes diagram.<format> beside the weights
+
+
+class OutputExistsError(FileExistsError):
+    """The output directory holds files that are not an earlier build: it is not replaced."""
+
+
+def _replaceable(directory: Path) -> None:
+    """Raise unless ``directory`` is missing, empty or an earlier build that may be replaced."""
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise OutputExistsError(f"{directory} exists and is not a directory")
+    foreign = sorted(entry.name for entry in directory.iterdir() if not _written_by_a_build(entry))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise OutputExistsError(
+            f"{directory} holds files that are not a crate-compose build ({shown}); "
+            "it is left alone: choose another --out"
+        )
+
+
+def _written_by_a_build(entry: Path) -> bool:
+    return entry.is_file() and (entry.name in BUILD_FILES or entry.stem == DIAGRAM_STEM)
+
+
+def _publish(path: Path, mode: int) -> None:
+    """Give ``path`` the permissions an ordinary file or directory gets under the umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    path.chmod(mode & ~mask)
 
 
 def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str] | None = None) -> Path:
     """Write ``module`` to ``directory`` (replaced atomically if it exists). Returns the path."""
-    directory = Path(directory)
+    directory = Path(directory).resolve()
+    _replaceable(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
@@ -40,6 +76,9 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
         save_file(tensors, staging / WEIGHTS_FILE, metadata={"format": "pt", **(extra or {})})
         (staging / CODE_FILE).write_text(module.code.lstrip() + "\n")
         (staging / SUMMARY_FILE).write_text(summarize(module).table() + "\n")
+        _publish(staging, 0o777)  # mkdtemp (and safetensors) make private files; a build is ordinary
+        for entry in staging.iterdir():
+            _publish(entry, 0o666)
         if directory.exists():
             shutil.rmtree(directory)
         staging.rename(directory)
@@ -57,6 +96,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     try:
         with open(handle, "w") as file:
             file.write(text)
+        _publish(Path(staging), 0o666)  # mkstemp makes it private
         Path(staging).replace(path)
     except BaseException:
         Path(staging).unlink(missing_ok=True)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import crate_compose as cc
 
-from .artifacts import write_atomic
+from .artifacts import DIAGRAM_STEM, write_atomic
 from .builder import DTYPES
 from .figures import FORMATS, DiagramError
 from .errors import SpecError
@@ -82,7 +82,9 @@ def parser() -> argparse.ArgumentParser:
 
     render = commands.add_parser("render", help="draw the architecture diagram")
     _spec_arguments(render)
-    render.add_argument("--out", type=Path, help="output file (default: out/<spec name>.<format>)")
+    render.add_argument(
+        "--out", help="output file, or a directory to write <spec name>.<format> into (default: out/)"
+    )
     _diagram_arguments(render)
 
     validate = commands.add_parser("validate", help="check a spec (schema, primitives, shapes) without building weights")
@@ -114,13 +116,16 @@ def _build(args: argparse.Namespace) -> int:
     print(summary.table())
     print(f"wrote {out}/: spec.yaml, code.py, summary.txt, model.safetensors")
     if args.render:
-        _draw(model, out / "diagram", args)
+        _draw(model, out / DIAGRAM_STEM, args)
     return 0
 
 
 def _render(args: argparse.Namespace) -> int:
     model = cc.build(args.spec, overrides=args.overrides, meta=True)
-    _draw(model, args.out or Path("out") / cc.spec_of(model).name, args)
+    out = Path(args.out or "out/")
+    if out.is_dir() or (args.out or "out/").endswith(os.sep):
+        out = out / cc.spec_of(model).name
+    _draw(model, out, args)
     return 0
 
 
@@ -137,13 +142,17 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _derive(args: argparse.Namespace) -> int:
-    text = cc.dump_spec(cc.derive(args.spec, args.overrides))
+    spec = cc.load_spec(args.spec, args.overrides)
+    text = cc.dump_spec(cc.derive(spec))
     header = f"# Derived by `crate-compose derive {args.spec}`: edit freely, then build this file.\n"
+    if spec.head:
+        dropped = ", ".join(f"{step.name} ({step.primitive})" for step in spec.head)
+        header += f"# The head [{dropped}] is left out: the output is the decoder's reconstruction.\n"
     if args.out is None:
         print(header + text, end="")
         return 0
     write_atomic(args.out, header + text)
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}" + (" (the head is left out: the output is the reconstruction)" if spec.head else ""))
     return 0
 
 

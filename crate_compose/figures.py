@@ -22,6 +22,7 @@ import graphviz
 from torch import fx
 
 from . import registry
+from .artifacts import write_atomic
 from .builder import spec_of
 
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -260,10 +261,10 @@ def render(
     path.parent.mkdir(parents=True, exist_ok=True)
     dot_path = path.with_suffix(".dot")
     if format == "dot":
-        dot_path.write_text(source)
+        write_atomic(dot_path, source)
         return dot_path, None
     if shutil.which("dot") is None:
-        dot_path.write_text(source)
+        write_atomic(dot_path, source)
         target = path.with_suffix(f".{format}")
         return dot_path, (
             f"Graphviz 'dot' not found: wrote {dot_path}; render it with `dot -T{format} {dot_path} -o {target}` "

@@ -38,6 +38,8 @@ class Source:
 
     data: Any
     marks: dict[KeyPath, Location] = field(default_factory=dict)
+    unresolved: set[KeyPath] = field(default_factory=set)  # values whose ${reference} failed
+    via: dict[KeyPath, str] = field(default_factory=dict)  # values that are a whole ${size} reference
 
     def locate(self, path: KeyPath) -> Location | None:
         """The location of ``path``, or of its nearest ancestor that has one."""
@@ -46,7 +48,12 @@ class Source:
                 return self.marks[path[:end]]
         return None
 
-    unresolved: set[KeyPath] = field(default_factory=set)  # values whose ${reference} failed
+    def origin(self, path: KeyPath) -> str:
+        """`` (= ${d}, given at FILE:LINE:COL)`` for a value that came from a size, else ``""``."""
+        if path not in self.via:
+            return ""
+        name = self.via[path]
+        return f" (= ${{{name}}}, given at {self.locate(('sizes', name))})"
 
 
 # ---------------------------------------------------------------- 1. YAML with locations
@@ -297,7 +304,8 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
             return value
         whole = REFERENCE.fullmatch(value.strip())
         if whole:
-            return lookup(whole.group(1).strip(), path)
+            source.via[path] = whole.group(1).strip()
+            return lookup(source.via[path], path)
         return REFERENCE.sub(lambda m: str(lookup(m.group(1).strip(), path)), value)
 
     def lookup(name: str, path: KeyPath) -> Any:
@@ -358,7 +366,8 @@ def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, 
         else:
             found = item.get("input")
             shown = repr(found) if not isinstance(found, (dict, list)) else type(found).__name__
-            problems.append(Problem(f"{item['msg']}; found {shown}", path, source.locate(path)))
+            message = f"{item['msg']}; found {shown}{source.origin(path)}"
+            problems.append(Problem(message, path, source.locate(path)))
     return problems
 
 

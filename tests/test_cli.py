@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import pickle
 import re
 from pathlib import Path
@@ -147,15 +148,45 @@ def test_failed_write_keeps_the_previous_build(tmp_path, capsys, monkeypatch):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_build_replaces_an_existing_directory(tmp_path, capsys):
+def test_build_replaces_an_earlier_build(tmp_path, capsys):
     out = tmp_path / "model"
     out.mkdir()
-    (out / "stale.txt").write_text("old")
+    (out / "diagram.svg").write_text("<svg/>")  # a diagram of an earlier build --render
     (out / "model.safetensors").write_text("not weights")
     build_small(capsys, out)
     assert {p.name for p in out.iterdir()} == BUILD_FILES
     assert len(load_file(out / "model.safetensors")) > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize("foreign", ["notes.txt", "checkpoints/"])
+def test_build_never_deletes_files_it_did_not_write(tmp_path, capsys, monkeypatch, foreign):
+    """`--out .` or a directory of one's own must not be wiped by a build."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.safetensors").write_text("an earlier build's weights")
+    if foreign.endswith("/"):
+        (tmp_path / foreign).mkdir()
+    else:
+        (tmp_path / foreign).write_text("mine")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, stdout, err = run(capsys, "build", "crate-tiny", *SETS, "--out", ".")
+    assert code == 1 and stdout == ""
+    assert "not a crate-compose build" in err and foreign.rstrip("/") in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "model.safetensors").read_text() == "an earlier build's weights"
+
+
+def test_outputs_are_readable_as_the_umask_allows(tmp_path, capsys):
+    previous = os.umask(0o022)
+    try:
+        out = tmp_path / "model"
+        build_small(capsys, out)
+        assert run(capsys, "derive", "crate-tiny", "--out", tmp_path / "derived.yaml")[0] == 0
+    finally:
+        os.umask(previous)
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert {(p.stat().st_mode & 0o777) for p in out.iterdir()} == {0o644}
+    assert (tmp_path / "derived.yaml").stat().st_mode & 0o777 == 0o644
 
 
 def test_build_defaults_to_out_slash_name(tmp_path, capsys, monkeypatch):

@@ -94,6 +94,8 @@ def test_derive_names_the_step_without_inverse_and_the_ones_with():
 def test_derive_cli_writes_a_spec_that_builds(tmp_path, capsys):
     out = tmp_path / "ae.yaml"
     assert cc.cli.main(["derive", "crate-tiny", *sum((["--set", o] for o in SMALL), []), "--out", str(out)]) == 0
+    assert "the head is left out" in capsys.readouterr().out
+    assert "# The head [classify (classify)] is left out" in out.read_text()
     model = cc.build(out)
     images = torch.randn(2, 3, 32, 32)
     assert model(images).shape == (2, 16, 8 * 8 * 3)

@@ -104,3 +104,11 @@ def test_cli_render_and_build_render(tmp_path, capsys):
     out = tmp_path / "build"
     assert cc.cli.main(["build", "crate-tiny", *small, "--out", str(out), "--render", "--format", "dot"]) == 0
     assert (out / "diagram.dot").exists() and (out / "model.safetensors").exists()
+
+
+def test_cli_render_into_a_directory_names_the_file_after_the_spec(tmp_path, capsys):
+    existing = tmp_path / "figures"
+    existing.mkdir()
+    assert cc.cli.main(["render", "crate-tiny", "--format", "dot", "--out", str(existing)]) == 0
+    assert cc.cli.main(["render", "crate-large", "--format", "dot", "--out", f"{tmp_path / 'new'}/"]) == 0
+    assert (existing / "crate-tiny.dot").exists() and (tmp_path / "new" / "crate-large.dot").exists()

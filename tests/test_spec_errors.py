@@ -193,12 +193,21 @@ def test_wrong_type_says_what_was_found(tmp_path):
     assert problem.message.endswith("found 'six'")  # found
 
 
-def test_wrong_type_through_a_size_is_located_where_the_size_is_used(tmp_path):
+def test_wrong_type_through_a_size_is_located_where_used_and_names_where_given(tmp_path):
     path = write(tmp_path, FULL.replace("  heads: 2\n", "  heads: six\n"))
     problem = only(problems_of(path))
     assert problem.path == ("encoder", "layer", 0, "args", "heads")
     at(problem, path, 19, 14)
-    assert problem.message.endswith("found 'six'")
+    assert problem.message.endswith(f"found 'six' (= ${{heads}}, given at {path}:4:3)")
+
+
+def test_a_bad_size_from_the_command_line_names_the_override(tmp_path):
+    path = write(tmp_path, FULL)
+    with pytest.raises(SpecError) as caught:
+        cc.load_spec(path, ["sizes.heads=-1"])
+    problem = only(caught.value.problems)
+    at(problem, path, 19, 14)
+    assert problem.message.endswith("found -1 (= ${heads}, given at --set #1 'sizes.heads=-1')")
 
 
 def test_a_size_must_be_a_scalar(tmp_path):
@@ -216,7 +225,8 @@ def test_negative_or_zero_values_are_rejected_with_the_bound(tmp_path):
     problem = only(problems_of(path))
     assert problem.path == ("encoder", "depth")
     at(problem, path, 15, 3)
-    assert "greater than or equal to 1" in problem.message and problem.message.endswith("found 0")
+    assert "greater than or equal to 1" in problem.message
+    assert problem.message.endswith(f"found 0 (= ${{depth}}, given at {path}:5:3)")
 
 
 def test_missing_required_top_level_key(tmp_path):
