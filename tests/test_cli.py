@@ -320,6 +320,17 @@ def test_zoo_parameter_counts(name):
         assert spec.reference.params == ZOO_PARAMS[name]
 
 
+@pytest.mark.parametrize("name", [name for name in sorted(cc.presets()) if cc.load_spec(name).reference])
+def test_every_preset_with_a_published_count_matches_it(name):
+    """Zoo presets and specs/ (e.g. the ViT-S baseline, 22,050,664): exact where the source is exact, else 2%."""
+    spec = cc.load_spec(name)
+    total = cc.inspect(name).params_total
+    if spec.reference.exact:
+        assert total == spec.reference.params
+    else:
+        assert abs(total - spec.reference.params) / spec.reference.params < 0.02 and spec.reference.note
+
+
 def test_every_expected_count_has_a_preset():
     assert sorted(ZOO_PARAMS) == sorted(p.stem for p in zoo.zoo_dir().glob("*.yaml"))
 
