@@ -122,8 +122,9 @@ def _build(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     model = cc.build(args.spec, overrides=args.overrides, meta=True)
-    out = Path(args.out or "out/")
-    if out.is_dir() or (args.out or "out/").endswith(os.sep):
+    given = args.out or "out/"
+    out = Path(given)
+    if out.is_dir() or given.endswith(os.sep):  # a folder: name the file after the spec
         out = out / cc.spec_of(model).name
     _draw(model, out, args)
     return 0
