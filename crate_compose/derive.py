@@ -2,77 +2,83 @@
 
 Decoder layer ``g^l`` undoes encoder layer ``f^{L-l}``: the steps of the encoder's layer are
 replaced by their inverses (from each primitive's :class:`~crate_compose.registry.Inverse` rule)
-in reverse order, with fresh weights. Pre-processing is undone too: steps whose rule says
-``prologue`` (position embeddings, mask tokens) are re-applied where the decoder starts, the
-others (class token, patch embedding) are undone after the decoder layers, in reverse order.
+in reverse order, with fresh weights. What surrounds the layers is undone too: steps whose rule
+says ``prologue`` (mask tokens; positions in the ``listing3`` form) are re-applied where the
+decoder starts, the others (the encoder's ``post`` and ``pre`` steps, the class token, the patch
+embedding) are undone around the decoder layers in reverse order.
+
+Two forms, chosen by ``decoder: {derive: inverse, form: ...}``: ``code`` (default) computes what
+the authors' CRATE-MAE code computes; ``listing3`` is paper 001's Listing 3 (see DESIGN.md and
+``docs/spec.md``). A rule may differ per form (:meth:`Inverse.form`).
 
 This module knows each primitive's inverse only through the registry; it never creates fx nodes.
+Loading a spec never derives: the builder does, when it compiles.
 """
 
 from __future__ import annotations
 
 from . import registry
 from .errors import Problem, SpecError
-from .spec import DecoderStack, Spec, Step
+from .shapes import place
+from .spec import Derive, Spec, Stack, Step
 
 
 def _input_shapes(spec: Spec) -> dict[tuple, tuple[int, ...]]:
-    """Per-sample input shape of each pre-processing step and of layer 0's steps (meta build)."""
-    from .builder import compile_spec  # the builder calls derive_decoder: import lazily
-
-    encoder_only = spec.model_copy(update={"decoder": None, "head": []})
-    encoder_only._locations = spec._locations
-    module = compile_spec(encoder_only, meta=True)
-    shapes, previous = {}, tuple(spec.input.shape)
-    for node in module.graph.nodes:
-        if "spec_path" not in node.meta:
-            continue
-        if node.op == "call_module" and node.meta["layer"] in (None, 0):
-            shapes[node.meta["spec_path"]] = previous
-        if node.meta["shape"] is not None:  # None: a step with several outputs; its tokens node follows
-            previous = tuple(node.meta["shape"][1:])
+    """Per-sample input shape of each step before the decoder (layer 0 for layer steps), on meta."""
+    encoder_only = spec.model_copy(update={"decoder": None, "stacks": {}, "head": []})
+    shapes: dict[tuple, tuple[int, ...]] = {}
+    for placed in place(encoder_only, meta=True):
+        shapes.setdefault(placed.path, placed.input_shape)
     return shapes
 
 
-def derive_decoder(spec: Spec) -> DecoderStack:
-    """The explicit decoder that inverts ``spec``'s pre-processing and encoder layer."""
+def derive_decoder(spec: Spec, form: str | None = None) -> Stack:
+    """The explicit decoder that inverts ``spec``'s pre-processing and encoder."""
+    form = form or (spec.decoder.form if isinstance(spec.decoder, Derive) else "code")
     shapes = _input_shapes(spec)
-    invertible = invertible_primitives()
     problems: list[Problem] = []
-    pre: list[Step] = []
-    layer: list[Step] = []
-    post: list[Step] = []
+    prologue: list[Step] = []
 
-    def invert(step: Step, path: tuple, owner: str) -> tuple[Step | None, str]:
-        primitive = registry.get(step.primitive)
-        if primitive.inverse is None:
-            message = f"step '{step.name}' ({step.primitive}) has no inverse, so no decoder can be derived"
-            problems.append(Problem(message, path, spec.locate(path), f"primitives with an inverse: {', '.join(invertible)}"))
-            return None, "reverse"
-        rule = primitive.inverse
-        args = rule.args(primitive.args.model_validate(step.args), shapes[path])
-        if rule.primitive is None or args is None:
-            return None, rule.where
-        inverse = registry.get(rule.primitive)
-        args = inverse.args.model_validate(args).model_dump(mode="json")
-        return Step(name=f"inverse_{step.name}", primitive=rule.primitive, args=args, inverts=owner + step.name), rule.where
+    def invert(steps: list[Step], prefix: tuple, owner: str) -> list[Step]:
+        """The inverses of ``steps``, in reverse order; prologue steps go to the decoder's start."""
+        out: list[Step] = []
+        for i, step in enumerate(steps):
+            path = (*prefix, i)
+            primitive = registry.get(step.primitive)
+            if primitive.inverse is None:
+                message = f"step '{step.name}' ({step.primitive}) has no inverse, so no decoder can be derived"
+                hint = f"primitives with an inverse: {', '.join(invertible_primitives())}"
+                problems.append(Problem(message, path, spec.locate(path), hint))
+                continue
+            rule = primitive.inverse.form(form)
+            args = rule.args(primitive.args.model_validate(step.args), shapes[path])
+            if rule.primitive is None or args is None:
+                continue
+            inverse = registry.get(rule.primitive)
+            args = inverse.args.model_validate(args).model_dump(mode="json")
+            derived = Step(name=f"inverse_{step.name}", primitive=rule.primitive, args=args, inverts=owner + step.name)
+            (prologue if rule.where == "prologue" else out).insert(0, derived)
+        return out
 
-    for i, step in enumerate(spec.preprocess):
-        inverse, where = invert(step, ("preprocess", i), "preprocess.")
-        if inverse is not None:
-            (pre if where == "prologue" else post).insert(0, inverse)
-    for i, step in enumerate(spec.encoder.layer):
-        inverse, _ = invert(step, ("encoder", "layer", i), "encoder.layer.")
-        if inverse is not None:
-            layer.insert(0, inverse)
+    encoder = spec.encoder
+    undo_preprocess = invert(spec.preprocess, ("preprocess",), "preprocess.")
+    undo_pre = invert(encoder.pre, ("encoder", "pre"), "encoder.pre.")
+    layer = invert(encoder.layer, ("encoder", "layer"), "encoder.layer.")
+    undo_post = invert(encoder.post, ("encoder", "post"), "encoder.post.")
     if problems:
         raise SpecError(problems)
     if not layer:
         raise SpecError([Problem("the encoder layer has nothing to invert", ("encoder", "layer"), spec.locate(("encoder",)))])
-    return DecoderStack(depth=spec.encoder.depth, layer=layer, pre=pre, post=post)
+    return Stack(pre=[*prologue, *undo_post], depth=encoder.depth, layer=layer, post=[*undo_pre, *undo_preprocess])
+
+
+def explicit(spec: Spec) -> Spec:
+    """``spec`` with a ``{derive: inverse}`` decoder written out (the same spec when there is none)."""
+    if not isinstance(spec.decoder, Derive):
+        return spec
+    return spec.model_copy(update={"decoder": derive_decoder(spec)})
 
 
 def invertible_primitives() -> list[str]:
     """Names of the primitives that have an inverse rule."""
     return sorted(name for name, p in registry.all_primitives().items() if p.inverse is not None)
-

@@ -4,9 +4,12 @@ The pipeline, each stage collecting problems rather than stopping at the first:
 
 1. read YAML keeping the file:line:column of every key (``read_yaml``);
 2. follow ``extends:`` (a path relative to the file, or a zoo preset) and merge: mappings merge
-   key by key, lists and scalars replace;
+   key by key, lists and scalars replace, and a mapping keyed by step names patches those steps
+   of a list of steps (``layer: {sparsify: {primitive: ista_soft}}``);
 3. apply ``--set path=value`` overrides (``encoder.layer.1.args.heads=8``,
-   ``encoder.layer[sparsify].primitive=ista_soft``);
+   ``encoder.layer[sparsify].primitive=ista_soft``); a spec changed this way (or by an ``extends``
+   child that changes the architecture) is a *variant*: it gets a name of its own and loses a
+   ``reference`` count that no longer applies;
 4. substitute ``${size}`` references from ``sizes``;
 5. validate against the pydantic models and each step's primitive argument model;
 6. fill in every default, so the resolved spec is explicit and reproducible.
@@ -17,6 +20,8 @@ Any problem raises :class:`~crate_compose.errors.SpecError` listing all of them.
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -25,9 +30,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from . import registry, zoo
-from .errors import Location, Problem, SpecError, did_you_mean, one_of
-from .derive import derive_decoder
-from .spec import REFERENCE, STEP_LISTS, Derive, Spec
+from .errors import Location, Problem, SpecError, did_you_mean, format_path, one_of
+from .spec import PARTS, REFERENCE, Spec
 
 KeyPath = tuple[str | int, ...]
 
@@ -40,6 +44,9 @@ class Source:
     marks: dict[KeyPath, Location] = field(default_factory=dict)
     unresolved: set[KeyPath] = field(default_factory=set)  # values whose ${reference} failed
     via: dict[KeyPath, str] = field(default_factory=dict)  # values that are a whole ${size} reference
+    swaps: dict[KeyPath, tuple[str, frozenset]] = field(default_factory=dict)  # step -> (old primitive, its args)
+    changes: list[str] = field(default_factory=list)  # what changed the architecture (overrides, patches)
+    notes: list[str] = field(default_factory=list)
 
     def locate(self, path: KeyPath) -> Location | None:
         """The location of ``path``, or of its nearest ancestor that has one."""
@@ -137,24 +144,70 @@ def read_file(path: Path) -> Source:
 
 
 def merge(base: Source, over: Source) -> Source:
-    """``over`` on top of ``base``: mappings merge recursively, anything else replaces."""
+    """``over`` on top of ``base``: mappings merge recursively, anything else replaces; a mapping
+    keyed by step names on top of a list of steps patches the steps it names."""
+    problems: list[Problem] = []
+    swaps: dict[KeyPath, tuple[str, frozenset]] = {}
+    over_marks: dict[KeyPath, Location] = {}  # over's marks, moved from step names to list positions
 
-    def combine(a: Any, b: Any) -> Any:
+    def combine(a: Any, b: Any, path: KeyPath, over_path: KeyPath) -> Any:
+        if over_path in over.marks:
+            over_marks[path] = over.marks[over_path]
         if isinstance(a, dict) and isinstance(b, dict):
             out = dict(a)
             for key, value in b.items():
-                out[key] = combine(a[key], value) if key in a else value
+                out[key] = combine(a[key], value, path + (key,), over_path + (key,)) if key in a else value
+                if key not in a:
+                    _move_marks(over.marks, over_path + (key,), path + (key,), over_marks)
             return out
+        if _is_steps(a) and isinstance(b, dict):
+            return patch(a, b, path, over_path)
+        _move_marks(over.marks, over_path, path, over_marks)
         return copy.deepcopy(b)
 
-    data = combine(base.data, over.data)
+    def patch(steps: list, patches: dict, path: KeyPath, over_path: KeyPath) -> list:
+        out = list(steps)
+        names = [step.get("name") for step in steps]
+        for name, change in patches.items():
+            where = over.marks.get(over_path + (name,))
+            if name not in names:
+                hint = did_you_mean(str(name), [n for n in names if isinstance(n, str)])
+                problems.append(Problem(f"no step named '{name}' to patch; this list has {names}", path, where, hint))
+                continue
+            if not isinstance(change, dict):
+                found = type(change).__name__
+                problems.append(Problem(f"a step patch is a mapping of the keys to change; found {found}", path, where))
+                continue
+            i = names.index(name)
+            old = steps[i]
+            out[i] = combine(old, change, path + (i,), over_path + (name,))
+            if "primitive" in change and change["primitive"] != old.get("primitive"):
+                kept = frozenset(old.get("args") or {}) - frozenset(change.get("args") or {})
+                swaps[path + (i,)] = (old.get("primitive"), kept)
+        return out
+
+    data = combine(base.data, over.data, (), ())
+    if problems:
+        raise SpecError(problems)
     marks: dict[KeyPath, Location] = {}
     for path in _paths(data):
-        if path in over.marks:
-            marks[path] = over.marks[path]
+        if path in over_marks:
+            marks[path] = over_marks[path]
         elif path in base.marks and not _replaced(path, over.data):
             marks[path] = base.marks[path]
-    return Source(data, marks)
+    return Source(data, marks, swaps=swaps)
+
+
+def _is_steps(value: Any) -> bool:
+    """A list of steps (mappings with a name)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) and "name" in v for v in value)
+
+
+def _move_marks(marks: dict, old: KeyPath, new: KeyPath, into: dict) -> None:
+    """Copy the marks under ``old`` to the same places under ``new``."""
+    for sub, mark in marks.items():
+        if sub[: len(old)] == old:
+            into[new + sub[len(old):]] = mark
 
 
 def _paths(data: Any, prefix: KeyPath = ()) -> Iterable[KeyPath]:
@@ -205,7 +258,32 @@ def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
         raise SpecError([Problem(f"'extends' forms a cycle: {cycle}", ("extends",), source.marks.get(("extends",)))])
     base = load_source(parent_path, (*_chain, path))
     del source.data["extends"]
-    return merge(base, source)
+    merged = merge(base, source)
+    changed = sorted(key for key in source.data if key not in COSMETIC)
+    if changed:  # the child is a variant of its parent, not the parent under another name
+        _become_variant(merged, source.data, f"{path.name} changes {', '.join(changed)} of {parent_path.name}")
+        if "name" not in source.data and isinstance(merged.data.get("name"), str):
+            merged.data["name"] = _safe_name(path.stem)
+    merged.swaps.update(base.swaps)
+    merged.changes = [*base.changes, *merged.changes]
+    merged.notes = [*base.notes, *merged.notes]
+    return merged
+
+
+COSMETIC = frozenset({"name", "description", "reference"})  # keys that do not change the network
+
+
+def _become_variant(source: Source, given: dict, why: str) -> None:
+    """The merged spec changes the architecture: a ``reference`` not restated no longer applies."""
+    source.changes.append(why)
+    if "reference" not in given and source.data.get("reference") is not None:
+        source.data.pop("reference")
+        source.notes.append(f"reference count dropped: {why}, and a reference is not restated")
+
+
+def _safe_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-") or "variant"
+    return name if name[0].isalnum() else f"v{name}"
 
 
 # ---------------------------------------------------------------- 3. --set overrides
@@ -260,6 +338,8 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
         elif isinstance(node, dict):
             path += (part,)
             if last:
+                if part == "primitive" and _is_steps([node]) and node.get("primitive") != value:
+                    source.swaps[path[:-1]] = (node.get("primitive"), frozenset(node.get("args") or {}))
                 node[part] = value
             else:
                 node = node.setdefault(part, {})
@@ -399,7 +479,12 @@ def _model_in(annotation: Any) -> Any:
 
 def _step_lists(data: dict) -> Iterable[tuple[KeyPath, Any]]:
     """The raw lists of steps, before validation (mirrors ``Spec.step_lists``)."""
-    for path in STEP_LISTS:
+    stacks = data.get("stacks")
+    paths: list[KeyPath] = [("preprocess",)]
+    for stack in [("encoder",), ("decoder",), *(("stacks", name) for name in (stacks if isinstance(stacks, dict) else {}))]:
+        paths.extend((*stack, part) for part in PARTS)
+    paths.append(("head",))
+    for path in paths:
         owner: Any = data
         for key in path:
             owner = owner.get(key) if isinstance(owner, dict) else None
@@ -431,6 +516,16 @@ def validate_steps(data: dict, source: Source, problems: list[Problem]) -> dict[
             args = step.get("args") or {}
             if not isinstance(args, dict):
                 continue
+            if path in source.swaps:  # arguments the replaced primitive took and this one does not
+                old, kept = source.swaps[path]
+                dropped = sorted(k for k in args if k in kept and k not in spec.args.model_fields)
+                if dropped:
+                    args = {k: v for k, v in args.items() if k not in dropped}
+                    shown = ", ".join(f"{k}={step['args'][k]!r}" for k in dropped)
+                    source.notes.append(
+                        f"{format_path(path)}: swapped {old} -> {step['primitive']}; dropped {shown} "
+                        f"({step['primitive']} does not take {'it' if len(dropped) == 1 else 'them'})"
+                    )
             try:
                 filled[path] = spec.args.model_validate(args).model_dump(mode="json")
             except ValidationError as error:
@@ -451,12 +546,13 @@ def resolve(source: Source) -> Spec:
         problems.extend(_pydantic_problems(error, (), source, Spec))
     if references or problems or spec is None:
         raise SpecError(_dedupe(references, problems, source.unresolved))
-    for path, steps in spec.step_lists():
+    for _, path, steps in spec.step_lists():
         for i, step in enumerate(steps):
             step.args = filled[(*path, i)]
     spec._locations = dict(source.marks)
-    if isinstance(spec.decoder, Derive):
-        spec.decoder = derive_decoder(spec)
+    spec._references = dict(source.via)
+    spec._swaps = {path: old for path, (old, _) in source.swaps.items()}
+    spec._notes = list(source.notes)
     return spec
 
 
@@ -474,19 +570,101 @@ def _dedupe(references: list[Problem], problems: list[Problem], unresolved: set[
 
 
 def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
-    """Load a spec (file path, zoo preset name, or an already-parsed dict) with overrides."""
+    """Load a spec (file path, zoo preset name, or an already-parsed dict) with overrides.
+
+    Overrides that change the network (anything but ``name``, ``description``, ``reference``)
+    make a variant: unless they also set them, its name gets a suffix saying what changed
+    (``crate-tiny.sparsify-ista_soft``: its own default output folder) and the baseline's
+    ``reference`` count is dropped, so a variant never claims the paper's count.
+    """
+    overrides = list(overrides)
     if isinstance(ref, dict):
         source = Source(copy.deepcopy(ref))
     else:
         source = load_source(ref)
     for i, assignment in enumerate(overrides):
         apply_override(source, assignment, i)
+    keys = [parse_key_path(a.partition("=")[0].strip()) for a in overrides]
+    changing = [a for a, key in zip(overrides, keys) if key and key[0] not in COSMETIC]
+    if changing:
+        given = {key[0]: True for key in keys if key}
+        _become_variant(source, given, "overrides change the network (" + ", ".join(changing) + ")")
+        if "name" not in given and isinstance(source.data.get("name"), str):
+            source.data["name"] = _variant_name(source.data["name"], changing)
+            source.notes.append(f"variant name: {source.data['name']}")
+        description = source.data.get("description")
+        if "description" not in given and isinstance(description, str):
+            source.data["description"] = f"{description} Variant: {'; '.join(changing)}.".strip()
     return resolve(source)
 
 
-def dump(spec: Spec) -> str:
-    """The resolved spec as YAML: no extends, no references, every default written out."""
-    data = spec.model_dump(mode="json", exclude={"extends"})
-    if isinstance(spec.decoder, Derive):
-        data["decoder"] = spec.decoder.model_dump(mode="json")
+def _variant_name(name: str, assignments: list[str]) -> str:
+    """``crate-tiny`` + ``encoder.layer.sparsify.primitive=ista_soft`` -> ``crate-tiny.sparsify-ista_soft``."""
+    parts = []
+    for assignment in assignments:
+        key, _, value = assignment.partition("=")
+        words = [w for w in parse_key_path(key.strip()) if w not in GENERIC_KEYS and not w.lstrip("-").isdigit()]
+        label = words[-1] if words else "set"
+        parts.append(_safe_name(f"{label}-{value.strip()}")[:32])
+    variant = f"{name}.{'.'.join(parts)}"
+    if len(variant) > 80:
+        digest = hashlib.sha256("\n".join(assignments).encode()).hexdigest()[:8]
+        variant = f"{name}.variant-{digest}"
+    return variant
+
+
+GENERIC_KEYS = frozenset({"sizes", "encoder", "decoder", "stacks", "layer", "pre", "post", "args", "primitive", "preprocess", "head"})
+
+
+def dump(spec: Spec, *, references: bool = False) -> str:
+    """The resolved spec as YAML: no extends, every default written out.
+
+    ``references=False``: every ``${size}`` substituted (a build's ``spec.yaml``, reproducible
+    alone). ``references=True``: values written as a whole ``${size}`` reference keep it, and so
+    do the steps derived from them (``crate-compose derive``), so ``--set sizes.d=...`` still
+    changes the whole network.
+    """
+    data = spec.model_dump(mode="json", exclude={"extends"}, exclude_none=False)
+    if references:
+        _restore_references(data, spec)
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def _restore_references(data: dict, spec: Spec) -> None:
+    """Put ``${name}`` back where the spec wrote it, and into derived steps that copy such a value."""
+    written = dict(spec._references)
+    decoder = spec.decoder
+    if decoder is not None and not isinstance(decoder, dict) and hasattr(decoder, "layer"):
+        if ("encoder", "depth") in written and ("decoder", "depth") not in written:
+            written[("decoder", "depth")] = written[("encoder", "depth")]
+        for part in ("pre", "layer", "post"):
+            for i, step in enumerate(getattr(decoder, part)):
+                source = _step_path(spec, step.inverts) if step.inverts else None
+                for key in step.args:
+                    if source is not None and (*source, "args", key) in written:
+                        written.setdefault(("decoder", part, i, "args", key), written[(*source, "args", key)])
+    for path, name in written.items():
+        if path[:1] == ("sizes",):
+            continue
+        owner: Any = data
+        for part in path[:-1]:
+            owner = owner[part] if isinstance(owner, (dict, list)) and _has(owner, part) else None
+        if owner is not None and _has(owner, path[-1]) and owner[path[-1]] == spec.sizes.get(name):
+            owner[path[-1]] = f"${{{name}}}"
+
+
+def _has(owner: Any, key: Any) -> bool:
+    return key in owner if isinstance(owner, dict) else isinstance(key, int) and 0 <= key < len(owner)
+
+
+def _step_path(spec: Spec, inverts: str) -> KeyPath | None:
+    """``encoder.layer.compress`` -> ``("encoder", "layer", 0)``."""
+    *owner, name = inverts.split(".")
+    steps: Any = spec
+    for part in owner:
+        steps = getattr(steps, part, None)
+    if isinstance(steps, list):
+        for i, step in enumerate(steps):
+            if step.name == name:
+                return (*owner, i)
+    return None

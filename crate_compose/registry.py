@@ -6,13 +6,20 @@ proximal step on a LASSO, ...). It is registered under a name with
 * ``args``: a pydantic model of the arguments a spec may give it (unknown keys rejected);
 * ``objective``: what the step descends (or ascends), in words;
 * ``equation``: where the papers define it (e.g. ``"003 eq. 17"``);
-* ``update``: the update in the papers' notation, for summaries and diagrams;
+* ``update``: the update in the papers' notation, for summaries and diagrams: a string, or a
+  function of the step's arguments when a setting changes the math (``norm: false`` drops the
+  ``LN``, ``output: tied`` goes back through ``U``);
 * ``inverse``: an :class:`Inverse` rule naming the primitive that undoes it in a derived decoder
   (``None``: the step has no inverse, and deriving a decoder through it is an error);
 * ``consumes`` / ``publishes``: named values besides the token stream that the step reads (extra
   positional inputs, e.g. ``restore``) or writes (extra outputs after the tokens, e.g. ``mask``);
+* ``example``: arguments and a per-sample input shape on which the step builds; the registry-wide
+  tests run every primitive on it (shapes, gradients, dtypes, export), so a new entry is tested
+  for free;
 * a *factory* ``f(args, input_shape) -> nn.Module``, where ``input_shape`` is the per-sample
-  shape of the step's input (batch axis excluded), inferred by the builder.
+  shape of the step's input (batch axis excluded), inferred by the builder. A factory that also
+  takes a ``context`` keyword receives the :class:`Context` of the build: what earlier steps
+  established about the token stream (the patch grid, the image, whether tokens were dropped).
 
 Built-in primitives live in :mod:`crate_compose.primitives`. Other packages add their own with
 the :func:`primitive` decorator, either by importing it themselves or through the entry-point
@@ -22,7 +29,8 @@ primitive: it can never make the tool import code by a dotted path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from importlib import import_module, metadata
 from typing import Any, Callable, Literal
 
@@ -30,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 Shape = tuple[int, ...]
-Factory = Callable[[BaseModel, Shape], nn.Module]
+Factory = Callable[..., nn.Module]
 
 KINDS = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "head", "norm", "attention", "mlp")
 
@@ -49,6 +57,29 @@ def _no_args(args: "Args", shape: "Shape") -> dict[str, Any]:
     return {}
 
 
+@dataclass
+class Context:
+    """What earlier steps of a build established about the token stream.
+
+    ``image``: the ``(C, H, W)`` input, when the input is an image. ``grid``: the ``(h, w)``
+    grid of patch tokens, set by a patch embedding (positions read it, so any image shape gets
+    the right table). ``shuffled``: tokens were dropped and reordered (a drop-mode mask), so
+    their positions are no longer their order.
+    """
+
+    image: Shape | None = None
+    grid: tuple[int, int] | None = None
+    shuffled: bool = False
+
+
+@dataclass(frozen=True)
+class Example:
+    """Arguments and a per-sample input shape on which a primitive builds (used by the tests)."""
+
+    args: dict[str, Any]
+    shape: Shape
+
+
 @dataclass(frozen=True)
 class Inverse:
     """How a derived decoder undoes a step (001 Sec. 2.4-2.5).
@@ -62,8 +93,13 @@ class Inverse:
     """
 
     primitive: str | None
-    args: Callable[["Args", "Shape"], dict[str, Any]] = _no_args
+    args: Callable[["Args", "Shape"], dict[str, Any] | None] = _no_args
     where: Literal["reverse", "prologue"] = "reverse"
+    forms: dict[str, "Inverse"] = field(default_factory=dict)
+
+    def form(self, name: str) -> "Inverse":
+        """The rule for a derivation form (``code`` is the default; ``listing3`` is paper 001's)."""
+        return self.forms.get(name, self)
 
 
 @dataclass(frozen=True)
@@ -76,14 +112,25 @@ class Primitive:
     kind: str
     objective: str
     equation: str
-    update: str
+    update: str | Callable[[Any], str]
     description: str
     inverse: Inverse | None = None
     consumes: tuple[str, ...] = ()
     publishes: tuple[str, ...] = ()
+    example: Example | None = None
 
-    def build(self, args: Args, input_shape: Shape) -> nn.Module:
+    def build(self, args: Args, input_shape: Shape, context: Context | None = None) -> nn.Module:
+        if "context" in inspect.signature(self.factory).parameters:
+            return self.factory(args, input_shape, context=context or Context())
         return self.factory(args, input_shape)
+
+    def update_for(self, args: Args | dict | None = None) -> str:
+        """The update in the papers' notation, for these arguments (defaults when none are given)."""
+        if isinstance(self.update, str):
+            return self.update
+        if not isinstance(args, Args):
+            args = self.args.model_validate(args or (self.example.args if self.example else {}))
+        return self.update(args)
 
 
 _REGISTRY: dict[str, Primitive] = {}
@@ -98,11 +145,12 @@ def primitive(
     kind: str,
     objective: str,
     equation: str,
-    update: str,
+    update: str | Callable[[Any], str],
     description: str,
     inverse: Inverse | None = None,
     consumes: tuple[str, ...] = (),
     publishes: tuple[str, ...] = (),
+    example: Example | None = None,
 ) -> Callable[[Factory], Factory]:
     """Register ``factory`` as the primitive ``name``.
 
@@ -134,6 +182,7 @@ def primitive(
             inverse=inverse,
             consumes=consumes,
             publishes=publishes,
+            example=example,
         )
         return factory
 

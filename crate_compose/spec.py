@@ -1,5 +1,9 @@
-"""The spec language: a network as pre-processing steps, a layer of steps repeated ``depth``
-times, an optional decoder, and a head.
+"""The spec language: a network as pre-processing steps, named stacks of layers, and a head.
+
+A *stack* is a layer of steps repeated ``depth`` times (fresh weights each time), with optional
+steps before (``pre``) and after (``post``) its layers. Every spec has an ``encoder`` stack; a
+``decoder`` stack (written out, or ``{derive: inverse}``) and further named ``stacks`` (ToST's
+class-attention blocks) follow it, in that order, then the ``head``.
 
 Every model rejects unknown keys; every field has a description, so ``crate-compose schema``
 is the reference of the language. A step names a registered primitive and gives its arguments;
@@ -15,7 +19,7 @@ from typing import Annotated, Any, Iterator, Literal, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
-ROLES = ("preprocess", "encoder", "decoder", "head")
+RESERVED = ("preprocess", "encoder", "decoder", "stacks", "head", "input", "output", "cast")
 
 
 class _Model(BaseModel):
@@ -36,11 +40,23 @@ class Step(_Model):
         description="Arguments of the primitive, checked against its own argument model; sizes that follow "
         "from the input (such as d) are inferred.",
     )
+    layer_scale: float | None = Field(
+        default=None,
+        description="LayerScale (CaiT; ToST, CRATE-alpha): scale the step's residual branch by a learned "
+        "per-channel gamma initialized to this value. Only for steps with a residual (Z + f(Z)).",
+    )
     inverts: str | None = Field(
         default=None,
         description="The encoder step this step undoes, as 'preprocess.NAME' or 'encoder.layer.NAME'; written "
         "by decoder derivation, drawn as a dashed edge in diagrams.",
     )
+
+    @field_validator("layer_scale")
+    @classmethod
+    def _finite_scale(cls, value: float | None) -> float | None:
+        if value is not None and not (value == value and abs(value) != float("inf")):
+            raise ValueError("layer_scale must be a finite number")
+        return value
 
 
 def _unique_names(steps: list[Step]) -> list[Step]:
@@ -53,29 +69,29 @@ def _unique_names(steps: list[Step]) -> list[Step]:
 
 
 class Stack(_Model):
-    """A layer (an ordered list of steps) repeated ``depth`` times, each repetition with its own weights."""
-
-    depth: int = Field(ge=1, description="Number of layers L; each repeats `layer` with fresh weights.")
-    layer: list[Step] = Field(min_length=1, description="The steps of one layer, in order.")
-
-    _check_layer = field_validator("layer")(_unique_names)
-
-
-class DecoderStack(_Model):
-    """A decoder: optional steps before and after its layers, and the layers themselves."""
+    """Layers (an ordered list of steps repeated ``depth`` times, fresh weights each time), with
+    optional steps before and after them."""
 
     pre: list[Step] = Field(
         default_factory=list,
-        description="Steps before the decoder layers (mask tokens, decoder position embeddings).",
+        description="Steps before the layers (a decoder's mask tokens, a class token before class attention).",
     )
-    depth: int = Field(ge=1, description="Number of decoder layers; each repeats `layer` with fresh weights.")
-    layer: list[Step] = Field(min_length=1, description="The steps of one decoder layer, in order.")
+    depth: int = Field(ge=1, description="Number of layers L; each repeats `layer` with fresh weights.")
+    layer: list[Step] = Field(min_length=1, description="The steps of one layer, in order.")
     post: list[Step] = Field(
         default_factory=list,
-        description="Steps after the decoder layers (dropping the class token, predicting pixels).",
+        description="Steps after the layers (a final LayerNorm; a decoder's pixel prediction).",
     )
 
     _check_lists = field_validator("pre", "layer", "post")(_unique_names)
+
+    @model_validator(mode="after")
+    def _pre_post_names(self) -> "Stack":
+        names = [s.name for s in (*self.pre, *self.post)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"step names {twice} are used in both pre and post")
+        return self
 
 
 class Derive(_Model):
@@ -83,6 +99,12 @@ class Derive(_Model):
 
     derive: Literal["inverse"] = Field(
         description="'inverse': decoder layer l undoes encoder layer L-l, untied weights (001 Sec. 2.4-2.5)."
+    )
+    form: Literal["code", "listing3"] = Field(
+        default="code",
+        description="'code': as the authors' CRATE-MAE code computes it (decoder steps add back the "
+        "un-normalized input, no positions re-added, final LayerNorm eps 1e-6); 'listing3': paper 001's "
+        "Listing 3 (LN Y - MSSA(LN Y)) with positions re-added where the decoder starts.",
     )
 
 
@@ -93,7 +115,7 @@ def _decoder_kind(value: Any) -> str:
 
 
 Decoder = Annotated[
-    Union[Annotated[DecoderStack, Tag("stack")], Annotated[Derive, Tag("derive")]], Discriminator(_decoder_kind)
+    Union[Annotated[Stack, Tag("stack")], Annotated[Derive, Tag("derive")]], Discriminator(_decoder_kind)
 ]
 
 
@@ -150,11 +172,27 @@ class Spec(_Model):
         default=None,
         description="Optional decoder: an explicit stack, or {derive: inverse} to derive it from the encoder.",
     )
-    head: list[Step] = Field(default_factory=list, description="Steps after the encoder and decoder (task head).")
+    stacks: dict[str, Stack] = Field(
+        default_factory=dict,
+        description="More named stacks, run in order after the encoder and decoder (e.g. ToST's "
+        "class_attention). Each name is an identifier other than preprocess, encoder, decoder, stacks, head.",
+    )
+    head: list[Step] = Field(default_factory=list, description="Steps after every stack (task head).")
     reference: Reference | None = Field(default=None, description="The paper's parameter count for this model.")
 
     _check_preprocess = field_validator("preprocess", "head")(_unique_names)
     _locations: dict = PrivateAttr(default_factory=dict)  # key path -> Location, set by the loader
+    _references: dict = PrivateAttr(default_factory=dict)  # key path -> size name, for values written "${name}"
+    _swaps: dict = PrivateAttr(default_factory=dict)  # step path -> the primitive an override replaced
+    _notes: list = PrivateAttr(default_factory=list)  # what loading did that a user should hear about
+
+    def swaps(self) -> dict[tuple, str]:
+        """Steps whose primitive an override or a patch replaced: step path -> the replaced primitive."""
+        return self._swaps
+
+    def notes(self) -> list[str]:
+        """What loading did on its own (a variant's name, a dropped reference, dropped arguments)."""
+        return self._notes
 
     def __eq__(self, other: object) -> bool:
         """Specs are equal when they describe the same network; where they were written is not compared."""
@@ -171,41 +209,52 @@ class Spec(_Model):
                 return self._locations[path[:end]]
         return None
 
-    @model_validator(mode="after")
-    def _no_name_clash(self) -> "Spec":
-        once = [s.name for path, steps in self.step_lists() if "layer" not in path for s in steps]
-        twice = sorted({name for name in once if once.count(name) > 1})
-        if twice:
-            raise ValueError(f"step names {twice} are used in more than one of preprocess, decoder pre/post, head")
-        return self
+    @field_validator("stacks")
+    @classmethod
+    def _stack_names(cls, stacks: dict[str, Stack]) -> dict[str, Stack]:
+        for name in stacks:
+            if not re.match(IDENTIFIER, name) or name in RESERVED:
+                raise ValueError(f"stack name '{name}' must be an identifier other than {', '.join(RESERVED)}")
+        return stacks
 
-    def step_lists(self) -> Iterator[tuple[tuple[str, ...], list[Step]]]:
-        """Each list of steps with its spec path, in execution order."""
-        for path in STEP_LISTS:
-            owner: Any = self
-            for key in path:
-                owner = getattr(owner, key, None)
-            if isinstance(owner, list):
-                yield path, owner
+    def blocks(self) -> Iterator[tuple[str, tuple[str, ...], Stack | Derive]]:
+        """The stacks in execution order: ``(role, spec path, stack)``."""
+        yield "encoder", ("encoder",), self.encoder
+        if self.decoder is not None:
+            yield "decoder", ("decoder",), self.decoder
+        for name, stack in self.stacks.items():
+            yield name, ("stacks", name), stack
+
+    def step_lists(self) -> Iterator[tuple[str, tuple[str, ...], list[Step]]]:
+        """Each list of steps in execution order: ``(role, spec path, steps)``."""
+        yield "preprocess", ("preprocess",), self.preprocess
+        for role, path, stack in self.blocks():
+            if isinstance(stack, Stack):
+                for part in PARTS:
+                    yield role, (*path, part), getattr(stack, part)
+        yield "head", ("head",), self.head
 
     def stages(self) -> Iterator[tuple[str, int | None, tuple[str | int, ...], Step]]:
         """Every step in execution order: ``(role, layer index or None, spec path, step)``."""
-        for path, steps in self.step_lists():
-            block = getattr(self, path[0])
-            for layer in range(block.depth) if path[-1] == "layer" else [None]:
+        for role, path, steps in self.step_lists():
+            layers = range(self._stack(path).depth) if path[-1] == "layer" else [None]
+            for layer in layers:
                 for i, step in enumerate(steps):
-                    yield path[0], layer, (*path, i), step
+                    yield role, layer, (*path, i), step
+
+    def _stack(self, path: tuple[str, ...]) -> Stack:
+        return self.stacks[path[1]] if path[0] == "stacks" else getattr(self, path[0])
+
+    @model_validator(mode="after")
+    def _no_name_clash(self) -> "Spec":
+        once = [s.name for _, path, steps in self.step_lists() if path[-1] != "layer" for s in steps]
+        twice = sorted({name for name in once if once.count(name) > 1})
+        if twice:
+            raise ValueError(f"step names {twice} are used in more than one list outside the layers")
+        return self
 
 
-# Where lists of steps live, in execution order.
-STEP_LISTS = (
-    ("preprocess",),
-    ("encoder", "layer"),
-    ("decoder", "pre"),
-    ("decoder", "layer"),
-    ("decoder", "post"),
-    ("head",),
-)
+PARTS = ("pre", "layer", "post")  # the lists of steps of a stack, in execution order
 
 
 REFERENCE = re.compile(r"\$\{([^}]*)\}")

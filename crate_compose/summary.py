@@ -29,6 +29,7 @@ class Summary:
     params_trainable: int
     steps: list[StepRow] = field(default_factory=list)
     reference: dict | None = None  # the paper's count (see Spec.reference), with this build's deviation
+    notes: list[str] = field(default_factory=list)  # what loading did on its own (variant name, swaps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,6 +57,8 @@ class Summary:
                 lines.append("  " + "  ".join("-" * w for w in widths))
         parts = ", ".join(f"{role} {count:,}" for role, count in self.by_role().items())
         lines.append(f"parameters: {self.params_total:,} total, {self.params_trainable:,} trainable ({parts})")
+        for note in self.notes:
+            lines.append(f"note: {note}")
         if self.reference:
             ref = self.reference
             verdict = "exact" if ref["deviation"] == 0 else f"{ref['deviation']:+.2%}"
@@ -75,7 +78,7 @@ def summarize(module: fx.GraphModule) -> Summary:
     for node in module.graph.nodes:
         if node.op == "placeholder":
             input_shape = list(node.meta["shape"])
-        elif node.op == "call_module":
+        elif node.op == "call_module" and "spec_path" in node.meta:
             sub = module.get_submodule(node.target)
             shape = node.meta["shape"] or next(iter(node.users)).meta["shape"]  # tokens of a multi-output step
             params = list(sub.parameters())
@@ -107,4 +110,5 @@ def summarize(module: fx.GraphModule) -> Summary:
         params_trainable=sum(p.numel() for p in unique if p.requires_grad),
         steps=steps,
         reference=reference,
+        notes=list(spec.notes()),
     )

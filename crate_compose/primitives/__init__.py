@@ -6,4 +6,4 @@ decoders), ``mask`` (masked autoencoding), ``norm``, ``head``, and ``standard`` 
 for baselines).
 """
 
-from . import compress, diffuse, embed, head, mask, norm, sparsify, standard  # noqa: F401
+from . import aot, coding_rate, compress, denoise, diffuse, embed, head, mask, norm, sparsify, standard, tost, tssa  # noqa: F401

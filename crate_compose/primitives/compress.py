@@ -7,6 +7,8 @@ MSSA as CRATE implements it (paper 003 eq. 11-12 and App. B.1 eq. 115, Algorithm
     z   = x + concat_k(h_k) @ W_o^T + b_o   # learned output (eq. 115)
 or, with the output tied to U (eq. 11-12, book eq. 5.3.2),
     z   = x + eta * concat_k(h_k) @ U^T
+and, with the step size kappa of eq. 10 (``kappa`` set; ``c = kappa p / (n eps^2)``),
+    z   = (1 - c) x + c * MSSA(LN x)
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Inverse, Shape, primitive, token_dim
+from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
+from ..residual import Residual
 
 
-class MSSA(nn.Module):
+class MSSA(Residual):
     """``x + MSSA(LN x | U)``: one step of gradient descent on R^c (003 eq. 10-12, 115).
 
     Shapes: ``x`` is ``(B, n, d)``; ``U`` maps ``d -> K*p``; heads are ``(B, K, n, p)``.
@@ -38,10 +41,14 @@ class MSSA(nn.Module):
         causal: bool = False,
         step_size: float = 1.0,
         norm: bool = True,
+        eps: float = 1e-5,
+        kappa: float | None = None,
+        rate_eps: float = 0.5,
     ) -> None:
         super().__init__()
         self.heads, self.head_dim, self.causal, self.step_size = heads, head_dim, causal, step_size
-        self.norm = nn.LayerNorm(dim) if norm else nn.Identity()
+        self.kappa, self.rate_eps = kappa, rate_eps
+        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
         self.out = nn.Linear(heads * head_dim, dim, bias=bias) if output == "learned" else None
 
@@ -51,11 +58,18 @@ class MSSA(nn.Module):
         h = F.scaled_dot_product_attention(w, w, w, is_causal=self.causal)  # softmax(w w^T p^-1/2) w
         return h.transpose(1, 2).flatten(2)  # (B, n, K*p)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.attend(self.norm(x))
-        if self.out is None:  # tied: back through U itself, h @ U^T in column notation
-            return x + self.step_size * (h @ self.subspaces.weight)
-        return x + self.out(h)
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """Back to tokens: the learned output, or (tied) ``eta * h U^T`` in row notation."""
+        if self.out is None:
+            return self.step_size * (h @ self.subspaces.weight)
+        return self.out(h)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        branch = self.project(self.attend(self.norm(x)))
+        if self.kappa is None:
+            return x, branch
+        c = self.kappa * self.head_dim / (x.shape[1] * self.rate_eps**2)  # kappa p / (N eps^2), eq. 10
+        return (1 - c) * x, c * branch
 
 
 class MSSAArgs(Args):
@@ -76,6 +90,14 @@ class MSSAArgs(Args):
         default=1.0, gt=0, description="Step size eta of the tied update x + eta * MSSA (ignored when output is learned)."
     )
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE: yes).")
+    eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (CRATE-alpha: 1e-6).")
+    kappa: float | None = Field(
+        default=None,
+        gt=0,
+        description="Step size kappa of 003 eq. 10: (1 - c) Z + c MSSA(Z) with c = kappa p / (N eps^2). "
+        "Unset: the plain residual Z + MSSA(Z) that CRATE trains.",
+    )
+    rate_eps: float = Field(default=0.5, gt=0, description="Quantization eps of the coding rate, used with kappa.")
 
 
 def head_dim_of(heads: int, head_dim: int | None, dim: int) -> int:
@@ -87,21 +109,38 @@ def head_dim_of(heads: int, head_dim: int | None, dim: int) -> int:
     return dim // heads
 
 
+def mssa_update(args: MSSAArgs, sign: str = "+", skip: str = "Z") -> str:
+    """The update in the papers' notation, showing every setting that changes the math."""
+    z = "LN Z" if args.norm else "Z"
+    name = "MSSA_causal" if args.causal else "MSSA"
+    attend = f"{name}({z} | U)"
+    if args.output == "tied":
+        attend = f"{'η·' if args.step_size != 1 else ''}{attend}·Uᵀ"
+    if args.kappa is not None:
+        return f"(1 − c)Z {sign} c·{attend}, c = κp/(Nε²)"
+    return f"{skip} {sign} {attend}"
+
+
 @primitive(
     "mssa",
     args=MSSAArgs,
     kind="compress",
     objective="coding rate R^c(Z | U) (descent)",
     equation="003 eq. 10-12, 115; Alg. 3",
-    update="Z + MSSA(LN Z | U)",
+    update=mssa_update,
     description="Multi-head subspace self-attention: one gradient step compressing tokens against K subspaces.",
-    inverse=Inverse("mssa_ascent", lambda args, shape: args.model_dump()),
+    inverse=Inverse(
+        "mssa_ascent",
+        lambda args, shape: args.model_dump(),
+        forms={"listing3": Inverse("mssa_ascent", lambda args, shape: {**args.model_dump(), "residual": "normalized"})},
+    ),
+    example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
 )
 def mssa(args: MSSAArgs, shape: Shape) -> nn.Module:
     return mssa_module(MSSA, args, token_dim(shape, "mssa"))
 
 
-def mssa_module(cls: type[MSSA], args: MSSAArgs, dim: int) -> MSSA:
+def mssa_module(cls: type[MSSA], args: MSSAArgs, dim: int, **extra) -> MSSA:
     """An MSSA-form module of class ``cls`` from spec arguments."""
     return cls(
         dim,
@@ -112,4 +151,8 @@ def mssa_module(cls: type[MSSA], args: MSSAArgs, dim: int) -> MSSA:
         causal=args.causal,
         step_size=args.step_size,
         norm=args.norm,
+        eps=args.eps,
+        kappa=args.kappa,
+        rate_eps=args.rate_eps,
+        **extra,
     )

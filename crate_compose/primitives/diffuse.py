@@ -4,10 +4,13 @@ Decoder layer ``g^l`` undoes encoder layer ``f^{L-l}``, its operations in revers
 its own (untied) weights:
 
 * the inverse of the ISTA step is a learned dictionary: ``y = LN_a(x) E^T``;
-* the inverse of the MSSA step is a step of *ascent* on the coding rate (001 eq. 2.16):
-  ``y = LN_b(y); out = y - MSSA(y | V)``.
+* the inverse of the MSSA step is a step of *ascent* on the coding rate (001 eq. 2.16),
+  ``y - MSSA(LN_b y | V)`` as the authors' code computes it (the residual adds back the
+  un-normalized ``y``), or ``LN_b(y) - MSSA(LN_b y | V)`` as paper 001's Listing 3 writes it
+  (``residual: normalized``).
 
-So one CRATE-MAE decoder layer is ``y = LN_a(x) E^T; y = LN_b(y); out = y - MSSA(y)``.
+So one CRATE-MAE decoder layer is ``y = LN_a(x) E^T; out = y - MSSA(LN_b y)`` (code) or
+``y = LN_b(LN_a(x) E^T); out = y - MSSA(y)`` (Listing 3).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Inverse, Shape, primitive, token_dim
-from .compress import MSSA, MSSAArgs, mssa_module
+from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
+from .compress import MSSA, MSSAArgs, mssa_module, mssa_update
 
 
 class AscentArgs(MSSAArgs):
@@ -31,19 +34,32 @@ class AscentArgs(MSSAArgs):
         description="'learned': a separate output Linear(K*p, d) (001 Listing 3); 'tied': back through V itself.",
     )
     step_size: float = Field(
-        default=1.0, gt=0, description="Step size eta of the tied ascent LN Z - eta * MSSA (ignored when learned)."
+        default=1.0, gt=0, description="Step size eta of the tied ascent Z - eta * MSSA (ignored when learned)."
+    )
+    residual: Literal["input", "normalized"] = Field(
+        default="input",
+        description="'input': Z - MSSA(LN Z | V), the authors' CRATE-MAE code; 'normalized': LN Z - MSSA(LN Z | V), "
+        "paper 001's Listing 3.",
     )
 
 
 class MSSAAscent(MSSA):
-    """``y - MSSA(y | V)`` with ``y = LN_b(x)``: a gradient *ascent* step on R^c (001 eq. 2.16)."""
+    """``y - MSSA(LN_b y | V)``: a gradient *ascent* step on R^c (001 eq. 2.16); with
+    ``residual='normalized'``, ``LN_b y - MSSA(LN_b y | V)`` (Listing 3)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def __init__(self, *args, residual: str = "input", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.residual = residual
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y = self.norm(x)
-        h = self.attend(y)
-        if self.out is None:
-            return y - self.step_size * (h @ self.subspaces.weight)
-        return y - self.out(h)
+        skip = y if self.residual == "normalized" else x
+        return skip, -self.project(self.attend(y))
+
+
+def _ascent_update(args: AscentArgs) -> str:
+    skip = ("LN Z" if args.norm else "Z") if args.residual == "normalized" else "Z"
+    return mssa_update(args, sign="−", skip=skip).replace("| U)", "| V)")
 
 
 @primitive(
@@ -52,20 +68,21 @@ class MSSAAscent(MSSA):
     kind="diffuse",
     objective="coding rate R^c(Z | V) (ascent: expands what compression contracted)",
     equation="001 eq. 2.16; Listing 3",
-    update="LN Z − MSSA(LN Z | V)",
+    update=_ascent_update,
     description="Inverse of the MSSA step: one step of ascent on the coding rate, with its own subspaces V.",
-    inverse=Inverse("mssa", lambda args, shape: args.model_dump()),
+    inverse=Inverse("mssa", lambda args, shape: args.model_dump(exclude={"residual"})),
+    example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
 )
 def mssa_ascent(args: AscentArgs, shape: Shape) -> nn.Module:
-    return mssa_module(MSSAAscent, args, token_dim(shape, "mssa_ascent"))
+    return mssa_module(MSSAAscent, args, token_dim(shape, "mssa_ascent"), residual=args.residual)
 
 
 class Dictionary(nn.Module):
     """``LN_a(x) E^T``: synthesize tokens from sparse codes with a learned dictionary E (001 Listing 3)."""
 
-    def __init__(self, dim: int, *, norm: bool = True) -> None:
+    def __init__(self, dim: int, *, norm: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(dim) if norm else nn.Identity()
+        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.dictionary = nn.Parameter(torch.empty(dim, dim))  # E, as nn.Linear(d, d, bias=False)
         nn.init.kaiming_uniform_(self.dictionary, a=5**0.5)  # nn.Linear's default init
 
@@ -75,6 +92,7 @@ class Dictionary(nn.Module):
 
 class DictionaryArgs(Args):
     norm: bool = Field(default=True, description="Apply LayerNorm before the dictionary (CRATE-MAE: yes).")
+    eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon.")
 
 
 @primitive(
@@ -83,8 +101,9 @@ class DictionaryArgs(Args):
     kind="diffuse",
     objective="none (synthesis Z = E X: undoes the sparse coding step)",
     equation="001 eq. 2.17, 2.20; Listing 3",
-    update="E · LN Z",
+    update=lambda args: "E · LN Z" if args.norm else "E · Z",
     description="Inverse of the ISTA step: a learned linear dictionary E applied to normalized codes.",
+    example=Example({}, (16, 32)),
 )
 def dictionary(args: DictionaryArgs, shape: Shape) -> nn.Module:
-    return Dictionary(token_dim(shape, "dictionary"), norm=args.norm)
+    return Dictionary(token_dim(shape, "dictionary"), norm=args.norm, eps=args.eps)

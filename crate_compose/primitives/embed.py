@@ -1,21 +1,22 @@
 """Pre-processing: images to tokens (003 App. B.1, Algorithm 1).
 
 ``patch_embed``: split into ``P x P`` patches flattened in ``(p1 p2 c)`` order, then
-``LN(P*P*C) -> Linear(P*P*C, d) -> LN(d)``. ``class_token`` prepends a learned token.
-``positions`` adds a position embedding: learned (CRATE, init randn) or the frozen 2-D sine-cosine
-table of MAE / CRATE-MAE.
+``LN(P*P*C) -> Linear(P*P*C, d) -> LN(d)`` (CRATE), or a strided ``Conv2d(C, d, P, stride P)``
+with bias and no LayerNorms (``projection: conv``: CRATE-MAE's and CRATE-alpha's code, ViT).
+It records the patch grid ``(H/P, W/P)`` in the build context. ``class_token`` prepends a learned
+token. ``positions`` adds a position embedding: learned (CRATE, init randn) or the frozen 2-D
+sine-cosine table of MAE / CRATE-MAE, laid out on the grid the patch embedding produced.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Inverse, NoArgs, Shape, primitive, token_dim
+from ..registry import Args, Context, Example, Inverse, Shape, primitive, token_dim
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -41,10 +42,34 @@ class PatchEmbed(nn.Module):
         return self.norm_out(self.project(self.norm_in(patchify(images, self.patch_size))))
 
 
+class ConvPatchEmbed(nn.Module):
+    """``Conv2d(C, d, P, stride P)`` then flatten the grid row by row: ``(B, C, H, W) -> (B, hw, d)``."""
+
+    def __init__(self, channels: int, patch_size: int, dim: int) -> None:
+        super().__init__()
+        self.project = nn.Conv2d(channels, dim, patch_size, stride=patch_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.project(images).flatten(2).transpose(1, 2)  # (B, d, h, w) -> (B, hw, d)
+
+
 class PatchEmbedArgs(Args):
     patch_size: int = Field(ge=1, description="Side P of the square patches.")
     dim: int = Field(ge=1, description="Token dimension d.")
-    norm: bool = Field(default=True, description="LayerNorm before and after the projection (CRATE: yes).")
+    norm: bool = Field(
+        default=True, description="LayerNorm before and after a linear projection (CRATE: yes; not with conv)."
+    )
+    projection: Literal["linear", "conv"] = Field(
+        default="linear",
+        description="'linear': Linear on (p1 p2 c)-flattened patches (CRATE); 'conv': a strided Conv2d with bias, "
+        "as the CRATE-MAE and CRATE-alpha code and ViT (same parameter count, (c p1 p2) weight layout).",
+    )
+
+
+def _patch_update(args: PatchEmbedArgs) -> str:
+    if args.projection == "conv":
+        return "Conv_P(X) → tokens"
+    return "LN(W · LN(patches) + b)" if args.norm else "W · patches + b"
 
 
 @primitive(
@@ -53,42 +78,67 @@ class PatchEmbedArgs(Args):
     kind="preprocess",
     objective="none (fixed lifting of pixels to tokens)",
     equation="003 App. B.1, Alg. 1",
-    update="LN(W · LN(patches) + b)",
-    description="Split images into P x P patches ((p1 p2 c) order) and embed: LN -> Linear -> LN.",
-    inverse=Inverse("pixel_head", lambda args, shape: {"patch_size": args.patch_size, "channels": shape[0]}),
+    update=_patch_update,
+    description="Split images into P x P patches and embed them: LN -> Linear -> LN, or a strided Conv2d.",
+    # The authors' CRATE-MAE decoder ends with LN(eps 1e-6) -> Linear; paper 001's Listing 3 form keeps 1e-5.
+    inverse=Inverse(
+        "pixel_head",
+        lambda args, shape: {"patch_size": args.patch_size, "eps": 1e-6},
+        forms={"listing3": Inverse("pixel_head", lambda args, shape: {"patch_size": args.patch_size})},
+    ),
+    example=Example({"patch_size": 8, "dim": 32}, (3, 32, 32)),
 )
-def patch_embed(args: PatchEmbedArgs, shape: Shape) -> nn.Module:
-    if len(shape) != 3:
-        raise ValueError(f"patch_embed takes images of shape (C, H, W); got input of shape {shape}")
-    c, h, w = shape
+def patch_embed(args: PatchEmbedArgs, shape: Shape, context: Context) -> nn.Module:
+    c, h, w = image_shape(shape, "patch_embed")
     if h % args.patch_size or w % args.patch_size:
         raise ValueError(f"image size {h}x{w} is not divisible by patch_size={args.patch_size}")
+    context.grid = (h // args.patch_size, w // args.patch_size)
+    if args.projection == "conv":
+        if args.norm:
+            raise ValueError("projection 'conv' has no LayerNorms (as the authors' code): set norm: false")
+        return ConvPatchEmbed(c, args.patch_size, args.dim)
     return PatchEmbed(c, args.patch_size, args.dim, norm=args.norm)
+
+
+def image_shape(shape: Shape, name: str) -> tuple[int, int, int]:
+    """``(C, H, W)`` of an image input; a clear error for anything else."""
+    if len(shape) != 3:
+        raise ValueError(f"{name} takes images of shape (C, H, W); got input of shape {shape}")
+    return shape  # type: ignore[return-value]
 
 
 class ClassToken(nn.Module):
     """Prepend a learned class token (init randn, 003 Alg. 1): ``(B, n, d) -> (B, n+1, d)``."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, *, init: str = "randn") -> None:
         super().__init__()
         self.token = nn.Parameter(torch.randn(1, 1, dim))
+        if init == "trunc_normal":  # ToST / XCiT: truncated normal, std 0.02
+            nn.init.trunc_normal_(self.token, std=0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)
 
 
+class ClassTokenArgs(Args):
+    init: Literal["randn", "trunc_normal"] = Field(
+        default="randn", description="'randn': N(0, 1) (CRATE); 'trunc_normal': truncated normal, std 0.02 (ToST)."
+    )
+
+
 @primitive(
     "class_token",
-    args=NoArgs,
+    args=ClassTokenArgs,
     kind="preprocess",
     objective="none (summary token for classification)",
     equation="003 App. B.1, Alg. 1",
     update="[z_cls, Z]",
     description="Prepend a learned class token.",
     inverse=Inverse("drop_tokens", lambda args, shape: {"count": 1}),
+    example=Example({}, (16, 32)),
 )
-def class_token(args: NoArgs, shape: Shape) -> nn.Module:
-    return ClassToken(token_dim(shape, "class_token"))
+def class_token(args: ClassTokenArgs, shape: Shape) -> nn.Module:
+    return ClassToken(token_dim(shape, "class_token"), init=args.init)
 
 
 def sincos_2d(dim: int, grid: tuple[int, int], leading: int = 0) -> torch.Tensor:
@@ -134,20 +184,18 @@ class PositionsArgs(Args):
     )
     grid: tuple[int, int] | None = Field(
         default=None,
-        description="Patch grid (h, w) for 'sincos2d'; default the largest square that fits the tokens. "
+        description="Patch grid (h, w) for 'sincos2d'; default the grid of the patch embedding before it. "
         "Tokens before the grid (a class token) get a zero embedding.",
     )
 
 
-def _grid(args: PositionsArgs, tokens: int) -> tuple[int, int]:
-    if args.grid is not None:
-        grid = args.grid
-    else:
-        side = math.isqrt(tokens)
-        grid = (side, side)
+def _grid(args: PositionsArgs, tokens: int, context: Context) -> tuple[int, int]:
+    grid = args.grid or context.grid
+    if grid is None:
+        raise ValueError("'sincos2d' positions need a patch grid: put them after a patch embedding, or give grid")
     if grid[0] * grid[1] > tokens:
-        raise ValueError(f"grid {grid} has more cells than the {tokens} tokens")
-    return grid
+        raise ValueError(f"grid {tuple(grid)} has more cells than the {tokens} tokens")
+    return tuple(grid)  # type: ignore[return-value]
 
 
 @primitive(
@@ -158,14 +206,26 @@ def _grid(args: PositionsArgs, tokens: int) -> tuple[int, int]:
     equation="003 App. B.1, Alg. 1; 001 Sec. 3",
     update="Z + E_pos",
     description="Add a position embedding: learned (randn) or the frozen 2-D sine-cosine table.",
-    inverse=Inverse("positions", lambda args, shape: args.model_dump(), where="prologue"),
+    # The authors' CRATE-MAE code adds positions once, at the encoder input; MAE (and the listing3
+    # form) adds them again where the decoder starts.
+    inverse=Inverse(
+        None,
+        where="prologue",
+        forms={"listing3": Inverse("positions", lambda args, shape: args.model_dump(), where="prologue")},
+    ),
+    example=Example({"init": "randn"}, (17, 32)),
 )
-def positions(args: PositionsArgs, shape: Shape) -> nn.Module:
+def positions(args: PositionsArgs, shape: Shape, context: Context) -> nn.Module:
     dim = token_dim(shape, "positions")
+    if context.shuffled:
+        raise ValueError(
+            "positions after a mask in drop mode would number the visible tokens as if they were the whole "
+            "image; add positions before the mask"
+        )
     tokens = shape[0]
     table = None
     if args.init == "sincos2d":
-        grid = _grid(args, tokens)
+        grid = _grid(args, tokens, context)
         table = sincos_2d(dim, grid, leading=tokens - grid[0] * grid[1])
     return Positions(tokens, dim, table=table, trainable=args.trainable)
 
@@ -173,9 +233,9 @@ def positions(args: PositionsArgs, shape: Shape) -> nn.Module:
 class PixelHead(nn.Module):
     """``LN -> Linear(d, P*P*C)``: predict each token's patch of pixels, ``(p1 p2 c)`` order (001 Sec. 3)."""
 
-    def __init__(self, dim: int, patch_size: int, channels: int, *, norm: bool = True) -> None:
+    def __init__(self, dim: int, patch_size: int, channels: int, *, norm: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(dim) if norm else nn.Identity()
+        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.predict = nn.Linear(dim, patch_size * patch_size * channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -184,8 +244,9 @@ class PixelHead(nn.Module):
 
 class PixelHeadArgs(Args):
     patch_size: int = Field(ge=1, description="Side P of the patches to predict.")
-    channels: int = Field(default=3, ge=1, description="Image channels C.")
+    channels: int | None = Field(default=None, ge=1, description="Image channels C; default the input image's.")
     norm: bool = Field(default=True, description="LayerNorm before the prediction (CRATE-MAE: yes).")
+    eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (the authors' CRATE-MAE code: 1e-6).")
 
 
 @primitive(
@@ -196,9 +257,13 @@ class PixelHeadArgs(Args):
     equation="001 Sec. 3, App. B.1",
     update="W · LN Z + b → pixels",
     description="Inverse of patch_embed: predict the P x P x C pixels of every token ((p1 p2 c) order).",
+    example=Example({"patch_size": 8, "channels": 3}, (16, 32)),
 )
-def pixel_head(args: PixelHeadArgs, shape: Shape) -> nn.Module:
-    return PixelHead(token_dim(shape, "pixel_head"), args.patch_size, args.channels, norm=args.norm)
+def pixel_head(args: PixelHeadArgs, shape: Shape, context: Context) -> nn.Module:
+    channels = args.channels or (context.image[0] if context.image else None)
+    if channels is None:
+        raise ValueError("pixel_head needs channels: the input is not an image, so give channels")
+    return PixelHead(token_dim(shape, "pixel_head"), args.patch_size, channels, norm=args.norm, eps=args.eps)
 
 
 class DropTokens(nn.Module):
@@ -224,6 +289,7 @@ class DropTokensArgs(Args):
     equation="001 Sec. 3",
     update="Z[:, k:]",
     description="Inverse of class_token: drop leading tokens so only image tokens remain.",
+    example=Example({"count": 1}, (17, 32)),
 )
 def drop_tokens(args: DropTokensArgs, shape: Shape) -> nn.Module:
     token_dim(shape, "drop_tokens")  # tokens (n, d) only

@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Shape, primitive, token_dim
+from ..registry import Args, Example, Shape, primitive, token_dim
 
 
 class Classify(nn.Module):
@@ -39,6 +39,7 @@ class ClassifyArgs(Args):
     equation="003 Sec. 3, Alg. 1",
     update="W · LN(z_cls) + b",
     description="Classification head: pool tokens (class token or mean), LayerNorm, Linear.",
+    example=Example({"classes": 10}, (17, 32)),
 )
 def classify(args: ClassifyArgs, shape: Shape) -> nn.Module:
     return Classify(token_dim(shape, "classify"), args.classes, pool=args.pool, norm=args.norm)

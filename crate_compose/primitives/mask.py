@@ -19,7 +19,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Inverse, Shape, primitive, token_dim
+from ..registry import Args, Context, Example, Inverse, Shape, primitive, token_dim
 
 
 def _mask_token(dim: int) -> nn.Parameter:
@@ -78,11 +78,14 @@ def _unmask_rule(args: MaskArgs, shape: Shape) -> dict | None:
     description="Hide a random fraction of image tokens: replaced by a mask token, or dropped.",
     inverse=Inverse("unmask", _unmask_rule, where="prologue"),
     publishes=("mask", "restore"),
+    example=Example({"ratio": 0.5, "mode": "replace"}, (16, 32)),
 )
-def mask(args: MaskArgs, shape: Shape) -> nn.Module:
+def mask(args: MaskArgs, shape: Shape, context: Context) -> nn.Module:
     tokens = shape[0] - args.skip
     if tokens < 1:
         raise ValueError(f"skip={args.skip} leaves no tokens to mask out of {shape[0]}")
+    if args.mode == "drop":
+        context.shuffled = True
     return Mask(token_dim(shape, "mask"), tokens, ratio=args.ratio, mode=args.mode, skip=args.skip)
 
 
@@ -119,8 +122,9 @@ class UnmaskArgs(Args):
     description="Inverse of mask (drop mode): insert learned mask tokens and unshuffle.",
     consumes=("restore",),
 )
-def unmask(args: UnmaskArgs, shape: Shape) -> nn.Module:
+def unmask(args: UnmaskArgs, shape: Shape, context: Context) -> nn.Module:
     skip = shape[0] - args.visible
     if skip < 0 or args.visible > args.tokens:
         raise ValueError(f"{shape[0]} input tokens cannot hold {args.visible} visible tokens of {args.tokens}")
+    context.shuffled = False  # every token is back in its place
     return Unmask(token_dim(shape, "unmask"), args.tokens, skip=skip)

@@ -1,11 +1,12 @@
-"""Normalization as a step of its own (most steps carry their own LayerNorm)."""
+"""Normalization as a step of its own (most steps carry their own LayerNorm): a stack's final
+``LN`` (CRATE-MAE's and ToST's encoders end with one, eps 1e-6)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Inverse, Shape, primitive
+from ..registry import Args, Example, Inverse, Shape, primitive
 
 
 class LayerNormArgs(Args):
@@ -20,7 +21,10 @@ class LayerNormArgs(Args):
     equation="Ba et al. 2016",
     update="LN Z",
     description="LayerNorm over the feature axis, with affine weights.",
-    inverse=Inverse("layernorm", lambda args, shape: args.model_dump()),
+    # Not invertible (it forgets each token's mean and scale). A derived decoder leaves it out, as the
+    # authors' CRATE-MAE code does with its encoder's final LayerNorm: the decoder steps normalize anyway.
+    inverse=Inverse(None),
+    example=Example({"eps": 1e-6}, (16, 32)),
 )
 def layernorm(args: LayerNormArgs, shape: Shape) -> nn.Module:
     return nn.LayerNorm(shape[-1], eps=args.eps)

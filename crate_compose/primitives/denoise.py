@@ -1,0 +1,62 @@
+"""Denoising against a mixture of subspaces: Tweedie's formula, per token (003 eq. 6).
+
+For tokens drawn from a mixture of K Gaussians on subspaces ``U_k`` (``d x p``) plus noise of
+variance ``sigma^2``, the posterior mean of the clean token is, per token ``z`` (columns)::
+
+    z+ = [U_1 .. U_K] (diag(softmax_k(||U_k^T z||^2 / (2 sigma^2))) (x) I_p) [U_1^T z; ..; U_K^T z]
+
+i.e. each token is projected onto every subspace and the projections are averaged with the
+posterior memberships. No token interacts with another (this is the *per-token* operator that
+MSSA's attention generalizes, 003 Sec. 2.3) and there is no residual.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from ..registry import Args, Example, Shape, primitive, token_dim
+from .compress import head_dim_of
+
+
+class SubspaceDenoiser(nn.Module):
+    """``sum_k U_k softmax_k(||U_k^T z||^2 / (2 sigma^2)) U_k^T z`` for every token (003 eq. 6)."""
+
+    def __init__(
+        self, dim: int, heads: int, head_dim: int, *, sigma: float = 1.0, norm: bool = False, eps: float = 1e-5
+    ) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.sigma = heads, head_dim, sigma
+        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.subspaces(self.norm(x)).unflatten(-1, (self.heads, self.head_dim))  # (B, n, K, p): U_k^T z
+        pi = torch.softmax(w.pow(2).sum(-1) / (2 * self.sigma**2), dim=-1)  # (B, n, K) memberships
+        return (pi.unsqueeze(-1) * w).flatten(2) @ self.subspaces.weight  # (B, n, d): sum_k U_k pi_k U_k^T z
+
+
+class DenoiseArgs(Args):
+    heads: int = Field(ge=1, description="Number of subspaces K.")
+    head_dim: int | None = Field(default=None, ge=1, description="Subspace dimension p; default d / heads.")
+    sigma: float = Field(default=1.0, gt=0, description="Noise level sigma of the mixture model (softmax temperature 2 sigma^2).")
+    norm: bool = Field(default=False, description="Apply LayerNorm before the step (eq. 6 has none).")
+    eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (when norm is true).")
+
+
+@primitive(
+    "denoise",
+    args=DenoiseArgs,
+    kind="denoise",
+    objective="posterior mean E[z_clean | z] under a mixture of subspace Gaussians (Tweedie's formula)",
+    equation="003 eq. 6",
+    update=lambda args: "Σ_k U_k softmax_k(‖U_kᵀZ‖² / 2σ²) U_kᵀZ" + (",  Z ← LN Z" if args.norm else ""),
+    description="Subspace denoiser: projects each token onto K subspaces and averages with posterior memberships.",
+    example=Example(args={"heads": 2}, shape=(8, 16)),
+)
+def denoise(args: DenoiseArgs, shape: Shape) -> nn.Module:
+    dim = token_dim(shape, "denoise")
+    return SubspaceDenoiser(
+        dim, args.heads, head_dim_of(args.heads, args.head_dim, dim), sigma=args.sigma, norm=args.norm, eps=args.eps
+    )

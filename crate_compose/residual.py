@@ -1,0 +1,39 @@
+"""Residual steps and LayerScale, in one place for every primitive.
+
+Many optimization steps are written ``Z + step(Z)``: the identity term is the gradient step's
+``Z`` (MSSA, 003 eq. 10), a skip connection (MLP), or the un-normalized input of a decoder step
+(001, the authors' code). A primitive with such a form subclasses :class:`Residual` and writes
+only :meth:`Residual.split`, which returns ``(skip, branch)``; the forward pass is
+``skip + branch``, or ``skip + gamma * branch`` once the spec asks for LayerScale
+(``layer_scale: 1e-5`` on a step; ToST, CRATE-alpha, CaiT): a learned ``gamma`` of shape ``(d,)``
+initialized to that value. No primitive implements LayerScale itself.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Residual(nn.Module):
+    """A step ``skip(Z) + branch(Z)``; with LayerScale, ``skip(Z) + gamma * branch(Z)``."""
+
+    layer_scale: nn.Parameter | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer_scale = None
+
+    def split(self, x: torch.Tensor, *extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(skip, branch)`` of shape ``(B, n, d)`` each."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        skip, branch = self.split(x, *extra)
+        if self.layer_scale is not None:
+            branch = self.layer_scale * branch
+        return skip + branch
+
+    def enable_layer_scale(self, dim: int, init: float) -> None:
+        """Scale the branch by a learned ``gamma`` of shape ``(dim,)``, initialized to ``init``."""
+        self.layer_scale = nn.Parameter(torch.full((dim,), float(init)))

@@ -1,0 +1,172 @@
+"""Placing steps: build each step's module and infer its output shape, in execution order.
+
+This is the one module that infers shapes. Each new module runs once on meta tensors (no data,
+no FLOPs, its weights untouched), so the next primitive knows its input shape (``d``, the number
+of tokens) and the :class:`~crate_compose.registry.Context` earlier steps set (the patch grid).
+The builder turns the placed steps into fx nodes; decoder derivation reads their input shapes.
+
+Initial weights are *per step*: each step's module is initialized from its own random stream,
+seeded by the build seed and the step's place in the network (``encoder.layer_3.compress``), so
+swapping one step's primitive leaves every other step's initial weights bit-identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from . import registry
+from .errors import Problem, SpecError
+from .residual import Residual
+from .spec import Spec, Step
+
+META_BATCH = 2  # batch size of the meta tensors used to infer shapes
+Shape = tuple[int, ...]
+
+
+def target(role: str, layer: int | None, part: str | None, name: str) -> str:
+    """The submodule path: ``preprocess.patch_embed``, ``encoder.layer_3.compress``, ``encoder.norm``."""
+    if role == "preprocess" or role == "head":
+        return f"{role}.{name}"
+    return f"{role}.layer_{layer}.{name}" if part == "layer" else f"{role}.{name}"
+
+
+def step_seed(seed: int, place: str) -> int:
+    """The seed of one step's initial weights: a function of the build seed and the step's place only."""
+    digest = hashlib.sha256(f"{seed}/{place}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def infer(module: nn.Module, *inputs: torch.Tensor) -> Any:
+    """Run ``module`` on meta tensors: output shapes without data, FLOPs or touching its weights."""
+    state = {name: t.to("meta") for name, t in [*module.named_parameters(), *module.named_buffers()]}
+    return functional_call(module, state, inputs)
+
+
+@dataclass
+class Placed:
+    """One step of the network, built, with its input and output (meta tensors)."""
+
+    role: str
+    layer: int | None
+    part: str | None  # "pre", "layer", "post" inside a stack; None in preprocess and head
+    path: tuple
+    step: Step
+    primitive: registry.Primitive
+    target: str
+    module: nn.Module
+    input_shape: Shape
+    consumes: list[str]
+    output: torch.Tensor
+    published: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Initialize float64 weights in float64 (not in float32 and cast); half types init in float32."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype if dtype in (torch.float32, torch.float64) else torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def input_value(spec: Spec) -> torch.Tensor:
+    dtype = torch.int64 if spec.input.dtype == "int64" else torch.float32
+    return torch.empty((META_BATCH, *spec.input.shape), dtype=dtype, device="meta")
+
+
+def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta: bool = True) -> Iterator[Placed]:
+    """Build every step of ``spec`` (its decoder already explicit) in execution order.
+
+    ``meta=True`` builds on the meta device: shapes and parameter counts, no memory, no init cost.
+    The global random state is left as it was.
+    """
+    value = input_value(spec)
+    shape = tuple(spec.input.shape)
+    image = shape if len(shape) == 3 and spec.input.dtype != "int64" else None
+    context = registry.Context(image=image)
+    named: dict[str, torch.Tensor] = {}
+    device = torch.device("meta") if meta else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), device, _default_dtype(dtype):
+        for role, layer, path, step in spec.stages():
+            part = path[-2] if isinstance(path[-2], str) and path[-2] in ("pre", "layer", "post") else None
+            primitive = registry.get(step.primitive)
+            args = primitive.args.model_validate(step.args)
+            where = f"{role} layer {layer}" if layer is not None else role
+            missing = [name for name in primitive.consumes if name not in named]
+            if missing:
+                message = f"step '{step.name}' ({step.primitive}) needs {missing}, which no earlier step publishes"
+                raise SpecError([Problem(message, path, spec.locate(path))])
+            extra = [named[name] for name in primitive.consumes]
+            place_name = target(role, layer, part, step.name)
+            torch.manual_seed(step_seed(seed, place_name))
+            try:
+                module = primitive.build(args, shape, context)
+                _layer_scale(module, step, shape)
+                output = infer(module, value, *extra)
+            except Exception as error:  # a shape the primitive cannot take, reported where the step is written
+                reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+                message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
+                hint = _fitting(spec, path, step, shape, context)
+                raise SpecError([Problem(message, path, spec.locate(path), hint)]) from None
+            published: dict[str, torch.Tensor] = {}
+            if primitive.publishes:  # the step returns (tokens, *published)
+                output, *values = output
+                published = dict(zip(primitive.publishes, values))
+                named.update(published)
+            yield Placed(role, layer, part, path, step, primitive, place_name, module, shape,
+                         list(primitive.consumes), output, published)
+            value, shape = output, tuple(output.shape[1:])
+
+
+def _layer_scale(module: nn.Module, step: Step, shape: Shape) -> None:
+    if step.layer_scale is None:
+        return
+    if not isinstance(module, Residual):
+        with_residual = sorted(n for n, p in registry.all_primitives().items() if _is_residual(p))
+        raise ValueError(
+            f"layer_scale needs a residual step (Z + f(Z)), and {step.primitive} has none; "
+            f"primitives with one: {', '.join(with_residual)}"
+        )
+    module.enable_layer_scale(shape[-1], step.layer_scale)
+
+
+def _is_residual(primitive: registry.Primitive) -> bool:
+    if primitive.example is None:
+        return False
+    try:
+        with torch.device("meta"):
+            module = primitive.build(primitive.args.model_validate(primitive.example.args), primitive.example.shape)
+    except Exception:
+        return False
+    return isinstance(module, Residual)
+
+
+def _fitting(spec: Spec, path: tuple, step: Step, shape: Shape, context: registry.Context) -> str:
+    """For a swapped step that cannot take its input: the primitives of the same kind that can."""
+    swapped = spec.swaps().get(path)
+    if swapped is None:
+        return ""
+    kind = registry.get(swapped).kind
+    fits = []
+    for name, primitive in registry.all_primitives().items():
+        if primitive.kind != kind or primitive.consumes:
+            continue
+        accepted = {k: v for k, v in step.args.items() if k in primitive.args.model_fields}
+        try:
+            args = primitive.args.model_validate(accepted)
+            with torch.device("meta"):
+                module = primitive.build(args, shape, registry.Context(context.image, context.grid, context.shuffled))
+            infer(module, torch.empty((META_BATCH, *shape), device="meta"))
+        except Exception:
+            continue
+        fits.append(name)
+    return f"swapped from {swapped}; {kind} steps that fit here: {', '.join(fits) or 'none'}"
