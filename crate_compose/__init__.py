@@ -23,7 +23,8 @@ from .derive import derive_decoder
 from .loader import load as load_spec
 from .objectives import masked_reconstruction_loss, reconstruction_loss
 from .figures import diagram, render
-from .registry import Args, Inverse, Primitive, all_primitives, primitive
+from .registry import Args, Context, Example, Inverse, Primitive, all_primitives, load_plugins, primitive
+from .residual import Residual
 from .schema import json_schema
 from .spec import Spec
 from .summary import Summary, summarize
@@ -42,12 +43,14 @@ def validate(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
 def derive(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
     """``spec`` as an autoencoder: its decoder written out (the inverse of every encoder step).
 
-    The task head, if any, is dropped: the derived decoder's output is the reconstruction.
+    The task head and any further stacks are dropped: the derived decoder's output is the
+    reconstruction. Values written as ``${size}`` references stay references when dumped with
+    ``dump_spec(spec, references=True)``, in the derived steps too.
     """
     resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
-    explicit = resolved.model_copy(update={"decoder": derive_decoder(resolved), "head": [], "reference": None})
-    explicit._locations = resolved._locations
-    return explicit
+    return resolved.model_copy(
+        update={"decoder": derive_decoder(resolved), "stacks": {}, "head": [], "reference": None}
+    )
 
 
 def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
@@ -56,7 +59,7 @@ def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
 
 
 __all__ = [
-    "Args", "Inverse", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
+    "Args", "Context", "Example", "Inverse", "Residual", "load_plugins", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
     "derive", "derive_decoder", "diagram", "dump_spec", "inspect", "json_schema", "load", "load_spec",
     "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "render", "save", "spec_of", "summarize",
     "validate",

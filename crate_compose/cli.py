@@ -29,7 +29,22 @@ EPILOG = """examples:
   crate-compose inspect zoo/crate-large.yaml --json
   crate-compose derive specs/crate.yaml --out crate-ae.yaml   the encoder with its inverse decoder
   crate-compose list primitives
+  crate-compose inspect crate-tiny --set encoder.layer.compress.primitive=tssa    swap MSSA for TSSA
+  crate-compose inspect my-net.yaml --plugin my_steps.py    primitives of your own (a module or a .py file)
 """
+
+
+def _plugin_arguments() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--plugin",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import your own primitives first: a module name (my_lab.steps) or a .py file (repeatable)",
+    )
+    return parent
 
 
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,8 +85,12 @@ def parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--version", action="version", version=f"crate-compose {cc.__version__}")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    plugin = _plugin_arguments()
 
-    build = commands.add_parser("build", help="build a spec; write spec, code, summary and weights to --out")
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:  # every command takes --plugin
+        return commands.add_parser(name, parents=[plugin], **kwargs)
+
+    build = command("build", help="build a spec; write spec, code, summary and weights to --out")
     _spec_arguments(build)
     build.add_argument("--out", type=Path, help="output directory (default: out/<spec name>)")
     build.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
@@ -80,35 +99,41 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--render", action="store_true", help="also draw the architecture (diagram.svg in --out)")
     _diagram_arguments(build)
 
-    render = commands.add_parser("render", help="draw the architecture diagram")
+    render = command("render", help="draw the architecture diagram")
     _spec_arguments(render)
     render.add_argument(
         "--out", help="output file, or a directory to write <spec name>.<format> into (default: out/)"
     )
     _diagram_arguments(render)
 
-    validate = commands.add_parser("validate", help="check a spec (schema, primitives, shapes) without building weights")
+    validate = command("validate", help="check a spec (schema, primitives, shapes) without building weights")
     _spec_arguments(validate)
 
-    inspect = commands.add_parser("inspect", help="a row per step: primitive, output shape, parameters")
+    inspect = command("inspect", help="a row per step: primitive, output shape, parameters")
     _spec_arguments(inspect)
     inspect.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
-    derive = commands.add_parser(
+    derive = command(
         "derive", help="write the spec with its decoder derived explicitly (the inverse of every encoder step)"
     )
     _spec_arguments(derive)
     derive.add_argument("--out", type=Path, help="write the derived spec here instead of printing it")
 
-    listing = commands.add_parser("list", help="list registered primitives or zoo presets")
+    listing = command("list", help="list registered primitives or zoo presets")
     listing.add_argument("what", choices=["primitives", "zoo"])
 
-    commands.add_parser("schema", help="print the JSON Schema of the spec language")
+    command("schema", help="print the JSON Schema of the spec language")
     return top
+
+
+def _notes(spec) -> None:
+    for note in spec.notes():
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> int:
     spec = cc.load_spec(args.spec, args.overrides)
+    _notes(spec)
     model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype)
     out = args.out or Path("out") / spec.name
     summary = cc.summarize(model)
@@ -132,6 +157,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     spec = cc.validate(args.spec, args.overrides)
+    _notes(spec)
     print(f"{args.spec}: ok ({spec.name})")
     return 0
 
@@ -144,7 +170,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _derive(args: argparse.Namespace) -> int:
     spec = cc.load_spec(args.spec, args.overrides)
-    text = cc.dump_spec(cc.derive(spec))
+    _notes(spec)
+    text = cc.dump_spec(cc.derive(spec), references=True)
     header = f"# Derived by `crate-compose derive {args.spec}`: edit freely, then build this file.\n"
     if spec.head:
         dropped = ", ".join(f"{step.name} ({step.primitive})" for step in spec.head)
@@ -163,7 +190,7 @@ def _list(args: argparse.Namespace) -> int:
             spec = cc.load_spec(path)
             print(f"{name:<20} {spec.description}")
         return 0
-    rows = [(p.name, p.kind, p.update, p.equation, p.description) for p in cc.all_primitives().values()]
+    rows = [(p.name, p.kind, p.update_for(), p.equation, p.description) for p in cc.all_primitives().values()]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for name, kind, update, equation, description in rows:
         print(f"{name:<{widths[0]}}  {kind:<{widths[1]}}  {update:<{widths[2]}}  {equation}")
@@ -190,6 +217,7 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        cc.load_plugins(args.plugins)
         return COMMANDS[args.command](args)
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -57,6 +57,8 @@ class DrawnStep:
     spec_path: tuple
     shape: tuple
     params: int
+    update: str
+    part: str | None = None
     depth: int = 1
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (drawn step key, value name or "")
 
@@ -75,6 +77,8 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
         if node.op == "placeholder":
             producers[node] = ("input", "")
             ends["input"] = (node.name, node.meta["shape"])
+        elif node.op == "call_module" and "spec_path" not in node.meta:  # the input cast
+            producers[node] = producers[node.args[0]]
         elif node.op == "call_module":
             meta = node.meta
             layer = meta["layer"]
@@ -82,11 +86,15 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
             key = f"{meta['role']}_{drawn_layer}_{meta['step']}" if layer is not None else f"{meta['role']}_{meta['step']}"
             shape = meta["shape"] or next(iter(node.users)).meta["shape"]
             if key not in steps:
-                block = getattr(spec, meta["role"], None)
-                depth = block.depth if layer is not None and not expand else 1
+                depth = _stack(spec, meta["spec_path"]).depth if layer is not None and not expand else 1
+                step = _spec_step(spec, meta["spec_path"])
+                primitive = registry.get(step.primitive)
+                update = primitive.update_for(step.args) if primitive else ""
+                if step.layer_scale is not None:
+                    update += f"  (γ₀ = {step.layer_scale:g})"
                 steps[key] = DrawnStep(
                     key, meta["step"], meta["primitive"], meta["role"], drawn_layer, meta["spec_path"], shape,
-                    _params(module, node.target), depth,
+                    _params(module, node.target), update, meta.get("part"), depth,
                 )
                 for arg in node.args:
                     source, value = producers[arg]
@@ -116,9 +124,20 @@ def _count(n: int) -> str:
     return str(n)
 
 
+def _spec_step(spec, path: tuple):
+    """The step at a spec path such as ``("encoder", "layer", 0)`` or ``("stacks", "ca", "pre", 1)``."""
+    owner = spec
+    for part in path:
+        owner = owner[part] if isinstance(part, int) or isinstance(owner, dict) else getattr(owner, part)
+    return owner
+
+
+def _stack(spec, path: tuple):
+    return spec.stacks[path[1]] if path[0] == "stacks" else getattr(spec, path[0])
+
+
 def _label(step: DrawnStep, show_shape: bool) -> str:
-    primitive = registry.get(step.primitive)
-    update = html.escape(primitive.update if primitive else "")
+    update = html.escape(step.update)
     params = _count(step.params) + (f" × {step.depth}" if step.depth > 1 and step.params else "")
     details = [f"{_shape(step.shape)}" if show_shape else "", f"{params} params" if step.params else "no params"]
     return (
@@ -150,16 +169,15 @@ def diagram(
     in_name, in_shape = ends["input"]
     dot.node("input", f"<<b>{html.escape(in_name)}</b><br/>{_shape(in_shape)}>", shape="oval", fillcolor="white")
 
-    for role in ("preprocess", "encoder", "decoder", "head"):
+    roles = list(dict.fromkeys(s.role for s in steps))
+    for role in roles:
         members = [s for s in steps if s.role == role]
-        if not members:
-            continue
         with dot.subgraph(name=f"cluster_{role}") as cluster:
-            depth = getattr(getattr(spec, role, None), "depth", None)
-            title = ROLE_TITLES[role] + (f" ({depth} layers)" if depth else "")
+            depth = next((_stack(spec, s.spec_path).depth for s in members if s.part is not None), None)
+            title = ROLE_TITLES.get(role, role.replace("_", " ")) + (f" ({depth} layers)" if depth else "")
             cluster.attr(label=title, style="rounded", color="#999999", fontname="Helvetica-Bold", fontsize="13")
             layers = sorted({s.layer for s in members if s.layer is not None})
-            for s in (s for s in members if s.layer is None and s.spec_path[1:2] != ("post",)):
+            for s in (s for s in members if s.layer is None and s.part != "post"):
                 _node(cluster, s, edge_shapes)
             for layer in layers:
                 with cluster.subgraph(name=f"cluster_{role}_layer_{layer}") as box:
@@ -167,7 +185,7 @@ def diagram(
                     box.attr(label=label, style="rounded,dashed", color="#777777", fontname="Helvetica", fontsize="11")
                     for s in (s for s in members if s.layer == layer):
                         _node(box, s, edge_shapes)
-            for s in (s for s in members if s.layer is None and s.spec_path[1:2] == ("post",)):
+            for s in (s for s in members if s.layer is None and s.part == "post"):
                 _node(cluster, s, edge_shapes)
 
     mirrored = {s.key for s in steps if s.role == "decoder"} if _is_mirrored(spec) else set()
@@ -175,7 +193,7 @@ def diagram(
         for source, value in step.inputs:
             _edge(dot, source, step.key, by_key, value, edge_shapes, backward=step.key in mirrored and source in mirrored)
     if not expand:  # one "repeat" edge per collapsed stack, from its last step back to its first
-        for role in ("encoder", "decoder"):
+        for role in roles:
             layer_steps = [s for s in steps if s.role == role and s.layer is not None]
             if layer_steps and layer_steps[0].depth > 1:
                 dot.edge(layer_steps[-1].key, layer_steps[0].key, label=f"× {layer_steps[0].depth}",
@@ -184,8 +202,8 @@ def diagram(
     rows = "<br/>".join(f"<b>{html.escape(name)}</b> {_shape(shape)}" for name, _, shape in outputs)
     dot.node("output", f"<{rows}>", shape="oval", fillcolor="white")
     for name, (source, value), shape in outputs:
-        if value:  # a value published by a step (mask, restore): dotted, and not ranked
-            dot.edge(source, "output", label=name, style="dotted", constraint="false")
+        if value:  # a value published by a step (mask, restore): dotted, unranked, labelled at the head
+            dot.edge(source, "output", headlabel=name, labeldistance="2.5", style="dotted", constraint="false")
         else:
             dot.edge(source, "output", label=_shape(shape) if edge_shapes else "")
     for step in steps:  # dashed edges: encoder step -> the decoder step that inverts it
@@ -213,16 +231,15 @@ def _is_mirrored(spec) -> bool:
 
 
 def _spec_name(step: DrawnStep) -> str:
-    prefix = "preprocess." if step.role == "preprocess" else f"{step.role}.layer."
+    """How a derived step's ``inverts`` names this step: ``preprocess.NAME``, ``encoder.layer.NAME``."""
+    prefix = "preprocess." if step.role == "preprocess" else f"{step.role}.{step.part}."
     return prefix + step.name
 
 
 def _inverts(spec, step: DrawnStep) -> str | None:
     if step.role != "decoder":
         return None
-    owner = spec.decoder
-    path = step.spec_path
-    return getattr(owner, path[1])[path[2]].inverts
+    return _spec_step(spec, step.spec_path).inverts
 
 
 def _node(graph: graphviz.Digraph, step: DrawnStep, show_shape: bool) -> None:

@@ -624,10 +624,30 @@ def dump(spec: Spec, *, references: bool = False) -> str:
     do the steps derived from them (``crate-compose derive``), so ``--set sizes.d=...`` still
     changes the whole network.
     """
-    data = spec.model_dump(mode="json", exclude={"extends"}, exclude_none=False)
+    data = spec.model_dump(mode="json", exclude={"extends"})
     if references:
         _restore_references(data, spec)
+    _drop_empty(data)
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def _drop_empty(data: dict) -> None:
+    """Leave out what a reader would not write: empty ``pre``/``post``/``stacks``, unset step options."""
+    for key in ("stacks", "decoder", "reference"):
+        if data.get(key) in ({}, None):
+            data.pop(key, None)
+    stacks = [data.get("encoder"), data.get("decoder"), *(data.get("stacks") or {}).values()]
+    for stack in [s for s in stacks if isinstance(s, dict)]:
+        for part in ("pre", "post"):
+            if stack.get(part) == []:
+                del stack[part]
+    lists = [data.get("preprocess"), data.get("head")] + [s.get(p) for s in stacks if isinstance(s, dict)
+                                                           for p in ("pre", "layer", "post")]
+    for steps in [l for l in lists if isinstance(l, list)]:
+        for step in steps:
+            for key in ("layer_scale", "inverts"):
+                if step.get(key) is None:
+                    step.pop(key, None)
 
 
 def _restore_references(data: dict, spec: Spec) -> None:

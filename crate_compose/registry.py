@@ -215,6 +215,38 @@ def _load() -> dict[str, Primitive]:
     return _REGISTRY
 
 
+def load_plugins(names: list[str] | tuple[str, ...]) -> None:
+    """Import the user's own primitive modules, named on the command line (``--plugin``).
+
+    A name is a module on the Python path (``my_lab.steps``; the working directory included) or a
+    ``.py`` file. Only the user chooses plugins: a spec can never make the tool import code.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    failures = []
+    for name in names:
+        try:
+            if name.endswith(".py") or "/" in name:
+                path = Path(name)
+                if not path.is_file():
+                    raise FileNotFoundError(f"no such file: {path}")
+                module_name = f"crate_compose_plugin_{path.stem}"
+                spec = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[module_name] = module
+                spec.loader.exec_module(module)
+            else:
+                if "" not in sys.path and "." not in sys.path:
+                    sys.path.insert(0, "")
+                import_module(name)
+        except Exception as error:  # the user's code: report it, do not crash with its traceback
+            failures.append(f"--plugin {name}: {type(error).__name__}: {error}")
+    if failures:
+        raise PluginError("; ".join(failures))
+
+
 def all_primitives() -> dict[str, Primitive]:
     """All registered primitives by name (built-in and from plugins)."""
     return dict(sorted(_load().items()))

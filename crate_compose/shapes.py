@@ -71,15 +71,21 @@ class Placed:
 def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
     """Initialize float64 weights in float64 (not in float32 and cast); half types init in float32."""
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype if dtype in (torch.float32, torch.float64) else torch.float32)
+    torch.set_default_dtype(_init_dtype(dtype))
     try:
         yield
     finally:
         torch.set_default_dtype(previous)
 
 
-def input_value(spec: Spec) -> torch.Tensor:
-    dtype = torch.int64 if spec.input.dtype == "int64" else torch.float32
+def _init_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Weights are initialized in float64 for float64 builds, in float32 otherwise (half types cast later)."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def input_value(spec: Spec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A meta input batch, as the model sees it after its input cast."""
+    dtype = torch.int64 if spec.input.dtype == "int64" else _init_dtype(dtype)
     return torch.empty((META_BATCH, *spec.input.shape), dtype=dtype, device="meta")
 
 
@@ -89,7 +95,7 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
     ``meta=True`` builds on the meta device: shapes and parameter counts, no memory, no init cost.
     The global random state is left as it was.
     """
-    value = input_value(spec)
+    value = input_value(spec, dtype)
     shape = tuple(spec.input.shape)
     image = shape if len(shape) == 3 and spec.input.dtype != "int64" else None
     context = registry.Context(image=image)

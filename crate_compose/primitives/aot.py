@@ -113,10 +113,10 @@ class AoTArgs(Args):
 
 def _update(args: AoTArgs) -> str:
     phi = "h_τ(softmax(·))" if args.phi == "threshold" else "softmax"
-    z = "LN Z" if args.norm else "Z"
+    z, zt = ("LN Z", "(LN Z)ᵀ") if args.norm else ("Z", "Zᵀ")
     if args.variant == "mhsa":
-        return f"Z + η Σ_k O_k V_kᵀ{z} φ(({z})ᵀK_k Q_kᵀ{z}),  φ = {phi}"
-    return f"Z + η Σ_k U_k U_kᵀ{z} φ(({z})ᵀU_k U_kᵀ{z}),  φ = {phi}"
+        return f"Z + η Σ_k O_k V_kᵀ{z} φ({zt}K_k Q_kᵀ{z}),  φ = {phi}"
+    return f"Z + η Σ_k U_k U_kᵀ{z} φ({zt}U_k U_kᵀ{z}),  φ = {phi}"
 
 
 @primitive(

@@ -49,13 +49,15 @@ class CodingRateStep(Residual):
         n, p = u.shape[-2], self.head_dim
         a = p / (n * self.precision**2)
         w = self.subspaces(u).unflatten(-1, (self.heads, p)).transpose(1, 2)  # (B, K, n, p)
-        gram = torch.eye(p, dtype=u.dtype, device=u.device) + a * w.transpose(-1, -2) @ w  # (B, K, p, p)
-        # w (I + a w^T w)^{-1}: solve gram^T y^T = w^T (gram is symmetric)
-        h = torch.linalg.solve(gram, w.transpose(-1, -2)).transpose(-1, -2)  # (B, K, n, p)
+        solve_dtype = torch.promote_types(u.dtype, torch.float32)  # no LU in half precision
+        wt = w.transpose(-1, -2).to(solve_dtype)  # (B, K, p, n)
+        gram = torch.eye(p, dtype=solve_dtype, device=u.device) + a * wt @ wt.transpose(-1, -2)  # (B, K, p, p)
+        # w (I + a w^T w)^{-1} = (gram^{-1} w^T)^T, gram being symmetric
+        h = torch.linalg.solve(gram, wt).transpose(-1, -2).to(u.dtype)  # (B, K, n, p)
         return a * h.transpose(1, 2).flatten(2) @ self.subspaces.weight  # (B, n, d): sum_k h_k U_k^T
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, -self.kappa * self.gradient(self.norm(x))
+        return x, -self.kappa * self.gradient(x)
 
 
 class CodingRateArgs(Args):
