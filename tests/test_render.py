@@ -52,12 +52,32 @@ def test_mirrored_decoder_has_a_dashed_edge_from_each_step_to_its_inverse():
     assert set(dashed) == {
         ("encoder_0_compress", "decoder_0_inverse_compress"),
         ("encoder_0_sparsify", "decoder_0_inverse_sparsify"),
-        ("preprocess_positions", "decoder_inverse_positions"),
         ("preprocess_class_token", "decoder_inverse_class_token"),
         ("preprocess_patch_embed", "decoder_inverse_patch_embed"),
     }
     # the decoder flows upward: its edges are drawn reversed
     assert re.search(r"decoder_0_inverse_compress -> decoder_0_inverse_sparsify \[[^\]]*dir=back", source)
+
+
+def test_listing3_decoder_re_adds_positions_with_a_dashed_edge():
+    source = cc.diagram(cc.build("crate-mae-base", overrides=["decoder.form=listing3"], meta=True)).source
+    assert re.search(r"preprocess_positions -> decoder_inverse_positions \[[^\]]*style=dashed", source)
+    assert "LN Z − MSSA(LN Z | V)" in source  # Listing 3's residual on the normalized input
+
+
+@pytest.mark.parametrize("setting, label", [
+    ([], "Z + MSSA(LN Z | U)"),
+    (["encoder.layer.compress.args.norm=false"], "Z + MSSA(Z | U)"),
+    (["encoder.layer.compress.args.output=tied"], "Z + MSSA(LN Z | U)·Uᵀ"),
+    (["encoder.layer.compress.args.causal=true"], "Z + MSSA_causal(LN Z | U)"),
+    (["encoder.layer.compress.args.kappa=0.1"], "(1 − c)Z + c·MSSA(LN Z | U), c = κp/(Nε²)"),
+    (["encoder.layer.compress.layer_scale=0.1"], "(γ₀ = 0.1)"),
+])
+def test_labels_show_the_settings_that_change_a_steps_math(setting, label):
+    source = cc.diagram(cc.build("crate-tiny", overrides=setting, meta=True)).source
+    assert label in source
+    if setting:
+        assert "Z + MSSA(LN Z | U)<" not in source  # the default label is gone
 
 
 def test_labels_carry_update_shape_and_parameters():

@@ -57,7 +57,7 @@ class CodingRateStep(Residual):
         return a * h.transpose(1, 2).flatten(2) @ self.subspaces.weight  # (B, n, d): sum_k h_k U_k^T
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, -self.kappa * self.gradient(x)
+        return x, -self.kappa * self.gradient(self.norm(x))
 
 
 class CodingRateArgs(Args):
