@@ -14,10 +14,10 @@ from ..registry import Args, Example, Shape, primitive, token_dim
 class Classify(nn.Module):
     """Pool the tokens (class token or mean), then ``LN -> Linear(d, classes)`` (003 Alg. 1)."""
 
-    def __init__(self, dim: int, classes: int, *, pool: str = "cls", norm: bool = True) -> None:
+    def __init__(self, dim: int, classes: int, *, pool: str = "cls", norm: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
         self.pool = pool
-        self.norm = nn.LayerNorm(dim) if norm else nn.Identity()
+        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.classifier = nn.Linear(dim, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -29,6 +29,7 @@ class ClassifyArgs(Args):
     classes: int = Field(ge=1, description="Number of classes.")
     pool: Literal["cls", "mean"] = Field(default="cls", description="Summarize by the class token or the mean token.")
     norm: bool = Field(default=True, description="LayerNorm before the classifier (CRATE: yes).")
+    eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (timm's ViT: 1e-6).")
 
 
 @primitive(
@@ -37,9 +38,9 @@ class ClassifyArgs(Args):
     kind="head",
     objective="cross-entropy on the pooled token (trained, not unrolled)",
     equation="003 Sec. 3, Alg. 1",
-    update="W · LN(z_cls) + b",
+    update=lambda args: f"W · {'LN ' if args.norm else ''}{'z_cls' if args.pool == 'cls' else 'mean(Z)'} + b",
     description="Classification head: pool tokens (class token or mean), LayerNorm, Linear.",
     example=Example({"classes": 10}, (17, 32)),
 )
 def classify(args: ClassifyArgs, shape: Shape) -> nn.Module:
-    return Classify(token_dim(shape, "classify"), args.classes, pool=args.pool, norm=args.norm)
+    return Classify(token_dim(shape, "classify"), args.classes, pool=args.pool, norm=args.norm, eps=args.eps)

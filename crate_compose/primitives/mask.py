@@ -121,6 +121,7 @@ class UnmaskArgs(Args):
     update="[Z_visible, m, …] in original order",
     description="Inverse of mask (drop mode): insert learned mask tokens and unshuffle.",
     consumes=("restore",),
+    example=Example({"tokens": 16, "visible": 8}, (8, 32)),
 )
 def unmask(args: UnmaskArgs, shape: Shape, context: Context) -> nn.Module:
     skip = shape[0] - args.visible
