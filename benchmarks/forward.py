@@ -5,7 +5,8 @@
 The built model computes ISTA with two matrix products instead of the pseudocode's three and the
 attention with F.scaled_dot_product_attention. Both models run interleaved, after a warm-up; the
 script prints the median time of each and their ratio (medians of several runs, one process, so
-the ratio is meaningful even on a busy machine), and the largest output difference.
+the ratio is meaningful even on a busy machine), and the largest output difference. A built model
+returns a dict; its logits are ``model(x)["output"]``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def main() -> None:
     images = torch.randn(args.batch, 3, 224, 224)
     timings: dict[str, list[float]] = {"crate-compose": [], "paper pseudocode": []}
     with torch.inference_mode():
-        difference = (model(images) - reference(images)).abs().max().item()
+        difference = (model(images)["output"] - reference(images)).abs().max().item()
         for _ in range(args.runs):
             for name, net in (("crate-compose", model), ("paper pseudocode", reference)):
                 start = time.perf_counter()

@@ -36,6 +36,16 @@ from .spec import PARTS, REFERENCE, Spec
 KeyPath = tuple[str | int, ...]
 
 
+@dataclass(frozen=True)
+class Swap:
+    """A step whose primitive an override or a patch replaced: what it was, and which of its
+    arguments came along unasked (those the new primitive does not take are dropped, with a note)."""
+
+    primitive: str
+    args: dict
+    inherited: frozenset
+
+
 @dataclass
 class Source:
     """Raw spec data and where each key of it came from."""
@@ -44,7 +54,7 @@ class Source:
     marks: dict[KeyPath, Location] = field(default_factory=dict)
     unresolved: set[KeyPath] = field(default_factory=set)  # values whose ${reference} failed
     via: dict[KeyPath, str] = field(default_factory=dict)  # values that are a whole ${size} reference
-    swaps: dict[KeyPath, tuple[str, frozenset]] = field(default_factory=dict)  # step -> (old primitive, its args)
+    swaps: dict[KeyPath, Swap] = field(default_factory=dict)  # steps whose primitive was replaced
     changes: list[str] = field(default_factory=list)  # what changed the architecture (overrides, patches)
     notes: list[str] = field(default_factory=list)
 
@@ -147,7 +157,7 @@ def merge(base: Source, over: Source) -> Source:
     """``over`` on top of ``base``: mappings merge recursively, anything else replaces; a mapping
     keyed by step names on top of a list of steps patches the steps it names."""
     problems: list[Problem] = []
-    swaps: dict[KeyPath, tuple[str, frozenset]] = {}
+    swaps: dict[KeyPath, Swap] = {}
     over_marks: dict[KeyPath, Location] = {}  # over's marks, moved from step names to list positions
 
     def combine(a: Any, b: Any, path: KeyPath, over_path: KeyPath) -> Any:
@@ -182,8 +192,9 @@ def merge(base: Source, over: Source) -> Source:
             old = steps[i]
             out[i] = combine(old, change, path + (i,), over_path + (name,))
             if "primitive" in change and change["primitive"] != old.get("primitive"):
-                kept = frozenset(old.get("args") or {}) - frozenset(change.get("args") or {})
-                swaps[path + (i,)] = (old.get("primitive"), kept)
+                args = old.get("args") if isinstance(old.get("args"), dict) else {}
+                given = change.get("args") if isinstance(change.get("args"), dict) else {}
+                swaps[path + (i,)] = Swap(old.get("primitive"), dict(args), frozenset(args) - frozenset(given))
         return out
 
     data = combine(base.data, over.data, (), ())
@@ -339,7 +350,8 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
             path += (part,)
             if last:
                 if part == "primitive" and _is_steps([node]) and node.get("primitive") != value:
-                    source.swaps[path[:-1]] = (node.get("primitive"), frozenset(node.get("args") or {}))
+                    args = node.get("args") if isinstance(node.get("args"), dict) else {}
+                    source.swaps[path[:-1]] = Swap(node.get("primitive"), dict(args), frozenset(args))
                 node[part] = value
             else:
                 node = node.setdefault(part, {})
@@ -517,7 +529,7 @@ def validate_steps(data: dict, source: Source, problems: list[Problem]) -> dict[
             if not isinstance(args, dict):
                 continue
             if path in source.swaps:  # arguments the replaced primitive took and this one does not
-                old, kept = source.swaps[path]
+                old, kept = source.swaps[path].primitive, source.swaps[path].inherited
                 dropped = sorted(k for k in args if k in kept and k not in spec.args.model_fields)
                 if dropped:
                     args = {k: v for k, v in args.items() if k not in dropped}
@@ -551,9 +563,19 @@ def resolve(source: Source) -> Spec:
             step.args = filled[(*path, i)]
     spec._locations = dict(source.marks)
     spec._references = dict(source.via)
-    spec._swaps = {path: old for path, (old, _) in source.swaps.items()}
+    spec._swaps = {path: _resolved(swap, spec.sizes) for path, swap in source.swaps.items()}
     spec._notes = list(source.notes)
     return spec
+
+
+def _resolved(swap: Swap, sizes: dict) -> Swap:
+    """The swap with ``${size}`` references in the replaced step's arguments substituted."""
+
+    def value(v: Any) -> Any:
+        whole = REFERENCE.fullmatch(v.strip()) if isinstance(v, str) else None
+        return sizes.get(whole.group(1).strip(), v) if whole else v
+
+    return Swap(swap.primitive, {k: value(v) for k, v in swap.args.items()}, swap.inherited)
 
 
 def _dedupe(references: list[Problem], problems: list[Problem], unresolved: set[KeyPath]) -> list[Problem]:

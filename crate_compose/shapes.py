@@ -122,7 +122,8 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
                 hint = _fitting(spec, path, step, shape, context)
-                raise SpecError([Problem(message, path, spec.locate(path), hint)]) from None
+                located = (*path, "primitive") if path in spec.swaps() else path  # at the override that swapped it
+                raise SpecError([Problem(message, path, spec.locate(located), hint)]) from None
             published: dict[str, torch.Tensor] = {}
             if primitive.publishes:  # the step returns (tokens, *published)
                 output, *values = output
@@ -158,15 +159,16 @@ def _is_residual(primitive: registry.Primitive) -> bool:
 
 def _fitting(spec: Spec, path: tuple, step: Step, shape: Shape, context: registry.Context) -> str:
     """For a swapped step that cannot take its input: the primitives of the same kind that can."""
-    swapped = spec.swaps().get(path)
-    if swapped is None:
+    swap = spec.swaps().get(path)
+    if swap is None or registry.get(swap.primitive) is None:
         return ""
-    kind = registry.get(swapped).kind
+    swapped, kind = swap.primitive, registry.get(swap.primitive).kind
     fits = []
     for name, primitive in registry.all_primitives().items():
         if primitive.kind != kind or primitive.consumes:
             continue
-        accepted = {k: v for k, v in step.args.items() if k in primitive.args.model_fields}
+        offered = {**swap.args, **step.args}
+        accepted = {k: v for k, v in offered.items() if k in primitive.args.model_fields}
         try:
             args = primitive.args.model_validate(accepted)
             with torch.device("meta"):

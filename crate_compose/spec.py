@@ -183,11 +183,12 @@ class Spec(_Model):
     _check_preprocess = field_validator("preprocess", "head")(_unique_names)
     _locations: dict = PrivateAttr(default_factory=dict)  # key path -> Location, set by the loader
     _references: dict = PrivateAttr(default_factory=dict)  # key path -> size name, for values written "${name}"
-    _swaps: dict = PrivateAttr(default_factory=dict)  # step path -> the primitive an override replaced
+    _swaps: dict = PrivateAttr(default_factory=dict)  # step path -> loader.Swap (the replaced primitive, its args)
     _notes: list = PrivateAttr(default_factory=list)  # what loading did that a user should hear about
 
-    def swaps(self) -> dict[tuple, str]:
-        """Steps whose primitive an override or a patch replaced: step path -> the replaced primitive."""
+    def swaps(self) -> dict[tuple, Any]:
+        """Steps whose primitive an override or a patch replaced: step path -> what it replaced
+        (``.primitive`` and its ``.args``)."""
         return self._swaps
 
     def notes(self) -> list[str]:

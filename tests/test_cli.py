@@ -35,6 +35,11 @@ ZOO_PARAMS = {
     "crate-large": 77_641_192,
     "crate-mae-small": 24_960_000,
     "crate-mae-base": 43_896_576,
+    "crate-alpha-base16": 72_328_936,
+    "tost-tiny": 5_769_328,
+    "tost-small": 22_589_944,
+    "vit-tiny": 5_717_416,
+    "vit-small": 22_050_664,
 }
 
 
@@ -362,7 +367,8 @@ def test_list_zoo(capsys):
     code, out, _ = run(capsys, "list", "zoo")
     assert code == 0
     names = [line.split()[0] for line in out.splitlines()]
-    assert names[:6] == ["crate-base", "crate-large", "crate-mae-base", "crate-mae-small", "crate-small", "crate-tiny"]
+    zoo_names = sorted(path.stem for path in (ROOT / "zoo").glob("*.yaml"))
+    assert names[: len(zoo_names)] == zoo_names  # the zoo first, by name; then the specs
     assert set(names) == set(cc.presets())
     line = next(line for line in out.splitlines() if line.startswith("crate-tiny "))
     assert "CRATE-T/16" in line and "6.09M" in line

@@ -137,7 +137,7 @@ def test_references_keep_the_type_of_the_size(tmp_path):
     assert type(spec.sizes["hidden"]) is int and compress.args["head_dim"] == 384
     assert compress.args["norm"] is False
     assert type(sparsify.args["lambd"]) is float and sparsify.args["lambd"] == 0.5
-    assert spec.head[0].args == {"classes": 1000, "pool": "mean", "norm": True}
+    assert spec.head[0].args == {"classes": 1000, "pool": "mean", "norm": True, "eps": 1e-5}
     assert spec.input.shape == [3, 224, 224] and all(type(s) is int for s in spec.input.shape)
 
 

@@ -38,7 +38,8 @@ class ClassifyArgs(Args):
     kind="head",
     objective="cross-entropy on the pooled token (trained, not unrolled)",
     equation="003 Sec. 3, Alg. 1",
-    update=lambda args: f"W · {'LN ' if args.norm else ''}{'z_cls' if args.pool == 'cls' else 'mean(Z)'} + b",
+    update=lambda args: "W · " + (f"LN({args.pool == 'cls' and 'z_cls' or 'mean Z'})" if args.norm
+                                  else ("z_cls" if args.pool == "cls" else "mean Z")) + " + b",
     description="Classification head: pool tokens (class token or mean), LayerNorm, Linear.",
     example=Example({"classes": 10}, (17, 32)),
 )
