@@ -201,11 +201,14 @@ def diagram(
     outputs = ends["outputs"]
     rows = "<br/>".join(f"<b>{html.escape(name)}</b> {_shape(shape)}" for name, _, shape in outputs)
     dot.node("output", f"<{rows}>", shape="oval", fillcolor="white")
+    published: dict[str, list[str]] = {}  # step -> the values it publishes to the output (mask, restore)
     for name, (source, value), shape in outputs:
-        if value:  # a value published by a step (mask, restore): dotted, unranked, labelled at the head
-            dot.edge(source, "output", headlabel=name, labeldistance="2.5", style="dotted", constraint="false")
+        if value:
+            published.setdefault(source, []).append(name)
         else:
             dot.edge(source, "output", label=_shape(shape) if edge_shapes else "")
+    for source, names in published.items():  # one dotted, unlabelled edge: the output oval names the values
+        dot.edge(source, "output", style="dotted", constraint="false", tooltip=", ".join(names))
     for step in steps:  # dashed edges: encoder step -> the decoder step that inverts it
         inverts = _inverts(spec, step)
         if inverts is not None:
