@@ -180,7 +180,7 @@ def rss_peak(step: str, n: int) -> int | None:
     if not Path("/proc/self/clear_refs").exists():
         return None
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    command = [sys.executable, __file__, "--rss-probe", step, str(n)]
+    command = [sys.executable, __file__, "--threads", str(torch.get_num_threads()), "--rss-probe", step, str(n)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         print(f"  (rss check {step} n={n} failed: {done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
@@ -392,12 +392,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help="token counts (overrides --quick's)")
     parser.add_argument("--runs", type=int, help="timed runs per step and n (default 5, --quick 3)")
     parser.add_argument("--fit-min", type=int, default=1024, help="fit exponents over n >= this (default 1024)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's default)")
     parser.add_argument("--no-rss-check", action="store_true", help="skip the fresh-subprocess RSS cross-check")
     parser.add_argument("--out", nargs="?", const=str(HERE / "RESULTS.md"), default=None, metavar="PATH",
                         help="append a markdown section to PATH (default benchmarks/RESULTS.md)")
     parser.add_argument("--plot", default=str(HERE / "scaling.png"), help="PNG path ('' for none)")
     parser.add_argument("--rss-probe", nargs=2, metavar=("STEP", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.rss_probe:
         rss_probe(args.rss_probe[0], int(args.rss_probe[1]))
         return
