@@ -132,8 +132,7 @@ def _notes(spec) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    spec = cc.load_spec(args.spec, args.overrides)
-    _notes(spec)
+    spec = cc.load_spec(args.spec, args.overrides)  # its notes are in the summary table
     model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype)
     out = args.out or Path("out") / spec.name
     summary = cc.summarize(model)
