@@ -55,7 +55,6 @@ class Source:
     unresolved: set[KeyPath] = field(default_factory=set)  # values whose ${reference} failed
     via: dict[KeyPath, str] = field(default_factory=dict)  # values that are a whole ${size} reference
     swaps: dict[KeyPath, Swap] = field(default_factory=dict)  # steps whose primitive was replaced
-    changes: list[str] = field(default_factory=list)  # what changed the architecture (overrides, patches)
     notes: list[str] = field(default_factory=list)
 
     def locate(self, path: KeyPath) -> Location | None:
@@ -276,7 +275,6 @@ def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
         if "name" not in source.data and isinstance(merged.data.get("name"), str):
             merged.data["name"] = _safe_name(path.stem)
     merged.swaps.update(base.swaps)
-    merged.changes = [*base.changes, *merged.changes]
     merged.notes = [*base.notes, *merged.notes]
     return merged
 
@@ -286,7 +284,6 @@ COSMETIC = frozenset({"name", "description", "reference"})  # keys that do not c
 
 def _become_variant(source: Source, given: dict, why: str) -> None:
     """The merged spec changes the architecture: a ``reference`` not restated no longer applies."""
-    source.changes.append(why)
     if "reference" not in given and source.data.get("reference") is not None:
         source.data.pop("reference")
         source.notes.append(f"reference count dropped: {why}, and a reference is not restated")
