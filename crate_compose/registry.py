@@ -86,10 +86,12 @@ class Inverse:
 
     ``primitive``: the inverse step, or ``None`` when there is nothing to undo (identity).
     ``args(forward_args, forward_input_shape)``: the inverse step's arguments.
-    ``where`` (read for pre-processing steps; steps of the encoder layer are always inverted in
-    mirror order inside the decoder layer): ``"reverse"`` undoes the step after the decoder layers,
-    in reverse order; ``"prologue"`` re-applies it where the decoder starts (position embeddings
-    and mask tokens, as MAE and CRATE-MAE do).
+    ``where``: ``"reverse"`` undoes the step in mirror order (a layer's steps inside the decoder
+    layer, the encoder's ``post`` steps before the decoder layers, its ``pre`` steps and the
+    pre-processing after them); ``"prologue"`` re-applies it where the decoder starts instead
+    (mask tokens; position embeddings in the ``listing3`` form, as MAE does).
+    ``forms``: a different rule for a named derivation form (``listing3``); the rule itself is the
+    default ``code`` form.
     """
 
     primitive: str | None
@@ -129,12 +131,18 @@ class Primitive:
         if isinstance(self.update, str):
             return self.update
         if not isinstance(args, Args):
-            args = self.args.model_validate(args or (self.example.args if self.example else {}))
+            if args is None:
+                args = self.example.args if self.example else {}
+            try:
+                args = self.args.model_validate(args)
+            except Exception:  # required arguments and no example: there is no update to show without them
+                return "(depends on its arguments)"
         return self.update(args)
 
 
 _REGISTRY: dict[str, Primitive] = {}
 _PLUGINS_LOADED = False
+_PLUGIN_FAILURES: list[str] = []  # entry points that failed: reported on every look-up, not only the first
 ENTRY_POINT_GROUP = "crate_compose.primitives"
 
 
@@ -203,15 +211,14 @@ def _load() -> dict[str, Primitive]:
     import_module("crate_compose.primitives")  # registers the built-in primitives
 
     if not _PLUGINS_LOADED:
-        failures = []
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 entry.load()
             except Exception as error:  # a broken plugin must not look like a crash of this tool
-                failures.append(f"{entry.name} ({entry.value}): {type(error).__name__}: {error}")
+                _PLUGIN_FAILURES.append(f"{entry.name} ({entry.value}): {type(error).__name__}: {error}")
         _PLUGINS_LOADED = True
-        if failures:
-            raise PluginError("primitive plugins failed to load: " + "; ".join(failures))
+    if _PLUGIN_FAILURES:
+        raise PluginError("primitive plugins failed to load: " + "; ".join(_PLUGIN_FAILURES))
     return _REGISTRY
 
 

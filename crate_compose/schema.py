@@ -58,7 +58,7 @@ def json_schema() -> dict[str, Any]:
     for name, primitive in primitives.items():
         args = primitive.args.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(args.pop("$defs", {}))
-        args["description"] = f"{primitive.description} ({primitive.equation}; update: {primitive.update})"
+        args["description"] = f"{primitive.description} ({primitive.equation}; update: {primitive.update_for()})"
         defs[f"args_{name}"] = args
         branches.append(
             {

@@ -90,3 +90,39 @@ def test_entry_point_plugins_are_loaded_on_first_use(monkeypatch):
     x = torch.randn(2, 17, 32)
     torch.testing.assert_close(model.get_submodule("encoder.layer_0.sparsify")(x), x / 2)
     registry._REGISTRY.pop("plugin_halve")
+
+
+def test_a_broken_entry_point_plugin_is_reported_on_every_look_up(monkeypatch, capsys):
+    class BrokenEntryPoint:
+        name, value = "broken", "broken_pkg.steps"
+
+        def load(self):
+            raise ImportError("No module named 'broken_pkg'")
+
+    monkeypatch.setattr(registry, "_PLUGINS_LOADED", False)
+    monkeypatch.setattr(registry, "_PLUGIN_FAILURES", [])
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [BrokenEntryPoint()])
+    for _ in range(2):  # not only the first time: a half-loaded registry would build other networks silently
+        with pytest.raises(registry.PluginError, match="broken .broken_pkg.steps.: ImportError"):
+            cc.all_primitives()
+    assert crate_compose_cli_main(["list", "primitives"]) == 2
+    assert "primitive plugins failed to load" in capsys.readouterr().err
+
+
+def crate_compose_cli_main(argv):
+    from crate_compose import cli
+
+    return cli.main(argv)
+
+
+def test_schema_and_listings_show_updates_as_text(capsys):
+    schema = cc.json_schema()
+    for name in cc.all_primitives():
+        assert "<function" not in schema["$defs"][f"args_{name}"]["description"], name
+    needs_arguments = registry.Primitive(
+        "needs", lambda a, s: nn.Identity(), HalveArgs, "sparsify", "o", "e", lambda args: f"{args.factor} Z", "d"
+    )
+    assert needs_arguments.update_for() == "0.5 Z"  # defaults
+    dictionary = cc.all_primitives()["dictionary"]
+    assert dictionary.update_for({"norm": False}) == "E · Z" and dictionary.update_for({}) == "E · LN Z"
+    assert cc.all_primitives()["mssa"].update_for({}) == "(depends on its arguments)"  # heads is required

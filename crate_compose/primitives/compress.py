@@ -72,7 +72,9 @@ class MSSA(Residual):
         return (1 - c) * x, c * branch
 
 
-class MSSAArgs(Args):
+class SubspaceAttentionArgs(Args):
+    """Arguments shared by every step of MSSA's form (``mssa``, ``mssa_ascent``)."""
+
     heads: int = Field(ge=1, description="Number of subspaces K (attention heads).")
     head_dim: int | None = Field(
         default=None, ge=1, description="Subspace dimension p; default d / heads."
@@ -91,6 +93,9 @@ class MSSAArgs(Args):
     )
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE: yes).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (CRATE-alpha: 1e-6).")
+
+
+class MSSAArgs(SubspaceAttentionArgs):
     kappa: float | None = Field(
         default=None,
         gt=0,
@@ -109,14 +114,14 @@ def head_dim_of(heads: int, head_dim: int | None, dim: int) -> int:
     return dim // heads
 
 
-def mssa_update(args: MSSAArgs, sign: str = "+", skip: str = "Z") -> str:
+def mssa_update(args: SubspaceAttentionArgs, sign: str = "+", skip: str = "Z", subspaces: str = "U") -> str:
     """The update in the papers' notation, showing every setting that changes the math."""
     z = "LN Z" if args.norm else "Z"
     name = "MSSA_causal" if args.causal else "MSSA"
-    attend = f"{name}({z} | U)"
+    attend = f"{name}({z} | {subspaces})"
     if args.output == "tied":
-        attend = f"{'η·' if args.step_size != 1 else ''}{attend}·Uᵀ"
-    if args.kappa is not None:
+        attend = f"{'η·' if args.step_size != 1 else ''}{attend}·{subspaces}ᵀ"
+    if getattr(args, "kappa", None) is not None:
         return f"(1 − c)Z {sign} c·{attend}, c = κp/(Nε²)"
     return f"{skip} {sign} {attend}"
 
@@ -131,16 +136,21 @@ def mssa_update(args: MSSAArgs, sign: str = "+", skip: str = "Z") -> str:
     description="Multi-head subspace self-attention: one gradient step compressing tokens against K subspaces.",
     inverse=Inverse(
         "mssa_ascent",
-        lambda args, shape: args.model_dump(),
-        forms={"listing3": Inverse("mssa_ascent", lambda args, shape: {**args.model_dump(), "residual": "normalized"})},
+        lambda args, shape: _ascent_args(args),
+        forms={"listing3": Inverse("mssa_ascent", lambda args, shape: {**_ascent_args(args), "residual": "normalized"})},
     ),
     example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
 )
 def mssa(args: MSSAArgs, shape: Shape) -> nn.Module:
-    return mssa_module(MSSA, args, token_dim(shape, "mssa"))
+    return mssa_module(MSSA, args, token_dim(shape, "mssa"), kappa=args.kappa, rate_eps=args.rate_eps)
 
 
-def mssa_module(cls: type[MSSA], args: MSSAArgs, dim: int, **extra) -> MSSA:
+def _ascent_args(args: MSSAArgs) -> dict:
+    """The ascent step's arguments: the same form, without eq. 10's step size (no paper inverts it)."""
+    return args.model_dump(exclude={"kappa", "rate_eps"})
+
+
+def mssa_module(cls: type[MSSA], args: SubspaceAttentionArgs, dim: int, **extra) -> MSSA:
     """An MSSA-form module of class ``cls`` from spec arguments."""
     return cls(
         dim,
@@ -152,7 +162,5 @@ def mssa_module(cls: type[MSSA], args: MSSAArgs, dim: int, **extra) -> MSSA:
         step_size=args.step_size,
         norm=args.norm,
         eps=args.eps,
-        kappa=args.kappa,
-        rate_eps=args.rate_eps,
         **extra,
     )

@@ -23,10 +23,10 @@ from pydantic import Field
 from torch import nn
 
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
-from .compress import MSSA, MSSAArgs, mssa_module, mssa_update
+from .compress import MSSA, SubspaceAttentionArgs, mssa_module, mssa_update
 
 
-class AscentArgs(MSSAArgs):
+class AscentArgs(SubspaceAttentionArgs):
     """Arguments of ``mssa_ascent``: the MSSA form with its own subspaces V and a minus sign."""
 
     output: Literal["learned", "tied"] = Field(
@@ -59,7 +59,7 @@ class MSSAAscent(MSSA):
 
 def _ascent_update(args: AscentArgs) -> str:
     skip = ("LN Z" if args.norm else "Z") if args.residual == "normalized" else "Z"
-    return mssa_update(args, sign="−", skip=skip).replace("| U)", "| V)")
+    return mssa_update(args, sign="−", skip=skip, subspaces="V")
 
 
 @primitive(

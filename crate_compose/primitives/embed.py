@@ -66,6 +66,24 @@ class PatchEmbedArgs(Args):
     )
 
 
+# The inverse of any patch embedding: predict each patch's pixels. The authors' CRATE-MAE decoder ends
+# with LN(eps 1e-6) -> Linear; paper 001's Listing 3 form keeps LayerNorm's default 1e-5.
+TO_PIXELS = Inverse(
+    "pixel_head",
+    lambda args, shape: {"patch_size": args.patch_size, "eps": 1e-6},
+    forms={"listing3": Inverse("pixel_head", lambda args, shape: {"patch_size": args.patch_size})},
+)
+
+
+def in_order(context: Context, name: str) -> None:
+    """Refuse a position embedding after a drop-mode mask: the tokens are no longer in grid order."""
+    if context.shuffled:
+        raise ValueError(
+            f"{name} after a mask in drop mode would number the visible tokens as if they were the whole "
+            "image; add positions before the mask"
+        )
+
+
 def _patch_update(args: PatchEmbedArgs) -> str:
     if args.projection == "conv":
         return "Conv_P(X) → tokens"
@@ -80,12 +98,7 @@ def _patch_update(args: PatchEmbedArgs) -> str:
     equation="003 App. B.1, Alg. 1",
     update=_patch_update,
     description="Split images into P x P patches and embed them: LN -> Linear -> LN, or a strided Conv2d.",
-    # The authors' CRATE-MAE decoder ends with LN(eps 1e-6) -> Linear; paper 001's Listing 3 form keeps 1e-5.
-    inverse=Inverse(
-        "pixel_head",
-        lambda args, shape: {"patch_size": args.patch_size, "eps": 1e-6},
-        forms={"listing3": Inverse("pixel_head", lambda args, shape: {"patch_size": args.patch_size})},
-    ),
+    inverse=TO_PIXELS,
     example=Example({"patch_size": 8, "dim": 32}, (3, 32, 32)),
 )
 def patch_embed(args: PatchEmbedArgs, shape: Shape, context: Context) -> nn.Module:
@@ -217,11 +230,7 @@ def _grid(args: PositionsArgs, tokens: int, context: Context) -> tuple[int, int]
 )
 def positions(args: PositionsArgs, shape: Shape, context: Context) -> nn.Module:
     dim = token_dim(shape, "positions")
-    if context.shuffled:
-        raise ValueError(
-            "positions after a mask in drop mode would number the visible tokens as if they were the whole "
-            "image; add positions before the mask"
-        )
+    in_order(context, "positions")
     tokens = shape[0]
     table = None
     if args.init == "sincos2d":

@@ -23,9 +23,10 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ..registry import Args, Context, Example, Inverse, Shape, primitive, token_dim
+from ..registry import Args, Context, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
+from .embed import TO_PIXELS, in_order
 
 
 # ------------------------------------------------------------------------------- convolutional patch embedding
@@ -63,7 +64,7 @@ class ConvPatchEmbedArgs(Args):
     equation="XCiT (Ali et al. 2021) ConvPatchEmbed; ToST (002 Table 5.3)",
     update="BN(conv₃ₓ₃/2(… GELU(BN(conv₃ₓ₃/2(X))) …)) → tokens",
     description="Convolutional patch embedding: 3x3 stride-2 convolutions with BatchNorm and GELU (XCiT, ToST).",
-    inverse=Inverse("pixel_head", lambda args, shape: {"patch_size": args.patch_size, "channels": shape[0]}),
+    inverse=TO_PIXELS,
     example=Example(args={"dim": 32}, shape=(3, 32, 32)),
 )
 def conv_patch_embed(args: ConvPatchEmbedArgs, shape: Shape, context: Context) -> nn.Module:
@@ -138,6 +139,7 @@ class FourierPositionsArgs(Args):
 )
 def fourier_positions(args: FourierPositionsArgs, shape: Shape, context: Context) -> nn.Module:
     dim = token_dim(shape, "fourier_positions")
+    in_order(context, "fourier_positions")
     if args.hidden % 2:
         raise ValueError(f"fourier_positions: hidden={args.hidden} must be even (sin/cos pairs)")
     grid = args.grid or context.grid
