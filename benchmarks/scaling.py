@@ -75,6 +75,7 @@ STEPS = ("tssa", "mssa", "mssa-math")
 FULL_SIZES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SIZES = (256, 1024, 2048, 4096)
 GOAL_N = 16384
+LARGE_N = 8192
 TSSA_MAX, MSSA_MIN, SPEEDUP_MIN = 1.15, 1.8, 10.0
 MiB = 2**20
 
@@ -188,13 +189,49 @@ def rss_peak(step: str, n: int) -> int | None:
     return json.loads(done.stdout.strip().splitlines()[-1])["bytes"]
 
 
-def measure(n: int, device: str, runs: int, rss_check: bool) -> dict:
-    """Median times (s), min times, and peak bytes of the three steps at ``n`` tokens."""
-    modules = {"tssa": build("tssa", n, device)}
-    modules["mssa"] = modules["mssa-math"] = build("mssa", n, device)
-    x = torch.randn(1, n, DIM, device=device)
-    times: dict[str, list[float]] = {step: [] for step in STEPS}
-    peaks: dict[str, int] = {}
+def cpu_stall_us() -> int | None:
+    """Total time (us) some runnable task waited for a CPU (Linux PSI), or None without PSI."""
+    try:
+        with open("/proc/pressure/cpu") as pressure:
+            return int(pressure.readline().split("total=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_busy_share(interval_s: float = 2.0) -> float | None:
+    """Share of all cores busy over ``interval_s`` while this process sleeps (from /proc/stat)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    try:
+        total, idle = sample()
+        time.sleep(interval_s)
+        total2, idle2 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle2 - idle) / max(total2 - total, 1)
+
+
+def wait_for_quiet(limit_s: float) -> None:
+    """Sleep (up to ``limit_s``) until other processes use under 10 % of the cores."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        busy = cpu_busy_share()
+        if busy is None or busy < 0.10:
+            return
+
+
+def time_steps(modules: dict, x: torch.Tensor, device: str, runs: int, stall_max: float, patience_s: float) -> dict:
+    """Warm up, then time rounds of the steps interleaved until ``runs`` rounds ran uncontended.
+
+    A round is one call of each step. On CPU its stall share (Linux PSI: time some task waited for
+    a core, over the round's wall time) says whether other processes competed for the cores; a
+    round above ``stall_max`` is set aside and the script waits for the machine to quiet down, for
+    at most ``patience_s`` in all. If too few clean rounds come in time, the least contended
+    ``runs`` rounds are kept and their stall shows in the table.
+    """
     with torch.inference_mode():
         for step in STEPS:  # warm-up: at least one call and 0.25 s per step
             start = time.perf_counter()
@@ -204,26 +241,51 @@ def measure(n: int, device: str, runs: int, rss_check: bool) -> dict:
                 synchronize(device)
                 if time.perf_counter() - start > 0.25:
                     break
-        for _ in range(runs):
+        rounds: list[tuple[float, dict[str, float]]] = []
+        deadline = time.monotonic() + patience_s
+        while True:
+            stall, wall = cpu_stall_us(), time.perf_counter()
+            one = {}
             for step in STEPS:
                 with backend(step):
                     synchronize(device)
                     start = time.perf_counter()
                     output = modules[step](x)
                     synchronize(device)
-                    times[step].append(time.perf_counter() - start)
+                    one[step] = time.perf_counter() - start
                 del output
-        for step in STEPS:
-            peaks[step] = (cpu_peak if device == "cpu" else cuda_peak)(modules[step], step, x)
+            after = cpu_stall_us()
+            share = 0.0 if device != "cpu" or stall is None or after is None else (after - stall) / 1e6 / (
+                time.perf_counter() - wall)
+            rounds.append((share, one))
+            clean = [r for r in rounds if r[0] <= stall_max]
+            if len(clean) >= runs or (len(rounds) >= runs and time.monotonic() > deadline):
+                break
+            if share > stall_max:
+                wait_for_quiet(max(0.0, min(30.0, deadline - time.monotonic())))
+    kept = clean[:runs] if len(clean) >= runs else sorted(rounds, key=lambda r: r[0])[:runs]
+    return {
+        "median": {step: statistics.median(r[1][step] for r in kept) for step in STEPS},
+        "min": {step: min(r[1][step] for r in kept) for step in STEPS},
+        "stall": max(r[0] for r in kept) if device == "cpu" and cpu_stall_us() is not None else None,
+        "runs": len(kept),
+        "rounds": len(rounds),
+    }
+
+
+def measure(n: int, device: str, runs: int, rss_check: bool, stall_max: float, patience_s: float) -> dict:
+    """Median and min times (s), peak bytes and the RSS cross-check of the three steps at ``n`` tokens."""
+    modules = {"tssa": build("tssa", n, device)}
+    modules["mssa"] = modules["mssa-math"] = build("mssa", n, device)
+    x = torch.randn(1, n, DIM, device=device)
+    timed = time_steps(modules, x, device, runs, stall_max, patience_s)
+    if timed["rounds"] > timed["runs"]:
+        print(f"  n={n}: {timed['rounds'] - timed['runs']} contended round(s) set aside", file=sys.stderr, flush=True)
+    with torch.inference_mode():
+        peaks = {step: (cpu_peak if device == "cpu" else cuda_peak)(modules[step], step, x) for step in STEPS}
     del modules, x
     rss = {step: rss_peak(step, n) for step in STEPS} if rss_check and device == "cpu" else {}
-    return {
-        "n": n,
-        "median": {step: statistics.median(t) for step, t in times.items()},
-        "min": {step: min(t) for step, t in times.items()},
-        "peak": peaks,
-        "rss": rss,
-    }
+    return {"n": n, **timed, "peak": peaks, "rss": rss}
 
 
 def slope(ns: list[int], values: list[float]) -> float:
@@ -272,27 +334,32 @@ def mib(nbytes: float | None) -> str:
     return "n/a" if nbytes is None else f"{nbytes / MiB:.1f}"
 
 
-def report(rows: list[dict], device: str, kernel: str, runs: int, fit_min: int) -> str:
+def report(rows: list[dict], device: str, kernel: str, fit_min: int) -> str:
     out = [
         f"Device {device_name(device)}; float32, batch 1, d = {DIM}, {HEADS} heads (MSSA head_dim {HEAD_DIM}); "
-        f"forward only under inference_mode; median of {runs} interleaved runs after a warm-up. "
+        f"forward only under inference_mode; times are medians of the interleaved runs after a warm-up. "
         f"`mssa` = SDPA as built (dispatches to `{kernel}`); `mssa-math` = the same module under "
         f"`sdpa_kernel(SDPBackend.MATH)` (materializes the {HEADS} x n x n attention).",
         "",
         "| n | tssa ms | mssa ms | mssa-math ms | mssa / tssa | mssa-math / tssa "
-        "| tssa peak MiB | mssa peak MiB | mssa-math peak MiB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tssa peak MiB | mssa peak MiB | mssa-math peak MiB | runs kept / timed | CPU stall |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         t, p = row["median"], row["peak"]
         out.append(
             f"| {row['n']} | {t['tssa'] * 1e3:.2f} | {t['mssa'] * 1e3:.2f} | {t['mssa-math'] * 1e3:.2f} "
             f"| {t['mssa'] / t['tssa']:.1f} | {t['mssa-math'] / t['tssa']:.1f} "
-            f"| {mib(p['tssa'])} | {mib(p['mssa'])} | {mib(p['mssa-math'])} |"
+            f"| {mib(p['tssa'])} | {mib(p['mssa'])} | {mib(p['mssa-math'])} | {row['runs']} / {row['rounds']} "
+            f"| {'n/a' if row['stall'] is None else format(row['stall'], '.0%')} |"
         )
     method = ("torch.profiler allocation events, max of the running sum of live bytes" if device == "cpu"
               else "torch.cuda.max_memory_allocated() minus memory_allocated() before the call")
-    out += ["", f"Peak MiB: extra memory of one forward pass, output included ({method})."]
+    out += ["", f"Peak MiB: extra memory of one forward pass, output included ({method}). "
+            "Runs kept / timed: rounds (one call of each step) used for the medians / rounds timed; a round "
+            "during which other processes competed for the cores (CPU stall share above the threshold) is set "
+            "aside. CPU stall: the largest stall share among the kept rounds (Linux PSI: time some task waited "
+            "for a CPU over the round's wall time); near 0 means the timings had the cores to themselves."]
     if any(row["rss"] for row in rows):
         out += [
             "",
@@ -391,6 +458,13 @@ def main() -> None:
                         help="auto: cpu, then cuda too when available")
     parser.add_argument("--sizes", type=int, nargs="+", help="token counts (overrides --quick's)")
     parser.add_argument("--runs", type=int, help="timed runs per step and n (default 5, --quick 3)")
+    parser.add_argument("--large-runs", type=int, default=3,
+                        help=f"timed runs at n >= {LARGE_N} unless --runs is given (default 3: one run there takes seconds)")
+    parser.add_argument("--stall-max", type=float, default=0.05,
+                        help="CPU: a round whose stall share (PSI) exceeds this had competition and is set aside "
+                        "(default 0.05)")
+    parser.add_argument("--patience", type=float, default=120,
+                        help="CPU: seconds per n to wait for uncontended rounds (default 120)")
     parser.add_argument("--fit-min", type=int, default=1024, help="fit exponents over n >= this (default 1024)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's default)")
     parser.add_argument("--no-rss-check", action="store_true", help="skip the fresh-subprocess RSS cross-check")
@@ -406,7 +480,8 @@ def main() -> None:
         return
 
     sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
-    runs = args.runs or (3 if args.quick else 5)
+    def runs_at(n: int) -> int:
+        return args.runs or (3 if args.quick else args.large_runs if n >= LARGE_N else 5)
     if args.device == "auto":
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     elif args.device == "cuda" and not torch.cuda.is_available():
@@ -422,12 +497,12 @@ def main() -> None:
         load_start = os.getloadavg()[0]
         rows = []
         for n in sizes:
-            rows.append(measure(n, device, runs, rss_check=not args.no_rss_check))
+            rows.append(measure(n, device, runs_at(n), not args.no_rss_check, args.stall_max, args.patience))
             t = rows[-1]["median"]
             print(f"  [{device}] n={n}: tssa {t['tssa'] * 1e3:.1f} ms, mssa {t['mssa'] * 1e3:.1f} ms, "
                   f"mssa-math {t['mssa-math'] * 1e3:.1f} ms ({time.perf_counter() - started:.0f} s elapsed)",
                   file=sys.stderr, flush=True)
-        text = report(rows, device, kernel, runs, args.fit_min)
+        text = report(rows, device, kernel, args.fit_min)
         text += (f"\n\nLoad average (1 min) {load_start:.2f} before this device's runs, "
                  f"{os.getloadavg()[0]:.2f} after (this process alone adds about {torch.get_num_threads()} "
                  f"on CPU; more means other work shared the cores).")

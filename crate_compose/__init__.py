@@ -23,10 +23,10 @@ from .derive import derive_decoder
 from .loader import load as load_spec
 from .objectives import masked_reconstruction_loss, reconstruction_loss
 from .figures import diagram, render
-from .registry import Args, Context, Example, Inverse, Primitive, all_primitives, load_plugins, primitive
+from .registry import Args, Context, Example, Inverse, PluginError, Primitive, all_primitives, load_plugins, primitive
 from .residual import Residual
 from .schema import json_schema
-from .spec import Spec
+from .spec import Derive, Spec, Stack, Step
 from .summary import Summary, summarize
 from .zoo import presets
 
@@ -48,8 +48,10 @@ def derive(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
     ``dump_spec(spec, references=True)``, in the derived steps too.
     """
     resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
+    changed = resolved.decoder is None or resolved.head or resolved.stacks  # a network other than the spec's
+    name = f"{resolved.name}-autoencoder" if changed else resolved.name
     return resolved.model_copy(
-        update={"decoder": derive_decoder(resolved), "stacks": {}, "head": [], "reference": None}
+        update={"name": name, "decoder": derive_decoder(resolved), "stacks": {}, "head": [], "reference": None}
     )
 
 
@@ -59,7 +61,7 @@ def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
 
 
 __all__ = [
-    "Args", "Context", "Example", "Inverse", "Residual", "load_plugins", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
+    "Args", "Context", "Derive", "Example", "Inverse", "PluginError", "Residual", "Stack", "Step", "load_plugins", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
     "derive", "derive_decoder", "diagram", "dump_spec", "inspect", "json_schema", "load", "load_spec",
     "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "render", "save", "spec_of", "summarize",
     "validate",

@@ -108,7 +108,7 @@ def compile_spec(
     if spec.input.dtype != "int64":
         root.add_module("cast", InputCast())
         node = graph.create_node("call_module", "cast", (node,), name="cast")
-        node.meta.update(role="input", shape=("B", *spec.input.shape))
+        node.meta.update(role="input", primitive=None, step=None, shape=("B", *spec.input.shape))
     named: dict[str, fx.Node] = {}  # values published by steps (mask, restore)
     for placed in place(spec, seed=seed, dtype=dtype, meta=meta):
         _install(root, placed.target, placed.module)

@@ -23,6 +23,9 @@ from .shapes import place
 from .spec import Derive, Spec, Stack, Step
 
 
+FORMS = ("code", "listing3")
+
+
 def _input_shapes(spec: Spec) -> dict[tuple, tuple[int, ...]]:
     """Per-sample input shape of each step before the decoder (layer 0 for layer steps), on meta."""
     encoder_only = spec.model_copy(update={"decoder": None, "stacks": {}, "head": []})
@@ -35,6 +38,8 @@ def _input_shapes(spec: Spec) -> dict[tuple, tuple[int, ...]]:
 def derive_decoder(spec: Spec, form: str | None = None) -> Stack:
     """The explicit decoder that inverts ``spec``'s pre-processing and encoder."""
     form = form or (spec.decoder.form if isinstance(spec.decoder, Derive) else "code")
+    if form not in FORMS:
+        raise ValueError(f"derivation form must be one of {FORMS}, not {form!r}")
     shapes = _input_shapes(spec)
     problems: list[Problem] = []
     prologue: list[Step] = []

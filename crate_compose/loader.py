@@ -43,7 +43,7 @@ class Swap:
 
     primitive: str
     args: dict
-    inherited: frozenset
+    inherited: tuple[str, ...]  # sorted
 
 
 @dataclass
@@ -193,7 +193,7 @@ def merge(base: Source, over: Source) -> Source:
             if "primitive" in change and change["primitive"] != old.get("primitive"):
                 args = old.get("args") if isinstance(old.get("args"), dict) else {}
                 given = change.get("args") if isinstance(change.get("args"), dict) else {}
-                swaps[path + (i,)] = Swap(old.get("primitive"), dict(args), frozenset(args) - frozenset(given))
+                swaps[path + (i,)] = Swap(old.get("primitive"), dict(args), tuple(sorted(set(args) - set(given))))
         return out
 
     data = combine(base.data, over.data, (), ())
@@ -274,6 +274,7 @@ def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
         _become_variant(merged, source.data, f"{path.name} changes {', '.join(changed)} of {parent_path.name}")
         if "name" not in source.data and isinstance(merged.data.get("name"), str):
             merged.data["name"] = _safe_name(path.stem)
+            merged.notes.append(f"variant name: {merged.data['name']} (after its file; set name to choose one)")
     merged.swaps.update(base.swaps)
     merged.notes = [*base.notes, *merged.notes]
     return merged
@@ -325,10 +326,7 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
     if "=" not in assignment:
         raise SpecError([Problem("an override is written path=value, e.g. sizes.d=384", (), where)])
     key, _, text = assignment.partition("=")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
+    value = _yaml_value(text)
     parts = parse_key_path(key.strip())
     if not parts:
         raise SpecError([Problem("an override needs a key path before '='", (), where)])
@@ -348,7 +346,7 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
             if last:
                 if part == "primitive" and _is_steps([node]) and node.get("primitive") != value:
                     args = node.get("args") if isinstance(node.get("args"), dict) else {}
-                    source.swaps[path[:-1]] = Swap(node.get("primitive"), dict(args), frozenset(args))
+                    source.swaps[path[:-1]] = Swap(node.get("primitive"), dict(args), tuple(sorted(args)))
                 node[part] = value
             else:
                 node = node.setdefault(part, {})
@@ -617,6 +615,13 @@ def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
     return resolve(source)
 
 
+def _yaml_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
+
+
 def _variant_name(name: str, assignments: list[str]) -> str:
     """``crate-tiny`` + ``encoder.layer.sparsify.primitive=ista_soft`` -> ``crate-tiny.sparsify-ista_soft``."""
     parts = []
@@ -626,8 +631,10 @@ def _variant_name(name: str, assignments: list[str]) -> str:
         label = words[-1] if words else "set"
         parts.append(_safe_name(f"{label}-{value.strip()}")[:32])
     variant = f"{name}.{'.'.join(parts)}"
-    if len(variant) > 80:
-        digest = hashlib.sha256("\n".join(assignments).encode()).hexdigest()[:8]
+    if len(variant) > 80:  # the same overrides, however spaced, give the same name
+        canonical = [f"{'.'.join(parse_key_path(a.partition('=')[0].strip()))}={_yaml_value(a.partition('=')[2])!r}"
+                     for a in assignments]
+        digest = hashlib.sha256("\n".join(canonical).encode()).hexdigest()[:8]
         variant = f"{name}.variant-{digest}"
     return variant
 

@@ -389,3 +389,17 @@ def test_loading_a_spec_with_a_derived_decoder_builds_nothing(monkeypatch):
     spec = cc.load_spec("crate-mae-base")
     assert spec.decoder.derive == "inverse"
     assert math.isfinite(len(cc.dump_spec(spec)))
+
+
+def test_a_derived_autoencoder_is_named_apart_from_its_classifier():
+    assert cc.derive("crate-tiny").name == "crate-tiny-autoencoder"  # never builds into out/crate-tiny
+    assert cc.derive("crate-mae-base").name == "crate-mae-base"  # the same network, its decoder written out
+    with pytest.raises(ValueError, match="derivation form"):
+        cc.derive_decoder(cc.load_spec("crate-mae-base"), "listing4")
+
+
+def test_variant_names_do_not_depend_on_how_overrides_are_spaced():
+    many = [f"sizes.{k}={v}" for k, v in [("d", 32), ("heads", 2), ("head_dim", 16), ("depth", 1),
+                                           ("image_size", 32), ("patch_size", 8), ("classes", 10)]]
+    spaced = [o.replace("=", " = ") for o in many]
+    assert cc.load_spec("crate-tiny", many).name == cc.load_spec("crate-tiny", spaced).name
