@@ -18,7 +18,7 @@ import crate_compose as cc
 from .artifacts import DIAGRAM_STEM, write_atomic
 from .builder import DTYPES
 from .figures import FORMATS, DiagramError
-from .errors import SpecError
+from .errors import SpecError, WorkbenchError
 from .registry import PluginError
 
 EPILOG = """examples:
@@ -123,7 +123,36 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("what", choices=["primitives", "zoo"])
 
     command("schema", help="print the JSON Schema of the spec language")
+
+    train = command("train", help="train a spec on a named data set (checkpoints, metrics, --resume; torchrun works)")
+    _spec_arguments(train)
+    _run_arguments(train)
+    train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     return top
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a training run (train and ablate)."""
+    from .train import Settings, TASKS
+
+    default = Settings()
+    parser.add_argument("--task", choices=TASKS, default=default.task, help="classify (cross-entropy) or mae "
+                        "(masked reconstruction)")
+    parser.add_argument("--data", default=default.data, help="digits, photos, subspaces or folder:PATH (default: digits)")
+    parser.add_argument("--steps", type=int, default=default.steps, help=f"optimizer steps (default: {default.steps})")
+    parser.add_argument("--batch-size", type=int, default=default.batch_size, help="global batch size (default: 64)")
+    parser.add_argument("--lr", type=float, default=default.lr, help="peak learning rate of AdamW (default: 1e-3)")
+    parser.add_argument("--weight-decay", type=float, default=default.weight_decay, help="AdamW weight decay (0.05)")
+    parser.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: 5%% of the steps)")
+    parser.add_argument("--seed", type=int, default=default.seed, help="seed of the weights, data order and masks")
+    parser.add_argument("--eval-every", type=int, default=default.eval_every, help="evaluate every N steps (0: at the end)")
+    parser.add_argument("--log-every", type=int, default=default.log_every, help="log the loss every N steps (10)")
+    parser.add_argument("--checkpoint-every", type=int, default=default.checkpoint_every,
+                        help="checkpoint every N steps (0: at the end)")
+    parser.add_argument("--image-size", type=int, default=None, help="resize images to this side")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def _notes(spec) -> None:
@@ -183,6 +212,26 @@ def _derive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace):
+    from .train import Settings
+
+    return Settings(task=args.task, data=args.data, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                    weight_decay=args.weight_decay, warmup=args.warmup, seed=args.seed, eval_every=args.eval_every,
+                    log_every=args.log_every, checkpoint_every=args.checkpoint_every, image_size=args.image_size)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import train
+
+    result = train(args.spec, _settings(args), overrides=args.overrides, out=args.out, resume=args.resume,
+                   device=args.device, progress=args.progress)
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+    print(f"trained {result.params:,} parameters for {result.steps} steps in {result.seconds:.0f} s: "
+          f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
+    print(f"wrote {result.run}/: spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     if args.what == "zoo":
         for name, path in cc.presets().items():
@@ -210,6 +259,7 @@ COMMANDS = {
     "render": _render,
     "list": _list,
     "schema": _schema,
+    "train": _train,
 }
 
 
@@ -222,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except PluginError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except WorkbenchError as error:  # a run that cannot start (task, data, resume), said in one line
         print(f"error: {error}", file=sys.stderr)
         return 2
     except DiagramError as error:

@@ -78,3 +78,10 @@ def one_of(choices: Sequence[str], limit: int = 12) -> str:
     shown = ", ".join(sorted(choices)[:limit])
     more = f", ... ({len(choices) - limit} more)" if len(choices) > limit else ""
     return f"expected one of: {shown}{more}"
+
+
+class WorkbenchError(ValueError):
+    """A training, probing or ablation run that cannot start (bad task, data set, resume request).
+
+    The CLI prints it in one line and exits with status 2.
+    """

@@ -16,6 +16,9 @@ proximal step on a LASSO, ...). It is registered under a name with
 * ``example``: arguments and a per-sample input shape on which the step builds; the registry-wide
   tests run every primitive on it (shapes, gradients, dtypes, export), so a new entry is tested
   for free;
+* ``measure``: how to measure the objective the step claims to move, and which way it claims to
+  move it: a :class:`crate_compose.probes.Objective` or a tuple of them (``None``: the step is no
+  step on a measurable objective); :func:`crate_compose.probes.probe` reads it, layer by layer;
 * a *factory* ``f(args, input_shape) -> nn.Module``, where ``input_shape`` is the per-sample
   shape of the step's input (batch axis excluded), inferred by the builder. A factory that also
   takes a ``context`` keyword receives the :class:`Context` of the build: what earlier steps
@@ -32,10 +35,13 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from importlib import import_module, metadata
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 from torch import nn
+
+if TYPE_CHECKING:
+    from .probes import Objective
 
 Shape = tuple[int, ...]
 Factory = Callable[..., nn.Module]
@@ -120,6 +126,14 @@ class Primitive:
     consumes: tuple[str, ...] = ()
     publishes: tuple[str, ...] = ()
     example: Example | None = None
+    measure: "Objective | tuple[Objective, ...] | None" = None
+
+    @property
+    def measures(self) -> "tuple[Objective, ...]":
+        """The step's measures as a tuple (empty when it has none)."""
+        if self.measure is None:
+            return ()
+        return self.measure if isinstance(self.measure, tuple) else (self.measure,)
 
     def build(self, args: Args, input_shape: Shape, context: Context | None = None) -> nn.Module:
         if "context" in inspect.signature(self.factory).parameters:
@@ -159,6 +173,7 @@ def primitive(
     consumes: tuple[str, ...] = (),
     publishes: tuple[str, ...] = (),
     example: Example | None = None,
+    measure: "Objective | tuple[Objective, ...] | None" = None,
 ) -> Callable[[Factory], Factory]:
     """Register ``factory`` as the primitive ``name``.
 
@@ -191,6 +206,7 @@ def primitive(
             consumes=consumes,
             publishes=publishes,
             example=example,
+            measure=measure,
         )
         return factory
 

@@ -29,6 +29,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from ..probes import coding_rate_measure
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
@@ -129,6 +130,12 @@ def _update(args: AoTArgs) -> str:
     update=_update,
     description="Attention-only transformer layer: self-attention with the output tied to U and a skip, no MLP.",
     example=Example(args={"heads": 2, "step_size": 0.5}, shape=(8, 16)),
+    # AoT-MSSA compresses against its shared U; AoT-MHSA has no shared subspaces (separate Q, K, V): no reading
+    measure=coding_rate_measure(
+        "down",
+        subspaces=lambda module: module.subspaces.weight.t() if module.variant == "mssa" else None,
+        description="R^c(Z | U) against the step's own U (variant mssa only; mhsa has no shared subspaces)",
+    ),
 )
 def aot(args: AoTArgs, shape: Shape) -> nn.Module:
     dim = token_dim(shape, "aot")

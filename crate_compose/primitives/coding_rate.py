@@ -20,6 +20,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from ..probes import coding_rate_measure
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
@@ -81,6 +82,7 @@ class CodingRateArgs(Args):
     + (",  gradient at LN Z" if args.norm else ""),
     description="Exact gradient step on the coding rate against K subspaces (what MSSA approximates).",
     example=Example(args={"heads": 2}, shape=(8, 16)),
+    measure=coding_rate_measure("down", description="R^c(LN Z | U), the objective the step is an exact gradient step on"),
 )
 def coding_rate_step(args: CodingRateArgs, shape: Shape) -> nn.Module:
     dim = token_dim(shape, "coding_rate_step")

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..probes import coding_rate_measure
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
 from ..residual import Residual
 
@@ -140,6 +141,7 @@ def mssa_update(args: SubspaceAttentionArgs, sign: str = "+", skip: str = "Z", s
         forms={"listing3": Inverse("mssa_ascent", lambda args, shape: {**_ascent_args(args), "residual": "normalized"})},
     ),
     example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
+    measure=coding_rate_measure("down", description="R^c(LN Z | U) against the step's own U (003 eq. 7; Fig. 3)"),
 )
 def mssa(args: MSSAArgs, shape: Shape) -> nn.Module:
     return mssa_module(MSSA, args, token_dim(shape, "mssa"), kappa=args.kappa, rate_eps=args.rate_eps)

@@ -16,6 +16,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from ..probes import Objective, Reading, subspace_residual
 from ..registry import Args, Example, Shape, primitive, token_dim
 from .compress import head_dim_of
 
@@ -54,6 +55,16 @@ class DenoiseArgs(Args):
     update=lambda args: "Σ_k U_k softmax_k(‖U_kᵀZ‖² / 2σ²) U_kᵀZ" + (",  Z ← LN Z" if args.norm else ""),
     description="Subspace denoiser: projects each token onto K subspaces and averages with posterior memberships.",
     example=Example(args={"heads": 2}, shape=(8, 16)),
+    measure=Objective(
+        "subspace_residual",
+        "down",
+        lambda module, inputs, output, **_: Reading(
+            subspace_residual(output, module.subspaces.weight.t(), module.heads),
+            subspace_residual(module.norm(inputs[0]), module.subspaces.weight.t(), module.heads),
+        ),
+        "min_k ‖(I − P_k) z‖ / ‖z‖",
+        "mean relative distance of the tokens to their nearest subspace span(U_k) (what eq. 6 reduces)",
+    ),
 )
 def denoise(args: DenoiseArgs, shape: Shape) -> nn.Module:
     dim = token_dim(shape, "denoise")

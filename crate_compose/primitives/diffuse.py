@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..probes import coding_rate_measure
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
 from .compress import MSSA, SubspaceAttentionArgs, mssa_module, mssa_update
 
@@ -72,6 +73,7 @@ def _ascent_update(args: AscentArgs) -> str:
     description="Inverse of the MSSA step: one step of ascent on the coding rate, with its own subspaces V.",
     inverse=Inverse("mssa", lambda args, shape: args.model_dump(exclude={"residual"})),
     example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
+    measure=coding_rate_measure("up", description="R^c(LN Z | V) against the step's own V: ascent (001 eq. 2.16)"),
 )
 def mssa_ascent(args: AscentArgs, shape: Shape) -> nn.Module:
     return mssa_module(MSSAAscent, args, token_dim(shape, "mssa_ascent"), residual=args.residual)

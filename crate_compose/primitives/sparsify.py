@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..probes import lasso_measure, sparsity_measures
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
 from ..residual import Residual
 
@@ -94,6 +95,7 @@ primitive(
     description="Non-negative ISTA step: sparse-codes tokens against a complete dictionary D.",
     inverse=TO_DICTIONARY,
     example=Example(args={}, shape=(8, 16)),
+    measure=(*sparsity_measures(), lasso_measure()),
 )(_ista("relu"))
 
 primitive(
@@ -106,6 +108,7 @@ primitive(
     description="Two-sided soft-threshold ISTA step (ablation, 003 App. B.5: 67.6% vs 70.8%).",
     inverse=TO_DICTIONARY,
     example=Example(args={"lambd": 0.5}, shape=(8, 16)),
+    measure=(*sparsity_measures(), lasso_measure()),
 )(_ista("soft"))
 
 
@@ -174,6 +177,7 @@ class ISTAMMArgs(Args):
     "(ablation, 003 Table 3: 68.6% vs 70.8%).",
     inverse=TO_DICTIONARY,
     example=Example(args={"lambd": 0.1}, shape=(8, 16)),
+    measure=sparsity_measures(),
 )
 def ista_mm(args: ISTAMMArgs, shape: Shape) -> nn.Module:
     return ISTAMM(
@@ -222,12 +226,15 @@ class ISTAODL(Residual):
         nn.init.kaiming_uniform_(self.dictionary)
         nn.init.kaiming_uniform_(self.synthesis)
 
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def code(self, x: torch.Tensor) -> torch.Tensor:
+        """The sparse code ``a2`` of shape ``(B, n, ratio*d)`` (``LN`` applied here)."""
         eta, threshold = self.step_size, self.step_size * self.lambd
         u = self.norm(x)  # (B, n, d)
         a1 = F.relu(eta * (u @ self.dictionary) - threshold)  # (B, n, r*d)
-        a2 = F.relu(a1 - eta * ((a1 @ self.dictionary.t() - u) @ self.dictionary) - threshold)  # (B, n, r*d)
-        return x, a2 @ self.synthesis.t()  # (B, n, d)
+        return F.relu(a1 - eta * ((a1 @ self.dictionary.t() - u) @ self.dictionary) - threshold)  # (B, n, r*d)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.code(x) @ self.synthesis.t()  # (B, n, d)
 
 
 class ISTAODLArgs(Args):
@@ -248,6 +255,11 @@ class ISTAODLArgs(Args):
     + ("U = LN Z" if args.norm else "U = Z"),
     description="Overcomplete dictionary learning step of CRATE-alpha: two ISTA steps from 0, decoded by D1, residual.",
     example=Example(args={"ratio": 2}, shape=(8, 16)),
+    # measured on the code a2 (recomputed from the input), not on the output, which adds the residual back
+    measure=(
+        *sparsity_measures(lambda module, inputs, output: module.code(inputs[0]), start=False),
+        lasso_measure(lambda module, inputs, output: module.code(inputs[0]), start="zero"),
+    ),
 )
 def ista_odl(args: ISTAODLArgs, shape: Shape) -> nn.Module:
     return ISTAODL(

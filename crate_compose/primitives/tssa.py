@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..probes import Objective, Reading, coding_rate_measure, variational_rate
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
 
@@ -39,11 +40,17 @@ class TSSA(Residual):
         self.temp = nn.Parameter(torch.ones(heads, 1))  # 1/(2 eta) of eq. 5.3.17, learned per head
         self.to_out = nn.Linear(dim, dim)  # W_o, b_o
 
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def statistics(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(w, pi, m)`` at tokens ``x`` (normalized here): projections ``(B, K, n, p)``, memberships
+        ``(B, K, n)`` (eq. 5.3.16-5.3.17) and per-head second moments ``(B, K, 1, p)`` (eq. 5.3.10)."""
         w = self.qkv(self.norm(x)).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, K, n, p)
         w_hat = F.normalize(w, dim=-2)  # unit norm over the tokens, eps 1e-12
         pi = torch.softmax(self.temp * w_hat.pow(2).sum(-1), dim=1)  # (B, K, n): softmax over heads
         m = (pi.unsqueeze(-2) @ w.pow(2)) / (pi.sum(-1)[..., None, None] + 1e-8)  # (B, K, 1, p)
+        return w, pi, m
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w, pi, m = self.statistics(x)
         out = -pi.unsqueeze(-1) * w / (1 + m)  # (B, K, n, p)
         return x, self.to_out(out.transpose(1, 2).flatten(2))  # (B, n, d)
 
@@ -64,6 +71,22 @@ class TSSAArgs(Args):
     description="Token statistics self-attention (ToST): compresses against K subspaces using per-head "
     "second moments instead of token-token attention.",
     example=Example(args={"heads": 2}, shape=(8, 16)),
+    measure=(
+        coding_rate_measure(
+            "down",
+            subspaces=lambda module: module.qkv.weight.t(),
+            description="R^c(LN Z | U) against the step's projection W = U^T (its K heads; bias not counted)",
+        ),
+        Objective(
+            "variational_rate",
+            "down",
+            lambda module, inputs, output, **_: Reading(
+                variational_rate(*module.statistics(output)[:2]), variational_rate(*module.statistics(inputs[0])[:2])
+            ),
+            "R^var_c(Z, Π | U)",
+            "ToST's variational coding rate with f = log(1 + x), memberships Pi from the step itself (book eq. 5.3.8)",
+        ),
+    ),
 )
 def tssa(args: TSSAArgs, shape: Shape) -> nn.Module:
     return TSSA(token_dim(shape, "tssa"), args.heads, norm=args.norm, eps=args.eps)

@@ -1,0 +1,540 @@
+"""Offline data sets for training and probing white-box transformers.
+
+Nothing here downloads anything, ever: every set is either shipped inside an installed package,
+generated from a seed, or read from a folder the user already has on disk.
+
+``load_data(name, ...)`` returns a :class:`Data`; ``name`` is one of:
+
+``digits``
+    scikit-learn's ``load_digits`` (the UCI optical digits test set, shipped with scikit-learn):
+    1,797 grayscale 8x8 images of the digits 0-9. Pixels (0..16) are scaled to [0, 1], optionally
+    resized (bilinear, ``image_size``), then standardized with the train split's mean and std.
+    The split is stratified and fixed (``split_seed``, not ``seed``): 1,437 train / 360 test, so
+    runs with different seeds see the same test set. Input shape (1, 8, 8); 10 classes.
+
+``photos``
+    Random square crops of scikit-learn's two sample photographs (``load_sample_images``:
+    china.jpg and flower.jpg, 427x640 RGB, shipped with scikit-learn), for masked autoencoding
+    (no labels). Train crops lie wholly in the LEFT 75% of each photo (columns [0, 480)), test
+    crops wholly in the RIGHT 25% (columns [480, 640)), so test pixels are never seen in
+    training. Crop size ``image_size`` (default 32); 4,096 train crops drawn with ``seed``,
+    512 test crops drawn with a fixed seed. Pixels are scaled to [0, 1] and standardized per
+    channel with the statistics of the train region. Each split's ``crops`` holds the
+    (photo, top, left) of every crop.
+
+``subspaces``
+    The mixture of low-rank Gaussians of book eq. 5.3.1 (DESIGN section 3), generated from
+    ``seed``: K orthonormal subspaces U_k of dimension p in R^d (d = K*p by default); a sample
+    is a set of n tokens, token i of group k being ``U_k a_i + sum_{j != k} U_j e_ij`` with
+    ``a_i ~ N(0, I_p)`` and ``e_ij ~ N(0, delta^2 I_p)``. Groups are balanced (token i is in
+    group i mod K before a per-sample shuffle of the token order). Input shape (n, d); the
+    target of a sample is its per-token group labels; ``Data.subspaces`` is [U_1 .. U_K] (d, K*p).
+
+``folder:PATH``
+    Your own images in class folders, as torchvision's ImageFolder reads them
+    (PATH/<class>/<image>; e.g. CIFAR-10 or ImageNet written out as files). Class names are
+    sorted; files ending in .png .jpg .jpeg .bmp .gif .webp .ppm (any case) are images. If
+    PATH/train and PATH/test (or PATH/val) exist they are the split, else a fixed stratified
+    80/20 split (``split_seed``). Images are read lazily (on access) with Pillow, converted to
+    RGB, resized (bilinear) to ``image_size`` x ``image_size`` (default: the images' own size
+    when they all share one) and standardized per channel with statistics estimated on up to
+    512 train images (a sample fixed by ``split_seed``). Unreadable files are named when read.
+
+Targets (the second item of every sample) are consistent across sets: an int64 class index for
+labeled images, ``-1`` for unlabeled images (photos), and an int64 tensor of shape (n,) of group
+labels for token sets. Inputs are float32.
+
+``Data.spec_overrides(spec)`` gives the override strings that make a spec take the data (see
+there); ``crate-compose train SPEC --data digits`` uses it to size the spec's input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .errors import WorkbenchError
+
+__all__ = [
+    "Data", "DataError", "FolderImages", "Tensors", "load_data", "load_digits", "load_folder", "load_photos",
+    "load_subspaces", "names", "random_subspaces", "read_image", "sample_tokens", "spec_overrides",
+]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
+PHOTO_TRAIN_FRACTION = 0.75  # train crops come from the left 75% of each photo, test crops from the right 25%
+PHOTO_TEST_SEED = 1_000_003  # the test crops never depend on `seed`
+STATS_SAMPLE = 512  # images read to estimate a folder's channel statistics
+
+
+class DataError(WorkbenchError):
+    """A data set that cannot be loaded; the message is one line naming the data set, path or file."""
+
+
+# ---------------------------------------------------------------- containers
+
+
+class Tensors(Dataset):
+    """A data set held in memory: ``inputs[i]`` and ``targets[i]``; ``crops`` (photos only) is the
+    (photo, top, left) of every sample."""
+
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, crops: torch.Tensor | None = None):
+        assert len(inputs) == len(targets)
+        self.inputs, self.targets, self.crops = inputs, targets, crops
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inputs[index], self.targets[index]
+
+
+@dataclass
+class Data:
+    """A data set ready to train on.
+
+    ``train``/``test`` yield ``(input, target)``; ``input_shape`` is one input's shape (no batch
+    axis); ``classes`` the number of classes (None when unlabeled); ``task_hint`` is "classify",
+    "mae" (images without labels) or "tokens" (token sets with group labels); ``mean``/``std`` the
+    per-channel statistics the inputs were standardized with (None for token sets); ``subspaces``
+    the true [U_1 .. U_K] for "subspaces"; ``sizes`` the spec sizes this data fixes.
+    """
+
+    name: str
+    train: Dataset
+    test: Dataset
+    input_shape: tuple[int, ...]
+    classes: int | None
+    task_hint: str
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    subspaces: torch.Tensor | None = None
+    class_names: list[str] | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def spec_overrides(self, spec: Any) -> list[str]:
+        """Override strings that make ``spec`` (a loaded Spec or a spec mapping) take this data."""
+        return spec_overrides(self, spec)
+
+    def describe(self) -> str:
+        """One line: name, split sizes, input shape and classes."""
+        classes = f", {self.classes} classes" if self.classes else ""
+        return (
+            f"{self.name}: {len(self.train)} train / {len(self.test)} test, "
+            f"input {list(self.input_shape)}{classes} ({self.task_hint})"
+        )
+
+
+def spec_overrides(data: Data, spec: Any) -> list[str]:
+    """The ``--set`` strings that fit ``spec`` (a loaded Spec, or a spec mapping) to ``data``.
+
+    ``input.shape=[...]`` (the data's input shape); besides, each size the data fixes
+    (``data.sizes``) is set where the spec declares a size of that name, so the rest of the spec
+    follows: images fix ``channels``, ``classes`` (labeled data only) and ``image_size`` (square
+    images only; other images set ``input.shape`` alone); token sets fix ``tokens``, ``d``,
+    ``subspaces`` and ``subspace_dim``. Sizes the spec does not declare are left alone, and a value
+    the spec already has is not repeated (any override makes the loader name the spec a variant),
+    so a spec written for the data gets ``[]``.
+    """
+    if isinstance(spec, dict):
+        declared, shape = spec.get("sizes") or {}, (spec.get("input") or {}).get("shape")
+    else:
+        declared, shape = getattr(spec, "sizes", {}), getattr(getattr(spec, "input", None), "shape", None)
+    out = []
+    if shape != list(data.input_shape):
+        out.append(f"input.shape=[{', '.join(str(size) for size in data.input_shape)}]")
+    out += [f"sizes.{k}={v}" for k, v in data.sizes.items() if k in declared and declared[k] != v]
+    return out
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _standardize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / std per channel of (N, C, H, W) images."""
+    return (images - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
+
+
+def _channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and std over (N, C, H, W) images (std floored away from zero)."""
+    flat = images.transpose(0, 1).reshape(images.shape[1], -1).double()
+    return flat.mean(1).float(), flat.std(1).clamp_min(1e-6).float()
+
+
+def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear resize of (N, C, H, W) images to size x size."""
+    if images.shape[-2:] == (size, size):
+        return images
+    return torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+
+
+def _stratified_split(
+    labels: Sequence[int], test_fraction: float, seed: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, test) of a seeded split keeping each class's share in both parts."""
+    from sklearn.model_selection import train_test_split
+
+    indices = np.arange(len(labels))
+    try:
+        train, test = train_test_split(indices, test_size=test_fraction, stratify=labels, random_state=seed)
+    except ValueError as error:
+        raise DataError(f"{where}: cannot split it into train and test ({error})") from None
+    return np.sort(train), np.sort(test)
+
+
+def _check_size(image_size: int | None, where: str) -> None:
+    if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
+        raise DataError(f"{where}: image_size must be a positive integer; got {image_size!r}")
+
+
+# ---------------------------------------------------------------- digits
+
+
+def load_digits(*, image_size: int | None = None, split_seed: int = 0) -> Data:
+    """scikit-learn's 8x8 digits: 1,437 train / 360 test (stratified, fixed by ``split_seed``)."""
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    _check_size(image_size, "digits")
+    bunch = sklearn_digits()
+    images = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(bunch.target, dtype=torch.int64)
+    if image_size is not None:
+        images = _resize(images, image_size)
+    train, test = _stratified_split(bunch.target, 0.2, split_seed, "digits")
+    mean, std = _channel_stats(images[train])
+    images = _standardize(images, mean, std)
+    size = images.shape[-1]
+    return Data(
+        name="digits",
+        train=Tensors(images[train], labels[train]),
+        test=Tensors(images[test], labels[test]),
+        input_shape=tuple(images.shape[1:]),
+        classes=10,
+        task_hint="classify",
+        mean=tuple(mean.tolist()),
+        std=tuple(std.tolist()),
+        class_names=[str(digit) for digit in range(10)],
+        sizes={"channels": 1, "image_size": size, "classes": 10},
+    )
+
+
+# ---------------------------------------------------------------- photos
+
+
+def _photo_regions() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each sample photo as (train region, test region): (3, H, W) float tensors in [0, 1], split
+    at column floor(0.75 W)."""
+    from sklearn.datasets import load_sample_images
+
+    regions = []
+    for photo in load_sample_images().images:
+        pixels = torch.tensor(photo, dtype=torch.float32).permute(2, 0, 1) / 255.0
+        cut = int(pixels.shape[-1] * PHOTO_TRAIN_FRACTION)
+        regions.append((pixels[..., :cut], pixels[..., cut:]))
+    return regions
+
+
+def _random_crops(regions: list[torch.Tensor], size: int, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` size x size crops, each from a random region at a random place; returns the crops
+    (count, C, size, size) and their (region, top, left)."""
+    generator = torch.Generator().manual_seed(seed)
+    which = torch.randint(len(regions), (count,), generator=generator)
+    crops = torch.empty(count, regions[0].shape[0], size, size)
+    places = torch.empty(count, 3, dtype=torch.int64)
+    for i, r in enumerate(which.tolist()):
+        height, width = regions[r].shape[-2:]
+        top = int(torch.randint(height - size + 1, (1,), generator=generator))
+        left = int(torch.randint(width - size + 1, (1,), generator=generator))
+        crops[i] = regions[r][:, top : top + size, left : left + size]
+        places[i] = torch.tensor([r, top, left])
+    return crops, places
+
+
+def load_photos(
+    *, image_size: int | None = None, seed: int = 0, train_crops: int = 4096, test_crops: int = 512
+) -> Data:
+    """Random crops of scikit-learn's sample photos: train from the left 75%, test from the right 25%.
+
+    ``crops`` of each split hold (photo, top, left) with ``left`` counted from the start of that
+    split's region (add floor(0.75 * width) for a test crop's column in the photo).
+    """
+    size = 32 if image_size is None else image_size
+    _check_size(size, "photos")
+    regions = _photo_regions()
+    narrowest = min(min(region.shape[-2:]) for pair in regions for region in pair)
+    if size > narrowest:
+        raise DataError(f"photos: image_size {size} does not fit the held-out region ({narrowest} pixels wide)")
+    train_regions, test_regions = [pair[0] for pair in regions], [pair[1] for pair in regions]
+    mean, std = _region_stats(train_regions)
+    splits = []
+    for pool, count, crop_seed in ((train_regions, train_crops, seed), (test_regions, test_crops, PHOTO_TEST_SEED)):
+        crops, places = _random_crops(pool, size, count, crop_seed)
+        splits.append(Tensors(_standardize(crops, mean, std), torch.full((count,), -1, dtype=torch.int64), places))
+    return Data(
+        name="photos",
+        train=splits[0],
+        test=splits[1],
+        input_shape=(3, size, size),
+        classes=None,
+        task_hint="mae",
+        mean=tuple(mean.tolist()),
+        std=tuple(std.tolist()),
+        sizes={"channels": 3, "image_size": size},
+    )
+
+
+def _region_stats(regions: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and std over every pixel of regions of different sizes."""
+    pixels = torch.cat([r.reshape(r.shape[0], -1) for r in regions], dim=1)
+    return _channel_stats(pixels.unsqueeze(0).unsqueeze(-1))
+
+
+# ---------------------------------------------------------------- subspaces
+
+
+def random_subspaces(d: int, K: int, p: int, generator: torch.Generator) -> torch.Tensor:
+    """[U_1 .. U_K]: K*p orthonormal columns in R^d (QR of a Gaussian matrix), shape (d, K*p)."""
+    gaussian = torch.randn(d, K * p, generator=generator, dtype=torch.float64)
+    basis, upper = torch.linalg.qr(gaussian)
+    return (basis * torch.sign(torch.diagonal(upper))).float()  # a unique QR: positive diagonal
+
+
+def sample_tokens(
+    U: torch.Tensor, K: int, count: int, n: int, delta: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` sets of ``n`` tokens of eq. 5.3.1 and their group labels: (count, n, d), (count, n).
+
+    A token of group k has coefficients a ~ N(0, I_p) on U_k and e_j ~ N(0, delta^2 I_p) on every
+    other U_j. Token i is in group i mod K; each set's tokens are then shuffled.
+    """
+    p = U.shape[1] // K
+    labels = torch.arange(n) % K
+    order = torch.argsort(torch.rand(count, n, generator=generator), dim=1)
+    labels = labels[order]  # (count, n)
+    coefficients = delta * torch.randn(count, n, K, p, generator=generator)
+    signal = torch.randn(count, n, p, generator=generator)
+    coefficients[torch.arange(count)[:, None], torch.arange(n)[None, :], labels] = signal
+    tokens = coefficients.reshape(count, n, K * p) @ U.T
+    return tokens, labels
+
+
+def load_subspaces(
+    *,
+    seed: int = 0,
+    K: int = 3,
+    p: int = 16,
+    n: int = 48,
+    delta: float = 0.1,
+    d: int | None = None,
+    train_count: int = 1024,
+    test_count: int = 256,
+) -> Data:
+    """Token sets from K orthonormal p-dimensional subspaces of R^d (book eq. 5.3.1), seeded."""
+    d = K * p if d is None else d
+    if min(K, p, n, train_count, test_count) < 1 or d < K * p or delta < 0:
+        raise DataError(
+            f"subspaces: need K, p, n, counts >= 1, delta >= 0 and d >= K*p; got K={K}, p={p}, n={n}, "
+            f"d={d}, delta={delta}, counts={train_count}/{test_count}"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    U = random_subspaces(d, K, p, generator)
+    train = Tensors(*sample_tokens(U, K, train_count, n, delta, generator))
+    test = Tensors(*sample_tokens(U, K, test_count, n, delta, generator))
+    return Data(
+        name="subspaces",
+        train=train,
+        test=test,
+        input_shape=(n, d),
+        classes=None,
+        task_hint="tokens",
+        subspaces=U,
+        sizes={"tokens": n, "d": d, "subspaces": K, "subspace_dim": p},
+    )
+
+
+# ---------------------------------------------------------------- folder
+
+
+class FolderImages(Dataset):
+    """Image files read on access: RGB, resized to ``size`` (H, W), standardized per channel."""
+
+    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int]):
+        self.files, self.labels, self.size = files, labels, size
+        self.mean = torch.zeros(3)
+        self.std = torch.ones(3)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def raw(self, index: int) -> torch.Tensor:
+        """Image ``index`` as a (3, H, W) float tensor in [0, 1], resized, not standardized."""
+        return read_image(self.files[index], self.size)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image = self.raw(index)
+        return (image - self.mean.view(3, 1, 1)) / self.std.view(3, 1, 1), self.labels[index]
+
+
+def read_image(path: Path, size: tuple[int, int] | None = None) -> torch.Tensor:
+    """An image file as a (3, H, W) float32 tensor in [0, 1], resized (bilinear) to ``size`` = (H, W)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as opened:
+            image = opened.convert("RGB")
+            if size is not None and image.size != (size[1], size[0]):
+                image = image.resize((size[1], size[0]), Image.BILINEAR)
+            pixels = np.asarray(image, dtype=np.uint8)
+    except (OSError, ValueError, SyntaxError) as error:
+        raise DataError(f"{path}: cannot read the image ({error})") from None
+    return torch.from_numpy(pixels.copy()).permute(2, 0, 1).float() / 255.0
+
+
+def _image_size_of(path: Path) -> tuple[int, int]:
+    """(H, W) of an image file, from its header."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as opened:
+            width, height = opened.size
+    except (OSError, ValueError, SyntaxError) as error:
+        raise DataError(f"{path}: cannot read the image ({error})") from None
+    return height, width
+
+
+def scan_classes(root: Path) -> tuple[list[str], list[list[Path]]]:
+    """Sorted class folders of ``root`` and the sorted image files of each."""
+    if not root.is_dir():
+        raise DataError(f"{root}: no such folder")
+    classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+    if not classes:
+        raise DataError(f"{root}: no class folders (expected {root}/<class>/<image files>)")
+    files = []
+    for name in classes:
+        images = sorted(f for f in (root / name).iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+        if not images:
+            raise DataError(f"{root / name}: a class folder without images ({', '.join(IMAGE_SUFFIXES)})")
+        files.append(images)
+    return classes, files
+
+
+Files = tuple[list[Path], list[int]]  # image files and their class indices
+
+
+def _flatten(files: list[list[Path]], index: dict[str, int], classes: list[str]) -> Files:
+    """One list of files and one of labels from per-class lists."""
+    paths = [path for group in files for path in group]
+    labels = [index[name] for name, group in zip(classes, files) for _ in group]
+    return paths, labels
+
+
+def _folder_splits(root: Path, split_seed: int) -> tuple[list[str], Files, Files]:
+    """Class names and (files, labels) of train and test: PATH/train + PATH/test|val, else 80/20."""
+    held_out = next((root / name for name in ("test", "val") if (root / name).is_dir()), None)
+    if (root / "train").is_dir() and held_out is not None:
+        classes, train_files = scan_classes(root / "train")
+        test_classes, test_files = scan_classes(held_out)
+        unknown = sorted(set(test_classes) - set(classes))
+        if unknown:
+            raise DataError(f"{held_out}: classes not in {root / 'train'}: {', '.join(unknown)}")
+        index = {name: i for i, name in enumerate(classes)}
+        return classes, _flatten(train_files, index, classes), _flatten(test_files, index, test_classes)
+    classes, files = scan_classes(root)
+    paths, labels = _flatten(files, {name: i for i, name in enumerate(classes)}, classes)
+    train, test = _stratified_split(labels, 0.2, split_seed, str(root))
+    pick = lambda rows: ([paths[i] for i in rows], [labels[i] for i in rows])  # noqa: E731
+    return classes, pick(train), pick(test)
+
+
+def _common_size(root: Path, files: list[Path]) -> tuple[int, int]:
+    """The (H, W) every image shares (read from headers), else a DataError asking for image_size."""
+    first = _image_size_of(files[0])
+    for path in files[1:]:
+        if _image_size_of(path) != first:
+            raise DataError(
+                f"{root}: images differ in size ({files[0].name} is {first[1]}x{first[0]}, {path.name} is not); "
+                "give image_size to resize them"
+            )
+    return first
+
+
+def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: int = 0) -> Data:
+    """Images in class folders (PATH/<class>/<file>), read lazily; see the module docstring.
+
+    Deterministic: the 80/20 split (when there is no train/test layout) and the images sampled for
+    the channel statistics depend on ``split_seed`` only.
+    """
+    root = Path(path).expanduser()
+    _check_size(image_size, str(root))
+    classes, (train_files, train_labels), (test_files, test_labels) = _folder_splits(root, split_seed)
+    size = (image_size, image_size) if image_size else _common_size(root, train_files + test_files)
+    train, test = FolderImages(train_files, train_labels, size), FolderImages(test_files, test_labels, size)
+    generator = torch.Generator().manual_seed(split_seed)
+    sample = torch.randperm(len(train), generator=generator)[:STATS_SAMPLE].tolist()
+    mean, std = _channel_stats(torch.stack([train.raw(i) for i in sample]))
+    for split in (train, test):
+        split.mean, split.std = mean, std
+    square = {"image_size": size[0]} if size[0] == size[1] else {}
+    sizes = {"channels": 3, **square, "classes": len(classes)}
+    return Data(
+        name=f"folder:{root}",
+        train=train,
+        test=test,
+        input_shape=(3, *size),
+        classes=len(classes),
+        task_hint="classify",
+        mean=tuple(mean.tolist()),
+        std=tuple(std.tolist()),
+        class_names=classes,
+        sizes=sizes,
+    )
+
+
+# ---------------------------------------------------------------- entry point
+
+LOADERS: dict[str, Callable[..., Data]] = {
+    "digits": load_digits,
+    "photos": load_photos,
+    "subspaces": load_subspaces,
+}
+
+
+def names() -> list[str]:
+    """The data set names ``load_data`` accepts (``folder:PATH`` for a folder of your own)."""
+    return [*LOADERS, "folder:PATH"]
+
+
+def load_data(name: str, *, image_size: int | None = None, seed: int = 0, **options: Any) -> Data:
+    """Load the data set ``name`` (see the module docstring); ``options`` go to its loader.
+
+    ``seed`` drives every random draw that is not a fixed split (digits and folders have none, so
+    ignore it);
+    ``image_size`` applies to image sets only. Options per set: digits ``split_seed``; photos
+    ``train_crops``, ``test_crops``; subspaces ``K``, ``p``, ``n``, ``delta``, ``d``,
+    ``train_count``, ``test_count``; folder ``split_seed``.
+    """
+    if name.startswith("folder:"):
+        loader, args = load_folder, (name[len("folder:") :],)
+        if not args[0]:
+            raise DataError("folder: give the folder as folder:PATH")
+    elif name in LOADERS:
+        loader, args = LOADERS[name], ()
+    else:
+        close = difflib.get_close_matches(name, names(), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise DataError(f"unknown data set '{name}': expected one of {', '.join(names())}{hint}")
+    accepted = inspect.signature(loader).parameters
+    given = dict(options, **({"image_size": image_size} if image_size is not None else {}))
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        takes = ", ".join(k for k in accepted if k != "path")
+        raise DataError(f"data set '{name}' does not take {', '.join(unknown)}; it takes: {takes}")
+    if "seed" in accepted:
+        given["seed"] = seed
+    return loader(*args, **given)

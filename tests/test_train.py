@@ -1,0 +1,129 @@
+"""Training: the run folder, checkpoints without pickle, exact resume after SIGKILL, torchrun = one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import crate_compose as cc
+from crate_compose import cli
+from crate_compose.train import Settings, TrainError, batch_indices, lr_at, train
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
+TINY = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=2"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+CLI = [sys.executable, "-m", "crate_compose.cli"]
+
+
+def _run_args(out: Path, steps: int, *extra: str) -> list[str]:
+    sets = [arg for o in TINY for arg in ("--set", o)]
+    return ["train", DIGITS, *sets, "--data", "digits", "--steps", str(steps), "--batch-size", "16",
+            "--log-every", "1", "--no-progress", "--out", str(out), *extra]
+
+
+def _losses(run: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["loss"] for row in rows if row["kind"] == "train"}
+
+
+def test_schedule_warms_up_then_decays_to_zero():
+    settings = Settings(steps=100, lr=1e-3, warmup=10)
+    assert lr_at(1, settings) == pytest.approx(1e-4) and lr_at(10, settings) == pytest.approx(1e-3)
+    assert lr_at(55, settings) == pytest.approx(5e-4) and lr_at(100, settings) == pytest.approx(0, abs=1e-12)
+
+
+def test_batches_cover_each_epoch_once_and_depend_on_the_seed_only():
+    settings = Settings(batch_size=10, seed=3)
+    epoch = torch.cat([batch_indices(step, 50, settings) for step in range(1, 6)])
+    assert sorted(epoch.tolist()) == list(range(50))
+    assert not torch.equal(batch_indices(6, 50, settings), batch_indices(1, 50, settings))  # a new permutation
+    assert torch.equal(batch_indices(7, 50, settings), batch_indices(7, 50, Settings(batch_size=10, seed=3)))
+
+
+def test_a_short_run_writes_metrics_checkpoints_and_a_loadable_build(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(_run_args(out, 30, "--checkpoint-every", "10", "--eval-every", "15")) == 0
+    printed = capsys.readouterr().out
+    assert "trained" in printed and "test_accuracy" in printed
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, 31))
+    assert [r["step"] for r in rows if r["kind"] == "eval"] == [15, 30]
+    assert (out / "metrics.csv").read_text().count("\n") == len(rows) + 1
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000010", "step-000020", "step-000030"]
+    files = {p.suffix for p in (out / "checkpoints" / "step-000010").iterdir()}
+    assert files == {".yaml", ".safetensors", ".py", ".txt", ".json"}  # nothing pickled
+    assert "rng.torch" in load_file(out / "checkpoints" / "step-000010" / "optimizer.safetensors")
+    model = cc.load(out / "final")
+    assert model(torch.randn(2, 1, 8, 8))["output"].shape == (2, 10)
+    losses = _losses(out)
+    assert losses[30] < losses[1]  # it learns
+
+
+def test_a_second_run_into_the_same_folder_needs_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(_run_args(out, 5)) == 0
+    assert cli.main(_run_args(out, 5)) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert cli.main(_run_args(out, 6, "--resume")) == 2  # other settings than the run was started with
+    assert "started with other settings (steps)" in capsys.readouterr().err
+    assert cli.main(_run_args(tmp_path / "empty", 5, "--resume")) == 2
+    assert "no complete checkpoint" in capsys.readouterr().err
+
+
+def test_bad_task_or_data_is_one_line(tmp_path, capsys):
+    assert cli.main([*_run_args(tmp_path / "a", 5), "--data", "digitz"]) == 2
+    assert "did you mean 'digits'" in capsys.readouterr().err
+    assert cli.main([*_run_args(tmp_path / "b", 5), "--task", "mae"]) == 2
+    assert "has no mask step" in capsys.readouterr().err
+    with pytest.raises(TrainError, match="no labels to classify"):
+        train("mae", Settings(task="classify", data="photos", steps=1), overrides=["sizes.depth=1"],
+              out=tmp_path / "c", progress=False)
+
+
+def test_a_run_killed_with_sigkill_resumes_to_the_same_loss(tmp_path):
+    steps = 80
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    subprocess.run([*CLI, *_run_args(whole, steps, "--checkpoint-every", "10")], env=ENV, check=True,
+                   capture_output=True)
+    process = subprocess.Popen([*CLI, *_run_args(broken, steps, "--checkpoint-every", "10")], env=ENV,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (broken / "checkpoints" / "step-000020").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert not (broken / "final").exists(), "the run ended before it was killed: the test proved nothing"
+    killed_at = max(int(p.name[5:]) for p in (broken / "checkpoints").glob("step-*"))
+    assert killed_at < steps
+    subprocess.run([*CLI, *_run_args(broken, steps, "--checkpoint-every", "10", "--resume")], env=ENV, check=True,
+                   capture_output=True)
+    assert _losses(broken) == _losses(whole)  # every logged loss, before and after the kill
+    a, b = load_file(whole / "final" / "model.safetensors"), load_file(broken / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
+def test_torchrun_with_two_processes_equals_one_process(tmp_path):
+    steps, single, double = 6, tmp_path / "one", tmp_path / "two"
+    subprocess.run([*CLI, *_run_args(single, steps)], env=ENV, check=True, capture_output=True)
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    result = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli",
+                             *_run_args(double, steps)], env=ENV, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    one, two = _losses(single), _losses(double)
+    assert one.keys() == two.keys() == set(range(1, steps + 1))
+    assert max(abs(one[s] - two[s]) for s in one) < 1e-5
+    a, b = load_file(single / "final" / "model.safetensors"), load_file(double / "final" / "model.safetensors")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
