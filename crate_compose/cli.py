@@ -151,6 +151,10 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=default.checkpoint_every,
                         help="checkpoint every N steps (0: at the end)")
     parser.add_argument("--image-size", type=int, default=None, help="resize images to this side")
+    parser.add_argument("--augment", choices=["none", "shift"], default=default.augment,
+                        help="shift: move each training image by up to one pixel (default: none)")
+    parser.add_argument("--label-smoothing", type=float, default=default.label_smoothing,
+                        help="label smoothing of the cross-entropy (default: 0)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
@@ -217,7 +221,8 @@ def _settings(args: argparse.Namespace):
 
     return Settings(task=args.task, data=args.data, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                     weight_decay=args.weight_decay, warmup=args.warmup, seed=args.seed, eval_every=args.eval_every,
-                    log_every=args.log_every, checkpoint_every=args.checkpoint_every, image_size=args.image_size)
+                    log_every=args.log_every, checkpoint_every=args.checkpoint_every, image_size=args.image_size,
+                    augment=args.augment, label_smoothing=args.label_smoothing)
 
 
 def _train(args: argparse.Namespace) -> int:

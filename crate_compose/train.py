@@ -42,9 +42,11 @@ from .builder import compile_spec
 from .errors import WorkbenchError
 from .data import Data, load_data
 from .objectives import masked_reconstruction_loss, patch_size_of
+from .primitives.embed import patchify
 from .shapes import step_seed
 
 TASKS = ("classify", "mae")
+AUGMENTATIONS = ("none", "shift")
 
 
 @dataclass
@@ -64,6 +66,8 @@ class Settings:
     checkpoint_every: int = 0  # 0: at the end only
     image_size: int | None = None
     grad_clip: float | None = 1.0
+    augment: str = "none"  # "shift": move each training image by up to one pixel (seeded per step)
+    label_smoothing: float = 0.0
 
 
 @dataclass
@@ -131,16 +135,28 @@ class _Distributed:
         return indices[self.rank * per : (self.rank + 1) * per]
 
 
-def loss_of(task: str, model: nn.Module, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: int | None):
+def shift(images: torch.Tensor, generator: torch.Generator, most: int = 1) -> torch.Tensor:
+    """Move each image by up to ``most`` pixels in each direction, filling with 0 (the standardized mean)."""
+    padded = F.pad(images, (most, most, most, most))
+    h, w = images.shape[-2:]
+    offsets = torch.randint(0, 2 * most + 1, (len(images), 2), generator=generator)
+    return torch.stack([padded[i, :, dy : dy + h, dx : dx + w] for i, (dy, dx) in enumerate(offsets.tolist())])
+
+
+def loss_of(task: str, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: int | None, smoothing: float = 0.0):
     """The task's loss on one batch: cross-entropy, or MSE on masked patches (001 App. B.1)."""
     if task == "classify":
-        return F.cross_entropy(outputs["output"].float(), y)
+        return F.cross_entropy(outputs["output"].float(), y, label_smoothing=smoothing)
     return masked_reconstruction_loss(outputs["output"].float(), x.float(), outputs["mask"], patch)
 
 
-def _check(task: str, spec, data: Data) -> None:
+def _check(task: str, spec, data: Data, settings: Settings) -> None:
     if task not in TASKS:
         raise TrainError(f"unknown task '{task}'; expected one of: {', '.join(TASKS)}")
+    if settings.augment not in AUGMENTATIONS:
+        raise TrainError(f"unknown augmentation '{settings.augment}'; expected one of: {', '.join(AUGMENTATIONS)}")
+    if settings.augment == "shift" and len(data.input_shape) != 3:
+        raise TrainError(f"augment 'shift' moves images; data set '{data.name}' is not images")
     if task == "classify" and not data.classes:
         raise TrainError(f"data set '{data.name}' has no labels to classify; use --task mae")
     if task == "mae" and not any(step.primitive == "mask" for step in spec.preprocess):
@@ -148,7 +164,8 @@ def _check(task: str, spec, data: Data) -> None:
 
 
 def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch: int | None) -> dict[str, float]:
-    """Test metrics: accuracy and loss (classify), or masked MSE and the mean-patch baseline (mae)."""
+    """Test metrics: accuracy and loss (classify), or the MSE on hidden patches and that of the mean-patch
+    baseline, which predicts every hidden patch as the mean of the same image's visible patches (mae)."""
     model.eval()
     device = next(model.parameters()).device
     total, correct, loss_sum, baseline_sum = 0, 0, 0.0, 0.0
@@ -159,11 +176,13 @@ def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch:
             x, y = x.to(device), y.to(device)
             outputs = model(x)
             n = len(x)
-            loss_sum += loss_of(task, model, outputs, x, y, patch).item() * n
+            loss_sum += loss_of(task, outputs, x, y, patch).item() * n
             if task == "classify":
                 correct += (outputs["output"].argmax(-1) == y).sum().item()
-            else:  # predicting every hidden patch by the mean patch (0 after standardization)
-                baseline = torch.zeros_like(outputs["output"])
+            else:  # predicting every hidden patch by the mean of the image's visible patches
+                patches, visible = patchify(x.float(), patch), (1 - outputs["mask"]).unsqueeze(-1)
+                mean_patch = (patches * visible).sum(1, keepdim=True) / visible.sum(1, keepdim=True).clamp_min(1)
+                baseline = mean_patch.expand_as(patches)
                 baseline_sum += masked_reconstruction_loss(baseline, x.float(), outputs["mask"], patch).item() * n
             total += n
     model.train()
@@ -223,7 +242,7 @@ def train(
     """Train ``spec_ref`` (a path, preset or Spec) as ``settings`` says; see the module docstring."""
     overrides = list(overrides)
     spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed)
-    _check(settings.task, spec, data)
+    _check(settings.task, spec, data, settings)
     run = Path(out) if out is not None else Path("runs") / spec.name
     dist = _Distributed()
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
@@ -269,13 +288,15 @@ def _loop(spec, data, settings, run, resume, device, dist, writer, progress) -> 
     for step in range(start + 1, settings.steps + 1):
         indices = dist.shard(batch_indices(step, len(data.train), settings))
         x, y = _batch(data.train, indices)
+        if settings.augment == "shift":
+            x = shift(x, torch.Generator().manual_seed(step_seed(settings.seed, f"augment/{step}/{dist.rank}")))
         x, y = x.to(device), y.to(device)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(step_seed(settings.seed, f"step/{step}/rank/{dist.rank}"))  # masks: the run's own draws
             outputs = net(x)
-        loss = loss_of(settings.task, model, outputs, x, y, patch)
+        loss = loss_of(settings.task, outputs, x, y, patch, settings.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if settings.grad_clip:
