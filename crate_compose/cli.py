@@ -129,6 +129,24 @@ def parser() -> argparse.ArgumentParser:
     _run_arguments(train)
     train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+
+    probe = command("probe", help="measure each step's own objective layer by layer, trained against untrained")
+    probe.add_argument("weights", type=Path, help="a trained build (a run's final/ or a checkpoint folder)")
+    probe.add_argument("--data", default="digits", help="data set to probe on (default: digits)")
+    probe.add_argument("--samples", type=int, default=256, help="test inputs to measure on (default: 256)")
+    probe.add_argument("--seed", type=int, default=0, help="seed of the untrained network (default: 0)")
+    probe.add_argument("--image-size", type=int, default=None, help="resize images to this side")
+    probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png (default: WEIGHTS/probes)")
+
+    ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
+    _spec_arguments(ablate)
+    ablate.add_argument("--swap", action="append", default=[], metavar="PATH=a,b,c",
+                        help="a step to swap and the primitives to try, e.g. encoder.layer.sparsify.primitive="
+                        "ista,ista_soft,ista_mm (repeatable: the grid crosses them)")
+    ablate.add_argument("--grid", type=Path, help="a YAML grid file (swaps, and optionally task, data, steps, seeds)")
+    ablate.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: 1)")
+    _run_arguments(ablate)
+    ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
     return top
 
 
@@ -237,6 +255,40 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe(args: argparse.Namespace) -> int:
+    from .workbench import probe_run, probe_table
+
+    table, figure, runs = probe_run(args.weights, args.data, out=args.out, seed=args.seed, samples=args.samples,
+                                    image_size=args.image_size)
+    print(probe_table(runs))
+    print(f"wrote {table} and {figure}")
+    return 0
+
+
+def _ablate(args: argparse.Namespace) -> int:
+    from dataclasses import fields, replace
+
+    from .workbench import Grid, ablate, parse_swap, read_grid
+
+    content = read_grid(args.grid) if args.grid else {}
+    swaps = {path: list(map(str, values)) for path, values in (content.get("swaps") or {}).items()}
+    swaps.update(dict(parse_swap(text) for text in args.swap))
+    if not swaps:
+        raise WorkbenchError("ablate needs something to swap: --swap PATH=a,b,c or --grid FILE")
+    settings = _settings(args)
+    given = {f.name: content[f.name] for f in fields(settings) if f.name in content}
+    settings = replace(settings, **given)
+    grid = Grid(swaps, settings, seeds=args.seeds or int(content.get("seeds", 1)),
+                overrides=[*content.get("set", []), *args.overrides])
+    spec = cc.load_spec(args.spec, grid.overrides)
+    out = args.out or Path("ablations") / spec.name
+    rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device)
+    best = max(rows, key=lambda r: r.mean) if settings.task == "classify" else min(rows, key=lambda r: r.mean)
+    print((out / "results.md").read_text())
+    print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     if args.what == "zoo":
         for name, path in cc.presets().items():
@@ -265,6 +317,8 @@ COMMANDS = {
     "list": _list,
     "schema": _schema,
     "train": _train,
+    "probe": _probe,
+    "ablate": _ablate,
 }
 
 

@@ -506,6 +506,7 @@ def plot_probes(
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazily: importing crate_compose never needs it
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     if not runs:
         raise ValueError("plot_probes: no runs to plot")
@@ -543,6 +544,7 @@ def plot_probes(
         claim = " ".join(f"{_ARROW[d]}" for d in sorted(directions))
         axes.set_title(label)
         axes.set_xlabel("layer ℓ" if by_layer else "step (network order)")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
         axes.set_ylabel(f"{name} (steps claim {claim})" if claim else name)
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize="small")

@@ -14,6 +14,7 @@ A run folder holds::
     metrics.jsonl, .csv       one row per logged step (train loss, learning rate) and per evaluation
     checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.checkpoint), every N steps
     final/                    the trained build (crate_compose.load, crate-compose probe --weights)
+    result.json               the last train loss, the evaluation, parameters and wall time
 
 Under ``torchrun --nproc_per_node=N`` each process takes 1/N of every global batch, and
 DistributedDataParallel (gloo on the CPU, NCCL on CUDA) averages the gradients, so the update
@@ -316,11 +317,12 @@ def _loop(spec, data, settings, run, resume, device, dist, writer, progress) -> 
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
             checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings))
     bar.close()
-    if writer:
-        final = run / "final"
-        save_build(model, final, extra={"seed": str(settings.seed), "steps": str(settings.steps)})
     params = sum(p.numel() for p in model.parameters())
-    return Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began)
+    result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began)
+    if writer:
+        save_build(model, run / "final", extra={"seed": str(settings.seed), "steps": str(settings.steps)})
+        write_atomic(run / "result.json", json.dumps(asdict(result), indent=2))
+    return result
 
 
 def _global_mean(value: torch.Tensor, dist: _Distributed) -> float:

@@ -1,0 +1,235 @@
+"""Probing trained networks and running ablation grids (``crate-compose probe`` and ``ablate``).
+
+``probe_run`` measures every step's own objective layer by layer (:mod:`crate_compose.probes`) on
+a trained build and on the same spec untrained (same seed), and draws both on one figure, as
+paper 003 Figs. 3-4 do.
+
+``ablate`` trains every variant of a grid of swaps (``--swap encoder.layer.sparsify.primitive=
+ista,ista_soft,ista_mm``) for several seeds. Every variant is a spec of its own (its own name), and
+since every step's initial weights depend only on the seed and its place in the network, the
+variants of one seed start from the same weights in every step they did not swap. A finished run
+(its ``final/`` build exists) is not trained again, so an interrupted grid resumes where it stopped.
+The results are a table (markdown and CSV: variant, parameters, final metric mean and spread over
+the seeds, wall time) and one probe figure of every variant.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+import yaml
+
+from . import loader
+from .artifacts import load as load_build
+from .artifacts import write_atomic
+from .builder import compile_spec
+from .data import Data, load_data
+from .errors import WorkbenchError
+from .probes import plot_probes, probe, save_probes
+from .train import Result, Settings, prepare, train
+
+PROBE_SAMPLES = 256
+
+
+def _probe_inputs(data: Data, samples: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The first ``samples`` test inputs, and the true subspaces and labels for synthetic tokens."""
+    count = min(samples, len(data.test))
+    items = [data.test[i] for i in range(count)]
+    inputs = torch.stack([x for x, _ in items])
+    extra: dict[str, Any] = {}
+    if data.subspaces is not None:
+        extra = {"subspaces": data.subspaces, "labels": torch.stack([torch.as_tensor(y) for _, y in items])}
+    return inputs, extra
+
+
+def probe_run(
+    weights: str | Path,
+    data_name: str,
+    *,
+    out: str | Path | None = None,
+    seed: int = 0,
+    samples: int = PROBE_SAMPLES,
+    image_size: int | None = None,
+) -> tuple[Path, Path, dict[str, list[dict]]]:
+    """Probe a trained build against the same spec untrained; write probes.json and probes.png."""
+    weights = Path(weights)
+    trained = load_build(weights)
+    spec = loader.load(weights / "spec.yaml")
+    untrained = compile_spec(spec, seed=seed)
+    data = load_data(data_name, image_size=image_size, seed=seed)
+    if tuple(data.input_shape) != tuple(spec.input.shape):
+        raise WorkbenchError(
+            f"data set '{data_name}' gives inputs of shape {list(data.input_shape)}, but {weights} was built for "
+            f"{spec.input.shape}"
+        )
+    inputs, extra = _probe_inputs(data, samples)
+    runs = {"trained": probe(trained, inputs, **extra), "untrained": probe(untrained, inputs, **extra)}
+    folder = Path(out) if out is not None else weights / "probes"
+    table = save_probes(runs, folder / "probes.json")
+    figure = plot_probes(runs, folder / "probes.png", title=f"{spec.name} on {data_name}: trained vs untrained")
+    return table, figure, runs
+
+
+def probe_table(runs: dict[str, list[dict]]) -> str:
+    """The probe rows as aligned text: one line per step and measure, one column per run."""
+    names = list(runs)
+    keys: list[tuple] = []
+    values: dict[tuple, dict[str, float]] = {}
+    for name, rows in runs.items():
+        for row in rows:
+            key = (row["module"], row["measure"])
+            if key not in values:
+                keys.append(key)
+                values[key] = {}
+            values[key][name] = row["value"]
+    width = max([len(m) for m, _ in keys] + [6])
+    lines = [f"{'step':<{width}}  {'measure':<16}" + "".join(f"  {n:>12}" for n in names)]
+    for key in keys:
+        cells = "".join(f"  {values[key].get(n, float('nan')):>12.4f}" for n in names)
+        lines.append(f"{key[0]:<{width}}  {key[1]:<16}{cells}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- ablation grids
+
+
+@dataclass
+class Grid:
+    """An ablation: the swaps to cross, and how to train each variant."""
+
+    swaps: dict[str, list[str]]
+    settings: Settings = field(default_factory=Settings)
+    seeds: int = 1
+    overrides: list[str] = field(default_factory=list)
+
+    def variants(self) -> list[dict[str, str]]:
+        """Every combination of the swaps, in order (``{path: value}``)."""
+        paths = list(self.swaps)
+        return [dict(zip(paths, values)) for values in itertools.product(*(self.swaps[p] for p in paths))]
+
+
+def parse_swap(text: str) -> tuple[str, list[str]]:
+    """``encoder.layer.sparsify.primitive=ista,ista_soft`` -> ``("encoder.layer.sparsify.primitive", [...])``."""
+    path, _, values = text.partition("=")
+    choices = [v.strip() for v in values.split(",") if v.strip()]
+    if not path.strip() or not choices:
+        raise WorkbenchError(f"--swap {text!r}: write PATH=a,b,c, e.g. encoder.layer.sparsify.primitive=ista,ista_soft")
+    return path.strip(), choices
+
+
+def read_grid(path: str | Path) -> dict[str, Any]:
+    """A grid file: ``swaps: {PATH: [a, b]}`` and optionally ``task``, ``data``, ``steps``, ``seeds``,
+    ``batch_size``, ``lr``, ``set: [PATH=VALUE, ...]``. YAML through the safe loader only."""
+    try:
+        content = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise WorkbenchError(f"cannot read grid file {path}: {error}") from None
+    if not isinstance(content, dict) or not isinstance(content.get("swaps"), dict):
+        raise WorkbenchError(f"grid file {path}: expected a mapping with 'swaps: {{PATH: [a, b, ...]}}'")
+    known = {"swaps", "set", "seeds", *Settings.__dataclass_fields__}
+    unknown = sorted(set(content) - known)
+    if unknown:
+        raise WorkbenchError(f"grid file {path}: unknown keys {unknown}; expected some of {sorted(known)}")
+    return content
+
+
+def variant_label(variant: dict[str, str]) -> str:
+    """A short label: the last meaningful key of each swapped path and its value (``sparsify=ista_soft``)."""
+    parts = []
+    for path, value in variant.items():
+        words = [w for w in loader.parse_key_path(path) if w not in loader.GENERIC_KEYS and not w.isdigit()]
+        parts.append(f"{words[-1] if words else path}={value}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Row:
+    variant: str
+    params: int
+    metric: str
+    mean: float
+    spread: float
+    seconds: float
+    values: list[float]
+
+
+def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu") -> list[Row]:
+    """Train every variant for every seed (skipping finished runs), then write the table and the figure."""
+    out = Path(out)
+    variants = grid.variants()
+    for variant in variants:  # every variant must load before anything trains
+        loader.load(spec_ref, [*grid.overrides, *(f"{k}={v}" for k, v in variant.items())])
+    rows: list[Row] = []
+    probes: dict[str, list[dict]] = {}
+    total, done = len(variants) * grid.seeds, 0
+    metric = "test_accuracy" if grid.settings.task == "classify" else "test_masked_mse"
+    for variant in variants:
+        label = variant_label(variant)
+        overrides = [*grid.overrides, *(f"{k}={v}" for k, v in variant.items())]
+        values, seconds, params, final = [], [], 0, None
+        for seed in range(grid.seeds):
+            done += 1
+            run = out / _slug(label) / f"seed-{seed}"
+            settings = replace(grid.settings, seed=seed)
+            result = _finished(run) or train(spec_ref, settings, overrides=overrides, out=run, device=device,
+                                             progress=progress)
+            print(f"[{done}/{total}] {label}, seed {seed}: {metric} {result.metrics.get(metric, float('nan')):.4f} "
+                  f"({result.seconds:.0f} s)", flush=True)
+            values.append(result.metrics.get(metric, float("nan")))
+            seconds.append(result.seconds)
+            params, final = result.params, run / "final"
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        rows.append(Row(label, params, metric, statistics.fmean(values), spread, statistics.fmean(seconds), values))
+        spec, data = prepare(spec_ref, grid.settings.data, overrides, grid.settings.image_size, 0)
+        inputs, extra = _probe_inputs(data, PROBE_SAMPLES)
+        probes[label] = probe(load_build(final), inputs, **extra)
+    _write_results(out, rows, probes, spec_ref, grid)
+    return rows
+
+
+def _finished(run: Path) -> Result | None:
+    """The result of a run that already finished (its summary file), so a grid resumes."""
+    summary = run / "result.json"
+    if (run / "final" / "model.safetensors").is_file() and summary.is_file():
+        return Result(**json.loads(summary.read_text()))
+    return None
+
+
+def _slug(label: str) -> str:
+    return loader._safe_name(label.replace(", ", "+").replace("=", "-"))
+
+
+def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], spec_ref, grid: Grid) -> None:
+    header = ["variant", "parameters", f"{rows[0].metric} (mean)", "spread (std over seeds)", "seeds",
+              "seconds per run"]
+    lines = [
+        f"# Ablation of {spec_ref}",
+        "",
+        f"Task `{grid.settings.task}` on `{grid.settings.data}`, {grid.settings.steps} steps, batch "
+        f"{grid.settings.batch_size}, lr {grid.settings.lr}, seeds 0..{grid.seeds - 1}; every variant of one seed "
+        "starts from the same weights in the steps it does not swap.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+    ]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["variant", "parameters", "metric", "mean", "std", "seeds", "seconds", "values"])
+    for row in rows:
+        lines.append(f"| {row.variant} | {row.params:,} | {row.mean:.4f} | {row.spread:.4f} | {len(row.values)} | "
+                     f"{row.seconds:.0f} |")
+        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}", f"{row.spread:.6f}",
+                         len(row.values), f"{row.seconds:.1f}", " ".join(f"{v:.6f}" for v in row.values)])
+    write_atomic(out / "results.md", "\n".join(lines) + "\n\n![probes](probes.png)\n")
+    write_atomic(out / "results.csv", buffer.getvalue())
+    save_probes(probes, out / "probes.json")
+    plot_probes(probes, out / "probes.png", title=f"{spec_ref}: each variant's probes after training (seed 0)")
