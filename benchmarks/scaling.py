@@ -13,9 +13,15 @@ Both steps are the registered primitives, built as a spec builds them, with d = 
 * ``mssa-math``: the same module under ``sdpa_kernel(SDPBackend.MATH)``, which materializes the
   K x n x n attention matrix as the paper's formula ``softmax(w w^T / sqrt(p)) w`` does.
 
-Time: at each n the three steps are warmed up, then run interleaved (tssa, mssa, mssa-math, tssa,
-...) ``--runs`` times in one process; the table gives medians, so the ratios are taken in one run
-even on a busy machine. CUDA timings bracket each call with ``torch.cuda.synchronize()``.
+Time: at each n the three steps are warmed up, then timed in interleaved rounds (tssa, mssa,
+mssa-math, tssa, ...) in one process, 5 rounds (3 at n >= 8192, where one round takes seconds); the
+table gives medians, so the ratios are taken in one run. On a shared machine the CPU timings need
+the cores to themselves (with 2 threads on 2 cores, one competing process makes a 3 ms step take
+100 ms), so each round's CPU stall share is read from Linux PSI (``/proc/pressure/cpu``: time some
+task waited for a core, over the round's wall time); a round above ``--stall-max`` (3 %) is set
+aside and the script waits for the machine to quiet down (``--patience`` s per n at most). The
+table shows rounds kept / timed and the worst stall among those kept. CUDA timings bracket each
+call with ``torch.cuda.synchronize()``.
 
 Peak memory is the peak extra memory of one forward pass: the most bytes live at any moment during
 the call above what was live when it started, the returned output included.
@@ -25,7 +31,8 @@ the call above what was live when it started, the returned output included.
   them by time and takes the maximum of the running sum. This counts every tensor (intermediates,
   the attention matrix, kernel workspaces allocated as tensors) exactly, whatever the C allocator
   later does with freed pages. It does not see memory that libraries allocate outside PyTorch's
-  allocator (e.g. BLAS packing buffers), which does not grow with n here.
+  allocator (e.g. BLAS packing buffers); the RSS cross-check, which sees everything, agreed with
+  it within 0.4 MiB at every cell of the reference run (benchmarks/RESULTS.md).
   Cross-check (CPU, on by default, ``--no-rss-check`` to skip): each (step, n) also runs in a fresh
   subprocess with glibc's mmap threshold pinned at 64 KiB (``MALLOC_MMAP_THRESHOLD_``, which also
   turns off glibc's dynamic threshold; ``MALLOC_TRIM_THRESHOLD_=0``), so every large buffer is
@@ -460,9 +467,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="timed runs per step and n (default 5, --quick 3)")
     parser.add_argument("--large-runs", type=int, default=3,
                         help=f"timed runs at n >= {LARGE_N} unless --runs is given (default 3: one run there takes seconds)")
-    parser.add_argument("--stall-max", type=float, default=0.05,
+    parser.add_argument("--stall-max", type=float, default=0.03,
                         help="CPU: a round whose stall share (PSI) exceeds this had competition and is set aside "
-                        "(default 0.05)")
+                        "(default 0.03)")
     parser.add_argument("--patience", type=float, default=120,
                         help="CPU: seconds per n to wait for uncontended rounds (default 120)")
     parser.add_argument("--fit-min", type=int, default=1024, help="fit exponents over n >= this (default 1024)")

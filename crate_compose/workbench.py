@@ -209,10 +209,11 @@ def _slug(label: str) -> str:
 
 
 def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], spec_ref, grid: Grid) -> None:
+    name = loader.load(spec_ref, grid.overrides).name
     header = ["variant", "parameters", f"{rows[0].metric} (mean)", "spread (std over seeds)", "seeds",
               "seconds per run"]
     lines = [
-        f"# Ablation of {spec_ref}",
+        f"# Ablation of {name}",
         "",
         f"Task `{grid.settings.task}` on `{grid.settings.data}`, {grid.settings.steps} steps, batch "
         f"{grid.settings.batch_size}, lr {grid.settings.lr}, seeds 0..{grid.seeds - 1}; every variant of one seed "
@@ -232,4 +233,4 @@ def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], sp
     write_atomic(out / "results.md", "\n".join(lines) + "\n\n![probes](probes.png)\n")
     write_atomic(out / "results.csv", buffer.getvalue())
     save_probes(probes, out / "probes.json")
-    plot_probes(probes, out / "probes.png", title=f"{spec_ref}: each variant's probes after training (seed 0)")
+    plot_probes(probes, out / "probes.png", title=f"{name}: each variant's probes after training (seed 0)")
