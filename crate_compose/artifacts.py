@@ -15,7 +15,6 @@ anybody's files.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from torch import fx
 from . import loader
 from .builder import compile_spec, spec_of
 from .errors import Location, Problem, SpecError
+from .files import publish as _publish
 from .summary import summarize
 
 SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE = "spec.yaml", "model.safetensors", "code.py", "summary.txt"
@@ -57,13 +57,6 @@ def _written_by_a_build(entry: Path) -> bool:
     return entry.is_file() and (entry.name in BUILD_FILES or entry.stem == DIAGRAM_STEM)
 
 
-def _publish(path: Path, mode: int) -> None:
-    """Give ``path`` the permissions an ordinary file or directory gets under the umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    path.chmod(mode & ~mask)
-
-
 def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str] | None = None) -> Path:
     """Write ``module`` to ``directory`` (replaced atomically if it exists). Returns the path."""
     directory = Path(directory).resolve()
@@ -86,21 +79,6 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return directory
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with open(handle, "w") as file:
-            file.write(text)
-        _publish(Path(staging), 0o666)  # mkstemp makes it private
-        Path(staging).replace(path)
-    except BaseException:
-        Path(staging).unlink(missing_ok=True)
-        raise
 
 
 def load(directory: str | Path, *, device: str | torch.device = "cpu") -> fx.GraphModule:

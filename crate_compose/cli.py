@@ -15,7 +15,8 @@ from typing import Sequence
 
 import crate_compose as cc
 
-from .artifacts import DIAGRAM_STEM, write_atomic
+from .artifacts import DIAGRAM_STEM
+from .files import write_atomic
 from .builder import DTYPES
 from .figures import FORMATS, DiagramError
 from .errors import SpecError, WorkbenchError

@@ -22,7 +22,7 @@ import graphviz
 from torch import fx
 
 from . import registry
-from .artifacts import write_atomic
+from .files import write_atomic
 from .builder import spec_of
 
 FORMATS = ("svg", "png", "pdf", "dot")

@@ -33,10 +33,9 @@ Importing this module never imports matplotlib: :func:`plot_probes` imports it w
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence
@@ -44,6 +43,9 @@ from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .files import write_atomic
+from . import registry
 
 __all__ = [
     "Objective",
@@ -379,8 +381,6 @@ def probe(
     0.01 normalized, the step's own precision otherwise). The model is put in eval mode for the
     run (masks and BatchNorm deterministic) and restored after.
     """
-    from .registry import get
-
     if (labels is None) != (subspaces is None):
         raise ValueError("probe: give both subspaces and labels (for the SNR), or neither")
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -420,7 +420,7 @@ def probe(
     for node in graph.nodes:
         if node.op != "call_module" or node.meta.get("primitive") is None:
             continue
-        registered = get(node.meta["primitive"])
+        registered = registry.get(node.meta["primitive"])
         objectives = registered.measures if registered is not None else ()
         if not objectives and subspaces is None:
             continue
@@ -454,21 +454,6 @@ def _snr_heads(subspaces: torch.Tensor, labels: torch.Tensor) -> int:
 # --------------------------------------------------------------------------------------- saving and plotting
 
 
-def _atomic(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
-    """Write through ``write(file)`` to a temporary name in ``path``'s folder, then rename onto ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as file:
-            write(file)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def save_probes(rows: Sequence[dict] | dict[str, Sequence[dict]], path: str | Path) -> Path:
     """Write probe rows (or ``{run: rows}``) as JSON, atomically (temporary file, then rename)."""
 
@@ -482,7 +467,8 @@ def save_probes(rows: Sequence[dict] | dict[str, Sequence[dict]], path: str | Pa
         return value
 
     text = json.dumps(clean(rows if isinstance(rows, dict) else list(rows)), indent=1)
-    return _atomic(path, lambda f: f.write(text), mode="w")
+    write_atomic(path, text)
+    return Path(path)
 
 
 _ARROW = {"down": "↓", "up": "↑"}
@@ -550,7 +536,10 @@ def plot_probes(
         axes.legend(fontsize="small")
     if title:
         figure.suptitle(title)
-    return _atomic(path, lambda f: figure.savefig(f, format="png", dpi=120))
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=120)
+    write_atomic(path, image.getvalue())
+    return Path(path)
 
 
 _LABELS = {

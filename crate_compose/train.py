@@ -38,7 +38,7 @@ from torch import nn
 
 from . import checkpoint, loader
 from .artifacts import save as save_build
-from .artifacts import write_atomic
+from .files import write_atomic
 from .builder import compile_spec
 from .errors import WorkbenchError
 from .data import Data, load_data

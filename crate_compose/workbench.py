@@ -20,17 +20,16 @@ import io
 import itertools
 import json
 import statistics
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import yaml
 
 from . import loader
 from .artifacts import load as load_build
-from .artifacts import write_atomic
+from .files import write_atomic
 from .builder import compile_spec
 from .data import Data, load_data
 from .errors import WorkbenchError

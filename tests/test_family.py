@@ -361,7 +361,12 @@ def _imports() -> nx.DiGraph:
     for path in package.rglob("*.py"):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         graph.add_node(module)
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and ast.unparse(block.test) == "TYPE_CHECKING" for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:  # imports for type hints only: never run
+                continue
             if isinstance(node, ast.ImportFrom) and node.level:
                 base = module.split(".")[: len(module.split(".")) - node.level + (path.name == "__init__.py")]
                 target = ".".join([*base, *(node.module.split(".") if node.module else [])])
