@@ -132,12 +132,15 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
 
     probe = command("probe", help="measure each step's own objective layer by layer, trained against untrained")
-    probe.add_argument("weights", type=Path, help="a trained build (a run's final/ or a checkpoint folder)")
+    _spec_arguments(probe)
+    probe.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
+                       "(without: the untrained network only)")
     probe.add_argument("--data", default="digits", help="data set to probe on (default: digits)")
     probe.add_argument("--samples", type=int, default=256, help="test inputs to measure on (default: 256)")
     probe.add_argument("--seed", type=int, default=0, help="seed of the untrained network (default: 0)")
     probe.add_argument("--image-size", type=int, default=None, help="resize images to this side")
-    probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png (default: WEIGHTS/probes)")
+    probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png "
+                       "(default: WEIGHTS/probes, or probes/<spec name>)")
 
     ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
     _spec_arguments(ablate)
@@ -259,8 +262,8 @@ def _train(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     from .workbench import probe_run, probe_table
 
-    table, figure, runs = probe_run(args.weights, args.data, out=args.out, seed=args.seed, samples=args.samples,
-                                    image_size=args.image_size)
+    table, figure, runs = probe_run(args.spec, args.data, weights=args.weights, overrides=args.overrides, out=args.out,
+                                    seed=args.seed, samples=args.samples, image_size=args.image_size)
     print(probe_table(runs))
     print(f"wrote {table} and {figure}")
     return 0

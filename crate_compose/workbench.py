@@ -22,10 +22,11 @@ import json
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import yaml
+from safetensors.torch import load_file
 
 from . import loader
 from .artifacts import load as load_build
@@ -51,31 +52,46 @@ def _probe_inputs(data: Data, samples: int) -> tuple[torch.Tensor, dict[str, Any
 
 
 def probe_run(
-    weights: str | Path,
+    spec_ref,
     data_name: str,
     *,
+    weights: str | Path | None = None,
+    overrides: Iterable[str] = (),
     out: str | Path | None = None,
     seed: int = 0,
     samples: int = PROBE_SAMPLES,
     image_size: int | None = None,
 ) -> tuple[Path, Path, dict[str, list[dict]]]:
-    """Probe a trained build against the same spec untrained; write probes.json and probes.png."""
-    weights = Path(weights)
-    trained = load_build(weights)
-    spec = loader.load(weights / "spec.yaml")
-    untrained = compile_spec(spec, seed=seed)
-    data = load_data(data_name, image_size=image_size, seed=seed)
-    if tuple(data.input_shape) != tuple(spec.input.shape):
-        raise WorkbenchError(
-            f"data set '{data_name}' gives inputs of shape {list(data.input_shape)}, but {weights} was built for "
-            f"{spec.input.shape}"
-        )
+    """Probe ``spec_ref`` (its input size set from the data) untrained, and trained with ``weights``
+    (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png."""
+    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed)
     inputs, extra = _probe_inputs(data, samples)
-    runs = {"trained": probe(trained, inputs, **extra), "untrained": probe(untrained, inputs, **extra)}
-    folder = Path(out) if out is not None else weights / "probes"
+    runs: dict[str, list[dict]] = {}
+    if weights is not None:
+        trained = compile_spec(spec, seed=seed)
+        _load_weights(trained, Path(weights))
+        runs["trained"] = probe(trained, inputs, **extra)
+    runs["untrained"] = probe(compile_spec(spec, seed=seed), inputs, **extra)
+    folder = Path(out) if out is not None else (Path(weights) / "probes" if weights else Path("probes") / spec.name)
     table = save_probes(runs, folder / "probes.json")
-    figure = plot_probes(runs, folder / "probes.png", title=f"{spec.name} on {data_name}: trained vs untrained")
+    title = f"{spec.name} on {data_name}: " + (" vs ".join(runs))
+    figure = plot_probes(runs, folder / "probes.png", title=title)
     return table, figure, runs
+
+
+def _load_weights(model: torch.nn.Module, folder: Path) -> None:
+    """Load ``folder/model.safetensors`` into ``model``; a mismatch names the first differing tensor."""
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        raise WorkbenchError(f"--weights {folder}: no model.safetensors there (give a run's final/ or a checkpoint)")
+    tensors = load_file(path)
+    expected = model.state_dict()
+    for name in sorted(set(expected) | set(tensors)):
+        if name not in tensors or name not in expected or tensors[name].shape != expected[name].shape:
+            have = tuple(tensors[name].shape) if name in tensors else "missing"
+            want = tuple(expected[name].shape) if name in expected else "not in the spec"
+            raise WorkbenchError(f"--weights {folder} do not fit the spec: {name} is {have} there, {want} in the spec")
+    model.load_state_dict(tensors)
 
 
 def probe_table(runs: dict[str, list[dict]]) -> str:

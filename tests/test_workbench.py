@@ -42,7 +42,8 @@ def test_crate_mae_beats_the_mean_patch_on_held_out_photos(tmp_path):
 def test_probe_writes_trained_and_untrained_measures_of_every_step(tmp_path, capsys):
     run = tmp_path / "run"
     train(DIGITS, Settings(steps=30), overrides=TINY, out=run, progress=False)
-    assert cli.main(["probe", str(run / "final"), "--data", "digits", "--samples", "64"]) == 0
+    sets = [arg for o in TINY for arg in ("--set", o)]
+    assert cli.main(["probe", DIGITS, *sets, "--weights", str(run / "final"), "--data", "digits", "--samples", "64"]) == 0
     printed = capsys.readouterr().out
     assert "encoder.layer_1.compress" in printed and "coding_rate" in printed
     runs = json.loads((run / "final" / "probes" / "probes.json").read_text())
@@ -53,8 +54,17 @@ def test_probe_writes_trained_and_untrained_measures_of_every_step(tmp_path, cap
             assert (f"encoder.layer_{layer}.compress", "coding_rate") in measured
             assert (f"encoder.layer_{layer}.sparsify", "l0_density") in measured
     assert (run / "final" / "probes" / "probes.png").read_bytes().startswith(PNG)
-    assert cli.main(["probe", str(run / "final"), "--data", "photos"]) == 2  # built for other inputs
-    assert "gives inputs of shape" in capsys.readouterr().err
+    assert cli.main(["probe", DIGITS, "--weights", str(run / "final"), "--data", "digits"]) == 2  # other sizes
+    assert "do not fit the spec: encoder.layer_0.compress" in capsys.readouterr().err
+
+
+def test_probe_without_weights_measures_snr_on_the_true_subspaces(tmp_path, capsys):
+    out = tmp_path / "snr"
+    assert cli.main(["probe", "aot-subspaces", "--data", "subspaces", "--samples", "32", "--out", str(out)]) == 0
+    rows = json.loads((out / "probes.json").read_text())["untrained"]
+    snr = [r for r in rows if r["measure"] == "snr"]
+    assert snr and len(snr[0]["values"]) == 3 and all(v > 0 for r in snr for v in r["values"])
+    assert (out / "probes.png").read_bytes().startswith(PNG)
 
 
 def test_an_ablation_grid_runs_resumes_and_writes_its_table(tmp_path, capsys):
