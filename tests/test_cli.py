@@ -35,6 +35,7 @@ ZOO_PARAMS = {
     "crate-large": 77_641_192,
     "crate-mae-small": 24_960_000,
     "crate-mae-base": 43_896_576,
+    "crate-mae-photos": 76_736,
     "crate-alpha-base16": 72_328_936,
     "tost-tiny": 5_769_328,
     "tost-small": 22_589_944,
@@ -327,7 +328,7 @@ def test_zoo_parameter_counts(name):
     assert summary.params_total == ZOO_PARAMS[name]
     assert sum(step.params for step in summary.steps) == summary.params_total
     spec = cc.load_spec(name)
-    if spec.reference.exact:
+    if spec.reference is not None and spec.reference.exact:  # a laptop-sized preset has no paper count
         assert spec.reference.params == ZOO_PARAMS[name]
 
 

@@ -14,7 +14,7 @@ from crate_compose.workbench import Grid, ablate, parse_swap, variant_label
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
-MAE_PHOTOS = str(ROOT / "specs" / "crate-mae-photos.yaml")
+MAE_PHOTOS = str(ROOT / "zoo" / "crate-mae-photos.yaml")
 TINY = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=2"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
