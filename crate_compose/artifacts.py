@@ -27,7 +27,9 @@ from . import loader
 from .builder import compile_spec, spec_of
 from .errors import Location, Problem, SpecError
 from .files import publish as _publish
+from .shapes import tied
 from .summary import summarize
+from .ties import retie, untie
 
 SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE = "spec.yaml", "model.safetensors", "code.py", "summary.txt"
 BUILD_FILES = frozenset({SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE})
@@ -65,7 +67,8 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         (staging / SPEC_FILE).write_text(loader.dump(spec_of(module)))
-        tensors = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+        state = untie(module.state_dict(), tied(spec_of(module)))  # a tied tensor once, under its source's name
+        tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
         save_file(tensors, staging / WEIGHTS_FILE, metadata={"format": "pt", **(extra or {})})
         (staging / CODE_FILE).write_text(module.code.lstrip() + "\n")
         (staging / SUMMARY_FILE).write_text(summarize(module).table() + "\n")
@@ -88,7 +91,7 @@ def load(directory: str | Path, *, device: str | torch.device = "cpu") -> fx.Gra
         if not (directory / name).is_file():
             raise SpecError([Problem(f"not a crate-compose build: {name} is missing", (), Location(str(directory)))])
     spec = loader.load(directory / SPEC_FILE)
-    tensors = load_file(directory / WEIGHTS_FILE)
+    tensors = retie(load_file(directory / WEIGHTS_FILE), tied(spec))
     dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
     dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
     module = compile_spec(spec, device="cpu", dtype=dtype)

@@ -80,10 +80,12 @@ class Context:
 
 @dataclass(frozen=True)
 class Example:
-    """Arguments and a per-sample input shape on which a primitive builds (used by the tests)."""
+    """Arguments and a per-sample input shape on which a primitive builds (used by the tests);
+    ``vocab``: the input is token ids below it (int64), not floats."""
 
     args: dict[str, Any]
     shape: Shape
+    vocab: int | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,10 @@ class Residual(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
-        skip, branch = self.split(x, *extra)
+        return self.combine(*self.split(x, *extra))
+
+    def combine(self, skip: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        """``skip + branch``, or ``skip + gamma * branch`` with LayerScale (also for cached decoding)."""
         if self.layer_scale is not None:
             branch = self.layer_scale * branch
         return skip + branch

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from . import registry
+from . import registry, ties
 from .errors import Problem, SpecError
 from .residual import Residual
 from .spec import Spec, Step
@@ -35,6 +35,20 @@ def target(role: str, layer: int | None, part: str | None, name: str) -> str:
     if role == "preprocess" or role == "head":
         return f"{role}.{name}"
     return f"{role}.layer_{layer}.{name}" if part == "layer" else f"{role}.{name}"
+
+
+def tied(spec: Spec) -> dict[str, str]:
+    """Every tied parameter of ``spec``: ``{its name: the name of the tensor it shares}``, as module
+    paths (``head.lm_head.weight: preprocess.embed.weight``); see :mod:`crate_compose.ties`."""
+    out: dict[str, str] = {}
+    for role, layer, path, step in spec.stages():
+        for own, source in step.tie.items():
+            out[f"{target(role, layer, _part(path), step.name)}.{own}"] = source
+    return out
+
+
+def _part(path: tuple) -> str | None:
+    return path[-2] if isinstance(path[-2], str) and path[-2] in ("pre", "layer", "post") else None
 
 
 def step_seed(seed: int, place: str) -> int:
@@ -100,10 +114,11 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
     image = shape if len(shape) == 3 and spec.input.dtype != "int64" else None
     context = registry.Context(image=image)
     named: dict[str, torch.Tensor] = {}
+    built: dict[str, nn.Module] = {}  # module path -> module, for weight ties
     device = torch.device("meta") if meta else contextlib.nullcontext()
     with torch.random.fork_rng(devices=[]), device, _default_dtype(dtype):
         for role, layer, path, step in spec.stages():
-            part = path[-2] if isinstance(path[-2], str) and path[-2] in ("pre", "layer", "post") else None
+            part = _part(path)
             primitive = registry.get(step.primitive)
             args = primitive.args.model_validate(step.args)
             where = f"{role} layer {layer}" if layer is not None else role
@@ -124,6 +139,11 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 hint = _fitting(spec, path, step, shape, context)
                 located = (*path, "primitive") if path in spec.swaps() else path  # at the override that swapped it
                 raise SpecError([Problem(message, path, spec.locate(located), hint)]) from None
+            try:
+                ties.apply(module, step.name, step.tie, built)
+            except ValueError as error:
+                raise SpecError([Problem(str(error), (*path, "tie"), spec.locate((*path, "tie")))]) from None
+            built[place_name] = module
             published: dict[str, torch.Tensor] = {}
             if primitive.publishes:  # the step returns (tokens, *published)
                 output, *values = output

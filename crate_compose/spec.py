@@ -45,11 +45,28 @@ class Step(_Model):
         description="LayerScale (CaiT; ToST, CRATE-alpha): scale the step's residual branch by a learned "
         "per-channel gamma initialized to this value. Only for steps with a residual (Z + f(Z)).",
     )
+    tie: dict[str, str] = Field(
+        default_factory=dict,
+        description="Weight ties: this step's parameter -> an earlier step's parameter, by module path "
+        "(e.g. {weight: preprocess.embed.weight}: the language-model head shares the token embedding, as "
+        "GPT-2 and causal CRATE do). One tensor, counted once, saved once.",
+    )
     inverts: str | None = Field(
         default=None,
         description="The encoder step this step undoes, as 'preprocess.NAME' or 'encoder.layer.NAME'; written "
         "by decoder derivation, drawn as a dashed edge in diagrams.",
     )
+
+    @field_validator("tie")
+    @classmethod
+    def _tie_paths(cls, tie: dict[str, str]) -> dict[str, str]:
+        dotted = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$"
+        for own, source in tie.items():
+            if not re.match(dotted, own) or not re.match(dotted, source) or "." not in source:
+                raise ValueError(
+                    f"tie {own}: {source}: write PARAMETER: MODULE.PATH.PARAMETER, e.g. weight: preprocess.embed.weight"
+                )
+        return tie
 
     @field_validator("layer_scale")
     @classmethod
@@ -124,7 +141,9 @@ class Input(_Model):
 
     name: str = Field(default="images", pattern=IDENTIFIER, description="Name of the graph input (e.g. 'images').")
     shape: list[int] = Field(
-        min_length=1, description="Shape of one sample, without the batch axis: [C, H, W] for images."
+        min_length=1,
+        description="Shape of one sample, without the batch axis: [C, H, W] for images; [N] for token ids, "
+        "where N is the context size (any shorter sequence is taken too).",
     )
     dtype: Literal["float32", "int64"] = Field(
         default="float32", description="float32 for pixels or features, int64 for token ids."

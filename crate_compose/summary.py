@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 
 from torch import fx
 
+from . import shapes
+
 
 @dataclass
 class StepRow:
@@ -16,8 +18,9 @@ class StepRow:
     primitive: str
     spec_path: str
     output_shape: list[int | str]
-    params: int
+    params: int  # its own parameters; a tied one is counted at the step it is tied to
     trainable: int
+    tied: dict[str, str] = field(default_factory=dict)  # own parameter -> the tensor it shares
 
 
 @dataclass
@@ -49,9 +52,10 @@ class Summary:
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = [f"{self.name}: input {_shape(self.input_shape)} -> output {_shape(self.output_shape)}"]
+        notes = ["", *(_ties(r) for r in self.steps)]
         for i, row in enumerate(rows):
             lines.append(
-                f"  {row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]:>{widths[3]}}"
+                f"  {row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]:>{widths[3]}}{notes[i]}"
             )
             if i == 0:
                 lines.append("  " + "  ".join("-" * w for w in widths))
@@ -68,6 +72,10 @@ class Summary:
         return "\n".join(lines)
 
 
+def _ties(row: StepRow) -> str:
+    return "".join(f"  ({own} tied to {source})" for own, source in row.tied.items())
+
+
 def _shape(shape: list[int | str]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
@@ -75,13 +83,15 @@ def _shape(shape: list[int | str]) -> str:
 def summarize(module: fx.GraphModule) -> Summary:
     """Summarize a module built by :func:`crate_compose.build` (shapes come from node metadata)."""
     steps, input_shape, output_shape = [], [], []
+    tied = shapes.tied(module.meta["spec"])
     for node in module.graph.nodes:
         if node.op == "placeholder":
             input_shape = list(node.meta["shape"])
         elif node.op == "call_module" and "spec_path" in node.meta:
             sub = module.get_submodule(node.target)
             shape = node.meta["shape"] or next(iter(node.users)).meta["shape"]  # tokens of a multi-output step
-            params = list(sub.parameters())
+            own = {f"{node.target}.{name}": p for name, p in sub.named_parameters(remove_duplicate=False)}
+            params = [p for name, p in own.items() if name not in tied]
             steps.append(
                 StepRow(
                     name=node.name,
@@ -93,6 +103,7 @@ def summarize(module: fx.GraphModule) -> Summary:
                     output_shape=list(shape),
                     params=sum(p.numel() for p in params),
                     trainable=sum(p.numel() for p in params if p.requires_grad),
+                    tied={name[len(node.target) + 1 :]: tied[name] for name in own if name in tied},
                 )
             )
             output_shape = list(shape)

@@ -31,10 +31,12 @@ from safetensors.torch import load_file
 from . import loader
 from .artifacts import load as load_build
 from .files import write_atomic
-from .builder import compile_spec
+from .builder import compile_spec, spec_of
 from .data import Data, load_data
 from .errors import WorkbenchError
 from .probes import plot_probes, probe, save_probes
+from .shapes import tied
+from .ties import retie
 from .train import Result, Settings, prepare, train
 
 PROBE_SAMPLES = 256
@@ -84,7 +86,7 @@ def _load_weights(model: torch.nn.Module, folder: Path) -> None:
     path = folder / "model.safetensors"
     if not path.is_file():
         raise WorkbenchError(f"--weights {folder}: no model.safetensors there (give a run's final/ or a checkpoint)")
-    tensors = load_file(path)
+    tensors = retie(load_file(path), tied(spec_of(model)))
     expected = model.state_dict()
     for name in sorted(set(expected) | set(tensors)):
         if name not in tensors or name not in expected or tensors[name].shape != expected[name].shape:

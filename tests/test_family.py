@@ -21,7 +21,7 @@ PRESETS = cc.presets()
 
 # Small sizes for a forward pass of any preset: each applies only where the preset declares that size.
 SMALL_SIZES = {"image_size": 32, "d": 32, "heads": 2, "head_dim": 16, "depth": 1, "class_depth": 1, "classes": 10,
-               "tokens": 12, "subspaces": 2, "subspace_dim": 16}
+               "tokens": 12, "subspaces": 2, "subspace_dim": 16, "vocab": 64, "context": 16}
 TINY = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
         "sizes.patch_size=8", "sizes.classes=10"]
 
@@ -57,10 +57,16 @@ def test_every_preset_counts_what_it_states(preset):
 def test_every_preset_runs_forward_on_a_small_input(preset):
     model = cc.build(preset, overrides=small(preset))
     spec = cc.spec_of(model)
-    x = torch.randn(2, *spec.input.shape)
+    if spec.input.dtype == "int64":  # token ids, a shorter sequence than the context
+        x = torch.randint(0, 64, (2, spec.input.shape[0] - 3))
+    else:
+        x = torch.randn(2, *spec.input.shape)
     out = model(x)
     assert set(out) >= {"output"} and torch.isfinite(out["output"]).all()
-    assert out["output"].shape[1:] == tuple(cc.summarize(model).output_shape[1:])
+    expected = list(cc.summarize(model).output_shape[1:])
+    if spec.input.dtype == "int64":
+        expected[0] = x.shape[1]
+    assert out["output"].shape[1:] == tuple(expected)
 
 
 EXACT = {  # the counts the issue and DESIGN.md give exactly
@@ -149,7 +155,7 @@ def test_a_patch_through_extends_keeps_the_other_weights_too(tmp_path):
 
 def test_swapping_mssa_for_tssa_drops_the_arguments_tssa_does_not_take():
     spec = cc.load_spec("crate-tiny", ["encoder.layer.compress.primitive=tssa"])
-    assert spec.encoder.layer[0].args == {"heads": 6, "norm": True, "eps": 1e-5}
+    assert spec.encoder.layer[0].args == {"heads": 6, "causal": False, "norm": True, "eps": 1e-5}
     assert any("swapped mssa -> tssa; dropped head_dim=64" in note for note in spec.notes())
     assert cc.inspect(spec).params_total == 6_090_856 + 12 * (384 + 6)  # TSSA adds a bias and K temperatures
     with pytest.raises(SpecError, match="unknown key 'bogus'"):  # arguments given with the swap are checked

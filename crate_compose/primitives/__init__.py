@@ -2,8 +2,10 @@
 
 One module per family of steps: ``embed`` (pre-processing), ``compress`` (gradient steps on the
 coding rate), ``sparsify`` (proximal steps on a LASSO), ``diffuse`` (their inverses, for derived
-decoders), ``mask`` (masked autoencoding), ``norm``, ``head``, and ``standard`` (ViT parts,
-for baselines).
+decoders), ``mask`` (masked autoencoding), ``norm``, ``head``, ``language`` (token embedding and
+language-model head), and ``standard`` (ViT and GPT-2 parts, for baselines).
 """
 
-from . import aot, coding_rate, compress, denoise, diffuse, embed, head, mask, norm, sparsify, standard, tost, tssa  # noqa: F401
+from . import (  # noqa: F401
+    aot, coding_rate, compress, denoise, diffuse, embed, head, language, mask, norm, sparsify, standard, tost, tssa,
+)

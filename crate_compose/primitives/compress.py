@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..decoding import DecodingError, Growing, causal_attention
 from ..probes import coding_rate_measure
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
 from ..residual import Residual
@@ -53,11 +54,26 @@ class MSSA(Residual):
         self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
         self.out = nn.Linear(heads * head_dim, dim, bias=bias) if output == "learned" else None
 
+    def heads_of(self, x: torch.Tensor) -> torch.Tensor:
+        """``U_k^T x`` for every head: ``(B, K, n, p)``; ``x`` already normalized."""
+        return self.subspaces(x).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+
     def attend(self, x: torch.Tensor) -> torch.Tensor:
         """``concat_k SSA(x | U_k)`` of shape ``(B, n, K*p)``; ``x`` already normalized."""
-        w = self.subspaces(x).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)  # (B, K, n, p)
+        w = self.heads_of(x)  # (B, K, n, p)
         h = F.scaled_dot_product_attention(w, w, w, is_causal=self.causal)  # softmax(w w^T p^-1/2) w
         return h.transpose(1, 2).flatten(2)  # (B, n, K*p)
+
+    def decode(self, x: torch.Tensor, cache: Growing | None) -> tuple[torch.Tensor, Growing]:
+        """Causal MSSA on new tokens ``x`` given the cached ``U^T z`` of earlier ones (book eq. 5.3.26-5.3.31):
+        one cache, as query = key = value."""
+        if self.kappa is not None:
+            raise DecodingError("mssa with kappa scales by the number of tokens N, which grows while decoding")
+        cache = cache or Growing()
+        w = self.heads_of(self.norm(x))  # (B, K, s, p)
+        past = cache.extend(w)  # (B, K, t, p), the new tokens included
+        h = causal_attention(w, past, past).transpose(1, 2).flatten(2)
+        return self.combine(x, self.project(h)), cache
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """Back to tokens: the learned output, or (tied) ``eta * h U^T`` in row notation."""

@@ -24,6 +24,8 @@ from .compress import head_dim_of
 class SubspaceDenoiser(nn.Module):
     """``sum_k U_k softmax_k(||U_k^T z||^2 / (2 sigma^2)) U_k^T z`` for every token (003 eq. 6)."""
 
+    tokenwise = True  # each token alone (cached decoding)
+
     def __init__(
         self, dim: int, heads: int, head_dim: int, *, sigma: float = 1.0, norm: bool = False, eps: float = 1e-5
     ) -> None:

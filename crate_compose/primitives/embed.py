@@ -176,7 +176,8 @@ def sincos_2d(dim: int, grid: tuple[int, int], leading: int = 0) -> torch.Tensor
 
 
 class Positions(nn.Module):
-    """Add a position embedding of shape ``(1, n, d)`` (003 Alg. 1; 001 Sec. 3)."""
+    """Add a position embedding of shape ``(1, N, d)`` (003 Alg. 1; 001 Sec. 3); a sequence of
+    ``n <= N`` tokens gets its first ``n`` rows (a language model's shorter contexts)."""
 
     def __init__(self, tokens: int, dim: int, *, table: torch.Tensor | None = None, trainable: bool = True) -> None:
         super().__init__()
@@ -184,13 +185,22 @@ class Positions(nn.Module):
         self.embedding = nn.Parameter(init, requires_grad=trainable)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.embedding
+        return self.decode(x, 0)[0]
+
+    def decode(self, x: torch.Tensor, offset: int | None) -> tuple[torch.Tensor, int]:
+        """Positions ``offset .. offset + n - 1`` for ``n`` new tokens; the state is the tokens seen."""
+        offset = offset or 0
+        end = offset + x.shape[1]
+        if end > self.embedding.shape[1]:
+            raise ValueError(f"{end} tokens, but the position table holds {self.embedding.shape[1]} (the context size)")
+        return x + self.embedding[:, offset:end], end
 
 
 class PositionsArgs(Args):
-    init: Literal["randn", "sincos2d"] = Field(
+    init: Literal["randn", "normal", "sincos2d"] = Field(
         default="randn",
-        description="'randn': learned, initialized N(0, 1) (CRATE); 'sincos2d': the 2-D sine-cosine table (MAE).",
+        description="'randn': learned, initialized N(0, 1) (CRATE); 'normal': N(0, 0.02^2) (GPT-2); "
+        "'sincos2d': the 2-D sine-cosine table (MAE).",
     )
     trainable: bool = Field(
         default=True, description="Learn the embedding; false freezes it (counted in params_total, not trainable)."
@@ -233,7 +243,9 @@ def positions(args: PositionsArgs, shape: Shape, context: Context) -> nn.Module:
     in_order(context, "positions")
     tokens = shape[0]
     table = None
-    if args.init == "sincos2d":
+    if args.init == "normal":
+        table = torch.randn(tokens, dim) * 0.02
+    elif args.init == "sincos2d":
         grid = _grid(args, tokens, context)
         table = sincos_2d(dim, grid, leading=tokens - grid[0] * grid[1])
     return Positions(tokens, dim, table=table, trainable=args.trainable)

@@ -33,6 +33,8 @@ from ..residual import Residual
 class ISTA(nn.Module):
     """``ISTA(LN z | D)``: one proximal-gradient step on ``lambda ||x||_1 + 1/2 ||z - D x||^2`` (003 eq. 17)."""
 
+    tokenwise = True  # each token alone (cached decoding)
+
     def __init__(
         self,
         dim: int,
@@ -126,6 +128,8 @@ class ISTAMM(nn.Module):
     hyperparameter and reports no value.
     """
 
+    tokenwise = True  # each token alone (cached decoding)
+
     def __init__(
         self,
         dim: int,
@@ -207,6 +211,8 @@ class ISTAODL(Residual):
     sparse code, so the ``dictionary`` synthesis that undoes ISTA (001 Listing 3) does not undo it,
     and no paper derives a decoder step for it.
     """
+
+    tokenwise = True  # each token alone (cached decoding)
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
 """Standard (black-box) transformer parts, for baselines, ablations and ToST's MLP.
 
-* ``mhsa``: ``x + W_o softmax(Q K^T / sqrt(p)) V`` with separate Q, K, V (Vaswani et al.; ViT).
-* ``mlp``: ``x + W_2 GELU(W_1 LN x)`` with hidden width ``ratio * d``.
+* ``mhsa``: ``x + W_o softmax(Q K^T / sqrt(p)) V`` with separate Q, K, V (Vaswani et al.; ViT);
+  ``causal: true`` is GPT-2's attention, decoded with a cache of keys and values.
+* ``mlp``: ``x + W_2 GELU(W_1 LN x)`` with hidden width ``ratio * d`` (GPT-2: ``gelu: tanh``).
 
 Both are residual steps (:class:`~crate_compose.residual.Residual`): skip ``x``, branch the
 attention or MLP output, so LayerScale (ToST, CaiT) applies to the branch. Neither is a step of a
@@ -10,11 +11,14 @@ known optimization algorithm, so neither has an inverse: a decoder cannot be der
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..decoding import Growing, causal_attention
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
@@ -40,11 +44,22 @@ class MHSA(Residual):
         self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=qkv_bias)
         self.out = nn.Linear(heads * head_dim, dim)
 
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values ``(B, K, n, p)`` of the normalized tokens."""
         qkv = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, K, n, p)
+        return tuple(qkv.permute(2, 0, 3, 1, 4))  # type: ignore[return-value]
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, v = self.project(x)
         h = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # softmax(q k^T / sqrt p) v
         return x, self.out(h.transpose(1, 2).flatten(2))
+
+    def decode(self, x: torch.Tensor, cache: tuple[Growing, Growing] | None):
+        """Causal attention on new tokens given cached keys and values of earlier ones: two caches."""
+        keys, values = cache or (Growing(), Growing())
+        q, k, v = self.project(x)
+        h = causal_attention(q, keys.extend(k), values.extend(v))
+        return self.combine(x, self.out(h.transpose(1, 2).flatten(2))), (keys, values)
 
 
 class MHSAArgs(Args):
@@ -62,7 +77,7 @@ class MHSAArgs(Args):
     kind="attention",
     objective="none (black-box baseline)",
     equation="Vaswani et al. 2017; Dosovitskiy et al. 2021",
-    update=lambda args: "Z + MHSA(LN Z | Q, K, V, O)" if args.norm else "Z + MHSA(Z | Q, K, V, O)",
+    update=lambda args: f"Z + MHSA{'_causal' if args.causal else ''}({'LN Z' if args.norm else 'Z'} | Q, K, V, O)",
     description="Standard multi-head self-attention with separate Q/K/V/O, pre-norm and residual (ViT).",
     example=Example(args={"heads": 2}, shape=(8, 16)),
 )
@@ -82,20 +97,26 @@ def mhsa(args: MHSAArgs, shape: Shape) -> nn.Module:
 class MLP(Residual):
     """``x + W_2 GELU(W_1 LN x)``."""
 
-    def __init__(self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5) -> None:
+    tokenwise = True  # each token alone (cached decoding)
+
+    def __init__(self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5, gelu: str = "none") -> None:
         super().__init__()
+        self.gelu = gelu
         self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.expand = nn.Linear(dim, hidden)
         self.contract = nn.Linear(hidden, dim)
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, self.contract(F.gelu(self.expand(self.norm(x))))  # (B, n, d)
+        return x, self.contract(F.gelu(self.expand(self.norm(x)), approximate=self.gelu))  # (B, n, d)
 
 
 class MLPArgs(Args):
     ratio: float = Field(default=4.0, gt=0, description="Hidden width as a multiple of d (ViT: 4).")
     norm: bool = Field(default=True, description="Apply LayerNorm before the MLP (pre-norm ViT: yes).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (timm's ViT and ToST: 1e-6).")
+    gelu: Literal["exact", "tanh"] = Field(
+        default="exact", description="'exact': GELU with erf (ViT); 'tanh': its tanh approximation (GPT-2's gelu_new)."
+    )
 
 
 @primitive(
@@ -110,4 +131,5 @@ class MLPArgs(Args):
 )
 def mlp(args: MLPArgs, shape: Shape) -> nn.Module:
     dim = token_dim(shape, "mlp")
-    return MLP(dim, int(round(dim * args.ratio)), norm=args.norm, eps=args.eps)
+    gelu = "none" if args.gelu == "exact" else "tanh"
+    return MLP(dim, int(round(dim * args.ratio)), norm=args.norm, eps=args.eps, gelu=gelu)
