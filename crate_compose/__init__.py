@@ -19,6 +19,7 @@ from .artifacts import load, save
 from .builder import build, compile_spec, spec_of
 from .errors import Problem, SpecError
 from .loader import dump as dump_spec
+from .decoding import Decoder, generate
 from .derive import derive_decoder
 from .loader import load as load_spec
 from .objectives import masked_reconstruction_loss, reconstruction_loss
@@ -61,8 +62,8 @@ def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
 
 
 __all__ = [
-    "Args", "Context", "Derive", "Example", "Inverse", "PluginError", "Residual", "Stack", "Step", "load_plugins", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
-    "derive", "derive_decoder", "diagram", "dump_spec", "inspect", "json_schema", "load", "load_spec",
+    "Args", "Context", "Decoder", "Derive", "Example", "Inverse", "PluginError", "Residual", "Stack", "Step", "load_plugins", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
+    "derive", "derive_decoder", "diagram", "dump_spec", "generate", "inspect", "json_schema", "load", "load_spec",
     "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "render", "save", "spec_of", "summarize",
     "validate",
 ]

@@ -32,6 +32,8 @@ EPILOG = """examples:
   crate-compose list primitives
   crate-compose inspect crate-tiny --set encoder.layer.compress.primitive=tssa    swap MSSA for TSSA
   crate-compose inspect my-net.yaml --plugin my_steps.py    primitives of your own (a module or a .py file)
+  crate-compose train causal-crate-bytes --task lm --data text --steps 1500
+  crate-compose generate causal-crate-bytes --weights runs/causal-crate-bytes/final --prompt "def "
 """
 
 
@@ -142,6 +144,19 @@ def parser() -> argparse.ArgumentParser:
     probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png "
                        "(default: WEIGHTS/probes, or probes/<spec name>)")
 
+    generate = command("generate", help="continue a text prompt with a byte-level language model (cached decoding)")
+    _spec_arguments(generate)
+    generate.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
+                          "(without: the untrained network)")
+    generate.add_argument("--prompt", required=True, help="the text to continue (its UTF-8 bytes are the tokens)")
+    generate.add_argument("--tokens", type=int, default=200, help="new tokens (bytes) to sample (default: 200)")
+    generate.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0: greedy (0.8)")
+    generate.add_argument("--top-k", type=int, default=40, help="sample among the k most likely (default: 40; 0: all)")
+    generate.add_argument("--seed", type=int, default=0, help="seed of the draws (and of untrained weights)")
+    generate.add_argument("--no-cache", dest="cache", action="store_false",
+                          help="recompute the whole context for every token (the reference the cache equals)")
+    generate.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+
     ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
     _spec_arguments(ablate)
     ablate.add_argument("--swap", action="append", default=[], metavar="PATH=a,b,c",
@@ -159,9 +174,10 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     from .train import Settings, TASKS
 
     default = Settings()
-    parser.add_argument("--task", choices=TASKS, default=default.task, help="classify (cross-entropy) or mae "
-                        "(masked reconstruction)")
-    parser.add_argument("--data", default=default.data, help="digits, photos, subspaces or folder:PATH (default: digits)")
+    parser.add_argument("--task", choices=TASKS, default=default.task, help="classify (cross-entropy), mae "
+                        "(masked reconstruction) or lm (next-token cross-entropy)")
+    parser.add_argument("--data", default=default.data,
+                        help="digits, photos, subspaces, text or folder:PATH (default: digits)")
     parser.add_argument("--steps", type=int, default=default.steps, help=f"optimizer steps (default: {default.steps})")
     parser.add_argument("--batch-size", type=int, default=default.batch_size, help="global batch size (default: 64)")
     parser.add_argument("--lr", type=float, default=default.lr, help="peak learning rate of AdamW (default: 1e-3)")
@@ -269,6 +285,21 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from .workbench import generate_text
+
+    if args.tokens < 1:
+        raise WorkbenchError("--tokens must be at least 1")
+    if args.weights is None:
+        print("note: no --weights: sampling from the untrained network", file=sys.stderr)
+    text, seconds = generate_text(args.spec, args.prompt, weights=args.weights, overrides=args.overrides,
+                                  tokens=args.tokens, temperature=args.temperature, top_k=args.top_k or None,
+                                  seed=args.seed, cache=args.cache, device=args.device)
+    print(args.prompt + text)
+    print(f"({args.tokens} tokens in {seconds:.2f} s, {'cached' if args.cache else 'recomputed'})", file=sys.stderr)
+    return 0
+
+
 def _ablate(args: argparse.Namespace) -> int:
     from dataclasses import fields, replace
 
@@ -323,6 +354,7 @@ COMMANDS = {
     "train": _train,
     "probe": _probe,
     "ablate": _ablate,
+    "generate": _generate,
 }
 
 

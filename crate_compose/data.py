@@ -30,6 +30,14 @@ generated from a seed, or read from a folder the user already has on disk.
     group i mod K before a per-sample shuffle of the token order). Input shape (n, d); the
     target of a sample is its per-token group labels; ``Data.subspaces`` is [U_1 .. U_K] (d, K*p).
 
+``text``
+    Byte-level text for language models: the Python standard library's own source files, read in
+    sorted order up to 3 MB (:mod:`crate_compose.corpus`); the last whole files (about 10%) are
+    the held-out split. Samples are consecutive windows of the spec's context size (its input
+    shape ``[N]``): the input is N bytes, the target the same N bytes shifted by one. Vocabulary
+    256 (``vocab`` is set to 256 where the spec declares it). ``Data.unigram_loss`` is the
+    held-out cross-entropy of the train split's byte frequencies, the baseline to beat.
+
 ``folder:PATH``
     Your own images in class folders, as torchvision's ImageFolder reads them
     (PATH/<class>/<image>; e.g. CIFAR-10 or ImageNet written out as files). Class names are
@@ -41,8 +49,8 @@ generated from a seed, or read from a folder the user already has on disk.
     512 train images (a sample fixed by ``split_seed``). Unreadable files are named when read.
 
 Targets (the second item of every sample) are consistent across sets: an int64 class index for
-labeled images, ``-1`` for unlabeled images (photos), and an int64 tensor of shape (n,) of group
-labels for token sets. Inputs are float32.
+labeled images, ``-1`` for unlabeled images (photos), an int64 tensor of shape (n,) of group
+labels for token sets, and the next bytes for text. Inputs are float32 (int64 byte values for text).
 
 ``Data.spec_overrides(spec)`` gives the override strings that make a spec take the data (see
 there); ``crate-compose train SPEC --data digits`` uses it to size the spec's input.
@@ -60,11 +68,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from . import corpus
 from .errors import WorkbenchError
 
 __all__ = [
     "Data", "DataError", "FolderImages", "Tensors", "load_data", "load_digits", "load_folder", "load_photos",
-    "load_subspaces", "names", "random_subspaces", "read_image", "sample_tokens", "spec_overrides",
+    "load_subspaces", "load_text", "names", "random_subspaces", "read_image", "sample_tokens", "spec_overrides",
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
@@ -117,6 +126,7 @@ class Data:
     subspaces: torch.Tensor | None = None
     class_names: list[str] | None = None
     sizes: dict[str, int] = field(default_factory=dict)
+    unigram_loss: float | None = None
 
     def spec_overrides(self, spec: Any) -> list[str]:
         """Override strings that make ``spec`` (a loaded Spec or a spec mapping) take this data."""
@@ -496,12 +506,40 @@ def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: 
     )
 
 
+def load_text(*, spec: Any = None, context: int | None = None) -> Data:
+    """Windows of the standard library's source as bytes (see the module docstring); ``context``
+    defaults to the spec's input length."""
+    if context is None:
+        shape = getattr(getattr(spec, "input", None), "shape", None)
+        context = shape[0] if shape and len(shape) == 1 else 128
+    if context < 1:
+        raise DataError(f"text: the context must be at least 1 token; got {context}")
+    source, split = corpus.stdlib_source()
+    if not source:
+        raise DataError("text: this Python installation has no standard library source files to read")
+    tokens = torch.frombuffer(bytearray(source), dtype=torch.uint8).long()
+    train, test = tokens[:split], tokens[split:]
+    if len(test) <= context:
+        raise DataError(f"text: the held-out split ({len(test)} bytes) is shorter than the context ({context})")
+    return Data(
+        name="text",
+        train=corpus.Windows(train, context),
+        test=corpus.Windows(test, context),
+        input_shape=(context,),
+        classes=None,
+        task_hint="lm",
+        sizes={"vocab": corpus.VOCAB, "context": context},
+        unigram_loss=corpus.unigram_loss(train, test[1:]),
+    )
+
+
 # ---------------------------------------------------------------- entry point
 
 LOADERS: dict[str, Callable[..., Data]] = {
     "digits": load_digits,
     "photos": load_photos,
     "subspaces": load_subspaces,
+    "text": load_text,
 }
 
 
@@ -510,7 +548,7 @@ def names() -> list[str]:
     return [*LOADERS, "folder:PATH"]
 
 
-def load_data(name: str, *, image_size: int | None = None, seed: int = 0, **options: Any) -> Data:
+def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: Any = None, **options: Any) -> Data:
     """Load the data set ``name`` (see the module docstring); ``options`` go to its loader.
 
     ``seed`` drives every random draw that is not a fixed split (digits and folders have none, so
@@ -537,4 +575,6 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, **opti
         raise DataError(f"data set '{name}' does not take {', '.join(unknown)}; it takes: {takes}")
     if "seed" in accepted:
         given["seed"] = seed
+    if "spec" in accepted:  # sets that fit themselves to the spec (text: windows of its context)
+        given["spec"] = spec
     return loader(*args, **given)

@@ -27,8 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from .errors import WorkbenchError
 
-class DecodingError(ValueError):
+
+class DecodingError(WorkbenchError):
     """A model that cannot be decoded token by token, or a request past its context."""
 
 
@@ -194,6 +196,16 @@ def generate(
     finally:
         model.train(was_training)
     return sequence
+
+
+def encode_bytes(text: str) -> torch.Tensor:
+    """UTF-8 bytes of ``text`` as token ids ``(1, n)`` (the byte-level vocabulary of 256)."""
+    return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long)
+
+
+def decode_bytes(ids: torch.Tensor) -> str:
+    """Token ids back to text; ids beyond a byte and invalid UTF-8 show as U+FFFD."""
+    return bytes(i if i < 256 else 0xFF for i in ids.tolist()).decode("utf-8", errors="replace")
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> torch.Tensor:

@@ -21,7 +21,7 @@ from pathlib import Path
 import graphviz
 from torch import fx
 
-from . import registry
+from . import registry, shapes
 from .files import write_atomic
 from .builder import spec_of
 
@@ -61,10 +61,13 @@ class DrawnStep:
     part: str | None = None
     depth: int = 1
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (drawn step key, value name or "")
+    tied: dict[str, str] = field(default_factory=dict)  # own parameter -> the parameter it shares
 
 
-def _params(module: fx.GraphModule, target: str) -> int:
-    return sum(p.numel() for p in module.get_submodule(target).parameters())
+def _params(module: fx.GraphModule, target: str, tied: dict[str, str]) -> int:
+    """The step's own parameters; a tied one counts at the step it is tied to."""
+    named = module.get_submodule(target).named_parameters(remove_duplicate=False)
+    return sum(p.numel() for name, p in named if f"{target}.{name}" not in tied)
 
 
 def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]:
@@ -72,7 +75,8 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
     spec = spec_of(module)
     producers: dict[fx.Node, tuple[str, str]] = {}  # fx node -> (drawn key, published value name)
     steps: dict[str, DrawnStep] = {}
-    ends = {"input": None, "outputs": []}
+    ends = {"input": None, "outputs": [], "modules": {}}  # modules: module path -> drawn key
+    tied = shapes.tied(spec)
     for node in module.graph.nodes:
         if node.op == "placeholder":
             producers[node] = ("input", "")
@@ -94,12 +98,14 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
                     update += f"  (γ₀ = {step.layer_scale:g})"
                 steps[key] = DrawnStep(
                     key, meta["step"], meta["primitive"], meta["role"], drawn_layer, meta["spec_path"], shape,
-                    _params(module, node.target), update, meta.get("part"), depth,
+                    _params(module, node.target, tied), update, meta.get("part"), depth,
+                    tied=dict(step.tie),
                 )
                 for arg in node.args:
                     source, value = producers[arg]
                     if source != key and (source, value) not in steps[key].inputs:
                         steps[key].inputs.append((source, value))
+            ends["modules"][node.target] = key
             producers[node] = (key, "")
         elif node.op == "call_function":  # getitem on a step with several outputs
             source, _ = producers[node.args[0]]
@@ -139,7 +145,9 @@ def _stack(spec, path: tuple):
 def _label(step: DrawnStep, show_shape: bool) -> str:
     update = html.escape(step.update)
     params = _count(step.params) + (f" × {step.depth}" if step.depth > 1 and step.params else "")
-    details = [f"{_shape(step.shape)}" if show_shape else "", f"{params} params" if step.params else "no params"]
+    own = f"{params} params" if step.params else ("no own params" if step.tied else "no params")
+    tied = f"{', '.join(step.tied)} tied" if step.tied else ""
+    details = [f"{_shape(step.shape)}" if show_shape else "", own, tied]
     return (
         f'<<b>{html.escape(step.name)}</b>  <font color="#555555">{html.escape(step.primitive)}</font>'
         f'<br/><i>{update}</i><br/><font point-size="10">{" · ".join(d for d in details if d)}</font>>'
@@ -161,7 +169,7 @@ def diagram(
     by_key = {s.key: s for s in steps}
     total = sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
     dot = graphviz.Digraph(spec.name, graph_attr={
-        "rankdir": direction, "label": _title(spec.name, total, mirrored=_is_mirrored(spec)), "labelloc": "t",
+        "rankdir": direction, "label": _title(spec.name, total, mirrored=_is_mirrored(spec), tied=bool(shapes.tied(spec))), "labelloc": "t",
         "fontname": "Helvetica", "newrank": "true", "nodesep": "0.35", "ranksep": "0.3",
     })
     dot.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="11", margin="0.12,0.05")
@@ -218,11 +226,19 @@ def diagram(
                 ):
                     dot.edge(target.key, step.key, style="dashed", color="#aa3333", arrowhead="empty",
                              constraint="false", tooltip="inverse")
+    for step in steps:  # dashed blue edges: a tied weight, from the step that holds it
+        for own, source in step.tied.items():
+            owner = max((m for m in ends["modules"] if source.startswith(m + ".")), key=len, default=None)
+            if owner is not None:
+                dot.edge(ends["modules"][owner], step.key, label=f"tied: {own}", style="dashed", color="#3355aa",
+                         fontcolor="#3355aa", arrowhead="none", constraint="false", tooltip=f"{own} = {source}")
     return dot
 
 
-def _title(name: str, total: int, *, mirrored: bool) -> str:
+def _title(name: str, total: int, *, mirrored: bool, tied: bool = False) -> str:
     legend = "bold grey: the layer repeats"
+    if tied:
+        legend = "dashed blue: one weight shared by two steps (tied); " + legend
     if mirrored:
         legend = "dashed red: encoder step → the decoder step that inverts it; " + legend
     return f'<<font point-size="16">{html.escape(name)}: {_count(total)} parameters</font><br/><font point-size="10">{legend}</font>>'

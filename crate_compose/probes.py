@@ -513,10 +513,10 @@ def plot_probes(
     for index, name in enumerate(names):
         axes = figure.add_subplot(lines, columns, index + 1)
         directions, label, by_layer = set(), name, True
-        for run, rows in runs.items():
+        for number, (run, rows) in enumerate(runs.items()):
             selected = [r for r in rows if r["measure"] == name]
             roles = list(dict.fromkeys(r["role"] for r in selected))
-            for role in roles:
+            for shade, role in enumerate(roles):
                 group = [r for r in selected if r["role"] == role]
                 directions.update(r["direction"] for r in group)
                 layers = [r["layer"] for r in group]
@@ -525,7 +525,8 @@ def plot_probes(
                 xs = [layer + 1 for layer in layers] if use_layers else list(range(1, len(group) + 1))
                 ys = [math.nan if r["value"] is None else r["value"] for r in group]
                 legend = run if len(roles) == 1 else f"{run} ({role})"
-                axes.plot(xs, ys, marker="o", markersize=4, linewidth=1.5, label=legend)
+                axes.plot(xs, ys, marker="o", markersize=4, linewidth=1.5, label=legend,  # one color per run
+                          color=f"C{number % 10}", linestyle=("-", "--", ":", "-.")[shade % 4])
             label = _LABELS.get(name, name)
         claim = " ".join(f"{_ARROW[d]}" for d in sorted(directions))
         axes.set_title(label)

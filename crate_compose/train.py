@@ -46,7 +46,9 @@ from .objectives import masked_reconstruction_loss, patch_size_of
 from .primitives.embed import patchify
 from .shapes import step_seed
 
-TASKS = ("classify", "mae")
+TASKS = ("classify", "mae", "lm")
+METRIC = {"classify": "test_accuracy", "mae": "test_masked_mse", "lm": "test_loss"}  # the number a task reports
+EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
 AUGMENTATIONS = ("none", "shift")
 
 
@@ -110,7 +112,9 @@ def _batch(dataset, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if tensors is not None:
         return tensors[0][indices], tensors[1][indices]
     items = [dataset[int(i)] for i in indices]
-    return torch.stack([x for x, _ in items]), torch.as_tensor([y for _, y in items])
+    targets = [y for _, y in items]
+    targets = torch.stack(targets) if isinstance(targets[0], torch.Tensor) else torch.as_tensor(targets)
+    return torch.stack([x for x, _ in items]), targets
 
 
 class _Distributed:
@@ -145,9 +149,12 @@ def shift(images: torch.Tensor, generator: torch.Generator, most: int = 1) -> to
 
 
 def loss_of(task: str, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: int | None, smoothing: float = 0.0):
-    """The task's loss on one batch: cross-entropy, or MSE on masked patches (001 App. B.1)."""
+    """The task's loss on one batch: cross-entropy of the class or of every next token, or MSE on
+    masked patches (001 App. B.1)."""
     if task == "classify":
         return F.cross_entropy(outputs["output"].float(), y, label_smoothing=smoothing)
+    if task == "lm":
+        return F.cross_entropy(outputs["output"].float().flatten(0, 1), y.flatten(), label_smoothing=smoothing)
     return masked_reconstruction_loss(outputs["output"].float(), x.float(), outputs["mask"], patch)
 
 
@@ -158,10 +165,24 @@ def _check(task: str, spec, data: Data, settings: Settings) -> None:
         raise TrainError(f"unknown augmentation '{settings.augment}'; expected one of: {', '.join(AUGMENTATIONS)}")
     if settings.augment == "shift" and len(data.input_shape) != 3:
         raise TrainError(f"augment 'shift' moves images; data set '{data.name}' is not images")
+    if (task == "lm") != (data.task_hint == "lm"):
+        raise TrainError(f"task '{task}' does not fit data set '{data.name}'; --task lm goes with --data text")
+    if task == "lm":
+        _check_language_model(spec)
     if task == "classify" and not data.classes:
         raise TrainError(f"data set '{data.name}' has no labels to classify; use --task mae")
     if task == "mae" and not any(step.primitive == "mask" for step in spec.preprocess):
         raise TrainError(f"spec '{spec.name}' has no mask step, so it cannot be trained as a masked autoencoder")
+
+
+def _check_language_model(spec) -> None:
+    if spec.input.dtype != "int64" or len(spec.input.shape) != 1:
+        raise TrainError(f"spec '{spec.name}' does not take token ids (input: shape [N], dtype int64), so it is no "
+                         "language model")
+    vocabs = [step.args.get("vocab") for _, _, _, step in spec.stages() if "vocab" in step.args]
+    if any(isinstance(v, int) and v < 256 for v in vocabs):
+        raise TrainError(f"spec '{spec.name}' has a vocabulary of {min(vocabs)}; byte-level text needs 256 "
+                         "(declare sizes.vocab and it is set from the data)")
 
 
 def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch: int | None) -> dict[str, float]:
@@ -169,6 +190,8 @@ def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch:
     baseline, which predicts every hidden patch as the mean of the same image's visible patches (mae)."""
     model.eval()
     device = next(model.parameters()).device
+    if task == "lm":
+        return _evaluate_lm(model, data, device)
     total, correct, loss_sum, baseline_sum = 0, 0, 0.0, 0.0
     with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(step_seed(settings.seed, "evaluation"))  # the same masks at every evaluation
@@ -192,11 +215,25 @@ def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch:
     return {"test_masked_mse": loss_sum / total, "test_mean_patch_mse": baseline_sum / total}
 
 
+def _evaluate_lm(model: nn.Module, data: Data, device: torch.device) -> dict[str, float]:
+    """Held-out cross-entropy per byte (nats and bits) on the first windows, and the unigram baseline."""
+    count = min(len(data.test), EVAL_WINDOWS)
+    loss_sum = 0.0
+    with torch.no_grad():
+        for start in range(0, count, 64):
+            x, y = _batch(data.test, torch.arange(start, min(start + 64, count)))
+            outputs = model(x.to(device))
+            loss_sum += loss_of("lm", outputs, x, y.to(device), None).item() * len(x)
+    model.train()
+    loss = loss_sum / count
+    return {"test_loss": loss, "test_bits_per_byte": loss / math.log(2), "test_unigram_loss": data.unigram_loss}
+
+
 class _Metrics:
     """Rows appended to metrics.jsonl and metrics.csv; a resumed run first drops rows after its checkpoint."""
 
     FIELDS = ("step", "kind", "loss", "lr", "seconds", "test_accuracy", "test_loss", "test_masked_mse",
-              "test_mean_patch_mse")
+              "test_mean_patch_mse", "test_bits_per_byte", "test_unigram_loss")
 
     def __init__(self, run: Path, keep_until: int, enabled: bool) -> None:
         self.enabled = enabled
@@ -223,9 +260,10 @@ class _Metrics:
 
 
 def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0):
-    """Load the data and the spec, the spec's input size set from the data."""
-    data = load_data(data_name, image_size=image_size, seed=seed)
+    """Load the spec and the data, the spec's input size set from the data (text: windows of the
+    spec's context)."""
     spec = loader.load(spec_ref, overrides)
+    data = load_data(data_name, image_size=image_size, seed=seed, spec=spec)
     fit = data.spec_overrides(spec)  # [] for a spec written for this data
     return (loader.load(spec_ref, [*fit, *overrides]) if fit else spec), data
 

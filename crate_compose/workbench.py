@@ -20,6 +20,7 @@ import io
 import itertools
 import json
 import statistics
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
@@ -33,11 +34,12 @@ from .artifacts import load as load_build
 from .files import write_atomic
 from .builder import compile_spec, spec_of
 from .data import Data, load_data
+from .decoding import decode_bytes, encode_bytes, generate
 from .errors import WorkbenchError
 from .probes import plot_probes, probe, save_probes
 from .shapes import tied
 from .ties import retie
-from .train import Result, Settings, prepare, train
+from .train import METRIC, Result, Settings, prepare, train
 
 PROBE_SAMPLES = 256
 
@@ -71,7 +73,7 @@ def probe_run(
     runs: dict[str, list[dict]] = {}
     if weights is not None:
         trained = compile_spec(spec, seed=seed)
-        _load_weights(trained, Path(weights))
+        load_weights(trained, Path(weights))
         runs["trained"] = probe(trained, inputs, **extra)
     runs["untrained"] = probe(compile_spec(spec, seed=seed), inputs, **extra)
     folder = Path(out) if out is not None else (Path(weights) / "probes" if weights else Path("probes") / spec.name)
@@ -81,7 +83,7 @@ def probe_run(
     return table, figure, runs
 
 
-def _load_weights(model: torch.nn.Module, folder: Path) -> None:
+def load_weights(model: torch.nn.Module, folder: Path) -> None:
     """Load ``folder/model.safetensors`` into ``model``; a mismatch names the first differing tensor."""
     path = folder / "model.safetensors"
     if not path.is_file():
@@ -94,6 +96,35 @@ def _load_weights(model: torch.nn.Module, folder: Path) -> None:
             want = tuple(expected[name].shape) if name in expected else "not in the spec"
             raise WorkbenchError(f"--weights {folder} do not fit the spec: {name} is {have} there, {want} in the spec")
     model.load_state_dict(tensors)
+
+
+def generate_text(
+    spec_ref,
+    prompt: str,
+    *,
+    weights: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    tokens: int = 200,
+    temperature: float = 0.8,
+    top_k: int | None = 40,
+    seed: int = 0,
+    cache: bool = True,
+    device: str = "cpu",
+) -> tuple[str, float]:
+    """Continue ``prompt`` (UTF-8 bytes as tokens) with a byte-level language model; returns the
+    continuation and the seconds it took. Without ``weights`` the network is untrained."""
+    spec = loader.load(spec_ref, overrides)
+    model = compile_spec(spec, seed=seed)
+    if weights is not None:
+        load_weights(model, Path(weights))
+    model = model.to(device)
+    ids = encode_bytes(prompt).to(device)
+    vocab = model(ids[:, :1])["output"].shape[-1]
+    if vocab < 256 and int(ids.max()) >= vocab:
+        raise WorkbenchError(f"spec '{spec.name}' has a vocabulary of {vocab}: too small for byte-level text")
+    began = time.perf_counter()
+    out = generate(model, ids, tokens, temperature=temperature, top_k=top_k, seed=seed, cache=cache)
+    return decode_bytes(out[0, ids.shape[1] :].cpu()), time.perf_counter() - began
 
 
 def probe_table(runs: dict[str, list[dict]]) -> str:
@@ -188,7 +219,7 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
     rows: list[Row] = []
     probes: dict[str, list[dict]] = {}
     total, done = len(variants) * grid.seeds, 0
-    metric = "test_accuracy" if grid.settings.task == "classify" else "test_masked_mse"
+    metric = METRIC.get(grid.settings.task, "test_loss")
     for variant in variants:
         label = variant_label(variant)
         overrides = [*grid.overrides, *(f"{k}={v}" for k, v in variant.items())]

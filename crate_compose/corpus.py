@@ -1,0 +1,74 @@
+"""A byte-level text corpus that needs no download: the Python standard library's own source.
+
+Every Python installation carries its standard library as ``.py`` files, so a language model can
+train on real text (code, comments, docstrings) anywhere, offline. Tokens are bytes (vocabulary
+256), so no tokenizer file is needed either. The corpus is a function of the Python version only:
+files are read in sorted order.
+"""
+
+from __future__ import annotations
+
+import math
+import sysconfig
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+VOCAB = 256  # bytes
+CORPUS_BYTES = 3_000_000  # read files until this many bytes
+HELD_OUT = 0.1  # the last 10% of the corpus (whole files, never seen in training) is the test split
+
+
+def stdlib_files() -> list[Path]:
+    """The standard library's top-level ``.py`` files, sorted (tests and site-packages excluded)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(path for path in root.glob("*.py") if path.is_file())
+
+
+def stdlib_source(limit: int = CORPUS_BYTES) -> tuple[bytes, int]:
+    """``(corpus, split)``: the concatenated source of :func:`stdlib_files` up to ``limit`` bytes,
+    and the byte offset where the held-out files begin (a file boundary)."""
+    parts, total = [], 0
+    for path in stdlib_files():
+        text = path.read_bytes()
+        parts.append(text)
+        total += len(text)
+        if total >= limit:
+            break
+    boundaries = [0]
+    for part in parts:
+        boundaries.append(boundaries[-1] + len(part))
+    target = total * (1 - HELD_OUT)
+    split = min(boundaries[1:-1] or [total], key=lambda b: abs(b - target))
+    return b"".join(parts), split
+
+
+class Windows(Dataset):
+    """Consecutive windows of a token stream: item ``i`` is ``(x, y)`` with ``x`` the ``context``
+    tokens from ``i * context`` and ``y`` the same window shifted by one (the next tokens)."""
+
+    def __init__(self, tokens: torch.Tensor, context: int) -> None:
+        self.tokens, self.context = tokens, context
+
+    def __len__(self) -> int:
+        return max(0, (len(self.tokens) - 1) // self.context)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start = index * self.context
+        window = self.tokens[start : start + self.context + 1]
+        return window[:-1], window[1:]
+
+
+def unigram_loss(train: torch.Tensor, test: torch.Tensor, vocab: int = VOCAB) -> float:
+    """Cross-entropy (nats per token) on ``test`` of the unigram model of ``train`` (add-one counts):
+    the loss of a model that ignores every earlier token."""
+    counts = torch.bincount(train, minlength=vocab).double() + 1
+    log_p = (counts / counts.sum()).log()
+    return -log_p[test].mean().item()
+
+
+def bits(nats: float) -> float:
+    return nats / math.log(2)
