@@ -84,6 +84,28 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
     return directory
 
 
+def read_weights(path: Path, tied_names: dict[str, str]) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, tied names completed (:mod:`crate_compose.ties`).
+    Raises ``ValueError`` for a file that is not safetensors (a pickle, a truncated file)."""
+    try:
+        tensors = load_file(path)
+    except Exception as error:  # safetensors' own error types; nothing in the file is ever executed
+        raise ValueError(f"{path} is not a readable safetensors file ({type(error).__name__}: {error})") from None
+    return retie(tensors, tied_names)
+
+
+def first_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> str | None:
+    """The first tensor (in the network's order) that is missing, extra or of another shape, with both
+    shapes; None when every tensor fits."""
+    for name, tensor in expected.items():
+        if name not in found:
+            return f"{name} is missing from the file (the spec has {tuple(tensor.shape)})"
+        if found[name].shape != tensor.shape:
+            return f"{name} is {tuple(found[name].shape)} in the file, {tuple(tensor.shape)} in the spec"
+    extra = sorted(set(found) - set(expected))
+    return f"{extra[0]} is in the file ({tuple(found[extra[0]].shape)}) but not in the spec" if extra else None
+
+
 def load(directory: str | Path, *, device: str | torch.device = "cpu") -> fx.GraphModule:
     """Rebuild the graph from ``spec.yaml`` and load ``model.safetensors`` into it (strict)."""
     directory = Path(directory)
@@ -91,12 +113,16 @@ def load(directory: str | Path, *, device: str | torch.device = "cpu") -> fx.Gra
         if not (directory / name).is_file():
             raise SpecError([Problem(f"not a crate-compose build: {name} is missing", (), Location(str(directory)))])
     spec = loader.load(directory / SPEC_FILE)
-    tensors = retie(load_file(directory / WEIGHTS_FILE), tied(spec))
+    where = Location(str(directory / WEIGHTS_FILE))
+    try:
+        tensors = read_weights(directory / WEIGHTS_FILE, tied(spec))
+    except ValueError as error:
+        raise SpecError([Problem(str(error), (), where)]) from None
     dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
     dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
     module = compile_spec(spec, device="cpu", dtype=dtype)
-    try:
-        module.load_state_dict(tensors, strict=True)
-    except RuntimeError as error:
-        raise SpecError([Problem(f"weights do not match the spec: {error}", (), Location(str(directory)))]) from None
+    mismatch = first_mismatch(module.state_dict(), tensors)
+    if mismatch:
+        raise SpecError([Problem(f"weights do not match the spec: {mismatch}", (), where)])
+    module.load_state_dict(tensors, strict=True)
     return module.to(device)

@@ -27,9 +27,9 @@ from typing import Any, Iterable
 
 import torch
 import yaml
-from safetensors.torch import load_file
 
 from . import loader
+from .artifacts import first_mismatch, read_weights
 from .artifacts import load as load_build
 from .files import write_atomic
 from .builder import compile_spec, spec_of
@@ -38,7 +38,6 @@ from .decoding import decode_bytes, encode_bytes, generate
 from .errors import WorkbenchError
 from .probes import plot_probes, probe, save_probes
 from .shapes import tied
-from .ties import retie
 from .train import METRIC, Result, Settings, prepare, train
 
 PROBE_SAMPLES = 256
@@ -88,13 +87,13 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
     path = folder / "model.safetensors"
     if not path.is_file():
         raise WorkbenchError(f"--weights {folder}: no model.safetensors there (give a run's final/ or a checkpoint)")
-    tensors = retie(load_file(path), tied(spec_of(model)))
-    expected = model.state_dict()
-    for name in sorted(set(expected) | set(tensors)):
-        if name not in tensors or name not in expected or tensors[name].shape != expected[name].shape:
-            have = tuple(tensors[name].shape) if name in tensors else "missing"
-            want = tuple(expected[name].shape) if name in expected else "not in the spec"
-            raise WorkbenchError(f"--weights {folder} do not fit the spec: {name} is {have} there, {want} in the spec")
+    try:
+        tensors = read_weights(path, tied(spec_of(model)))
+    except ValueError as error:
+        raise WorkbenchError(f"--weights {folder}: {error}") from None
+    mismatch = first_mismatch(model.state_dict(), tensors)
+    if mismatch:
+        raise WorkbenchError(f"--weights {folder} do not fit the spec: {mismatch}")
     model.load_state_dict(tensors)
 
 

@@ -132,7 +132,16 @@ def test_load_checks_the_weights_against_the_spec(tmp_path, capsys):
     spec = (out / "spec.yaml").read_text()
     assert "encoder:\n  depth: 2\n" in spec
     (out / "spec.yaml").write_text(spec.replace("encoder:\n  depth: 2\n", "encoder:\n  depth: 3\n"))
-    with pytest.raises(SpecError, match="weights do not match the spec"):
+    with pytest.raises(SpecError, match=r"weights do not match the spec: encoder\.layer_2\.compress\.norm\.weight is "
+                       r"missing from the file \(the spec has \(\d+,\)\)"):
+        cc.load(out)
+    (out / "spec.yaml").write_text(spec.replace("d: 16", "d: 24") if "d: 16" in spec else spec)
+    weights = (out / "model.safetensors").read_bytes()
+    (out / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # a truncated file: named, no traceback
+    with pytest.raises(SpecError, match="is not a readable safetensors file"):
+        cc.load(out)
+    (out / "model.safetensors").write_bytes(b"\x80\x04\x95 pickle")  # a pickle is never unpickled
+    with pytest.raises(SpecError, match="is not a readable safetensors file"):
         cc.load(out)
     (out / "model.safetensors").unlink()
     with pytest.raises(SpecError, match="model.safetensors is missing"):

@@ -127,3 +127,24 @@ def test_torchrun_with_two_processes_equals_one_process(tmp_path):
     assert max(abs(one[s] - two[s]) for s in one) < 1e-5
     a, b = load_file(single / "final" / "model.safetensors"), load_file(double / "final" / "model.safetensors")
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_train_on_a_folder_of_images_of_your_own(tmp_path, capsys):
+    """A new user's own images in class folders (as CIFAR-10 or ImageNet written out), resized as asked."""
+    from PIL import Image
+
+    rng = torch.Generator().manual_seed(0)
+    for name in ("cats", "dogs"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(6):
+            pixels = torch.randint(0, 256, (12, 12, 3), generator=rng, dtype=torch.uint8).numpy()
+            Image.fromarray(pixels).save(tmp_path / "images" / name / f"{i}.png")
+    sets = [arg for o in TINY for arg in ("--set", o)]
+    code = cli.main(["train", DIGITS, *sets, "--data", f"folder:{tmp_path / 'images'}", "--image-size", "8",
+                     "--steps", "3", "--batch-size", "4", "--no-progress", "--out", str(tmp_path / "run")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
+    spec = cc.load_spec(tmp_path / "run" / "spec.yaml")
+    assert spec.input.shape == [3, 8, 8] and spec.head[0].args["classes"] == 2
