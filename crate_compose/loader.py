@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from . import registry, zoo
+from . import registry, yamlread, zoo
 from .errors import Location, Problem, SpecError, did_you_mean, format_path, one_of
 from .spec import PARTS, REFERENCE, Spec
 
@@ -76,68 +76,24 @@ class Source:
 
 
 def read_yaml(text: str, source: str) -> Source:
-    """Parse YAML keeping the location of every key and list item; duplicate keys are problems."""
-    loader = yaml.SafeLoader(text)
-    try:
-        root = loader.get_single_node()
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source)
-        reason = getattr(error, "problem", None) or str(error)
-        raise SpecError([Problem(f"not valid YAML: {reason}", (), where)]) from None
-    finally:
-        loader.dispose()
-    marks: dict[KeyPath, Location] = {}
-    problems: list[Problem] = []
-
-    def where(node: yaml.Node) -> Location:
-        return Location(source, node.start_mark.line + 1, node.start_mark.column + 1)
-
-    active: set[int] = set()  # the collections being built: an alias to one of them is a cycle
-
-    def build(node: yaml.Node, path: KeyPath) -> Any:
-        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-            if id(node) in active:
-                problems.append(Problem("a YAML alias refers to a collection that contains it", path, where(node)))
-                return None
-            active.add(id(node))
-            try:
-                return build_collection(node, path)
-            finally:
-                active.discard(id(node))
-        return loader.construct_object(node)
-
-    def build_collection(node: yaml.Node, path: KeyPath) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                key = loader.construct_object(key_node, deep=True)
-                key = key if isinstance(key, str) else str(key)
-                marks[path + (key,)] = where(key_node)
-                if key in out:
-                    problems.append(Problem(f"key '{key}' appears twice", path + (key,), where(key_node)))
-                out[key] = build(value_node, path + (key,))
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            items = []
-            for i, item in enumerate(node.value):
-                marks[path + (i,)] = where(item)
-                items.append(build(item, path + (i,)))
-            return items
-
-    if root is None:
-        raise SpecError([Problem("the file is empty", (), Location(source))])
-    marks[()] = where(root)
-    data = build(root, ())
-    if problems:
-        raise SpecError(problems)
-    if not isinstance(data, dict):
-        raise SpecError([Problem(f"a spec is a mapping of keys; found {type(data).__name__}", (), marks[()])])
-    return Source(data, marks)
+    """Parse YAML keeping the location of every key and list item (:mod:`crate_compose.yamlread`:
+    plain values only, bounded in size, nesting and alias expansion); duplicate keys are problems."""
+    parsed = yamlread.parse(text, source)
+    if not isinstance(parsed.data, dict):
+        found = type(parsed.data).__name__
+        raise SpecError([Problem(f"a spec is a mapping of keys; found {found}", (), parsed.marks[()])])
+    return Source(parsed.data, parsed.marks)
 
 
 def read_file(path: Path) -> Source:
     try:
+        if not path.is_file():  # a directory, a FIFO, a device such as /dev/zero
+            kind = "a directory" if path.is_dir() else "not a regular file"
+            raise SpecError([Problem(f"cannot read spec file: {kind}", (), Location(str(path)))])
+        size = path.stat().st_size
+        if size > yamlread.MAX_BYTES:
+            raise SpecError([Problem(f"the file is {size:,} bytes; a spec is at most {yamlread.MAX_BYTES:,}", (),
+                                     Location(str(path)))])
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise SpecError([Problem(f"cannot read spec file: {error.strerror}", (), Location(str(path)))]) from None
@@ -322,14 +278,18 @@ def parse_key_path(text: str) -> list[str]:
 
 def apply_override(source: Source, assignment: str, index: int) -> None:
     """Apply one ``path=value`` override; ``value`` is parsed as YAML (``8``, ``true``, ``[1, 2]``)."""
-    where = Location(f"--set #{index + 1} '{assignment}'")
+    shown = assignment if len(assignment) <= 80 else f"{assignment[:60]}… ({len(assignment):,} characters)"
+    where = Location(f"--set #{index + 1} '{shown}'")
     if "=" not in assignment:
         raise SpecError([Problem("an override is written path=value, e.g. sizes.d=384", (), where)])
     key, _, text = assignment.partition("=")
-    value = _yaml_value(text)
+    value = yamlread.parse_value(text, str(where))
     parts = parse_key_path(key.strip())
     if not parts:
         raise SpecError([Problem("an override needs a key path before '='", (), where)])
+    if len(parts) > yamlread.MAX_DEPTH:
+        raise SpecError([Problem(f"a key path of {len(parts):,} parts; a spec is at most {yamlread.MAX_DEPTH} deep",
+                                 (), where)])
     node: Any = source.data
     path: KeyPath = ()
     for i, part in enumerate(parts):
@@ -599,8 +559,14 @@ def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
         source = Source(copy.deepcopy(ref))
     else:
         source = load_source(ref)
-    for i, assignment in enumerate(overrides):
-        apply_override(source, assignment, i)
+    problems: list[Problem] = []
+    for i, assignment in enumerate(overrides):  # every bad override is reported, not only the first
+        try:
+            apply_override(source, assignment, i)
+        except SpecError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise SpecError(problems)
     keys = [parse_key_path(a.partition("=")[0].strip()) for a in overrides]
     changing = [a for a, key in zip(overrides, keys) if key and key[0] not in COSMETIC]
     if changing:
@@ -617,8 +583,8 @@ def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
 
 def _yaml_value(text: str) -> Any:
     try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+        return yamlread.parse_value(text, "--set")
+    except SpecError:
         return text
 
 

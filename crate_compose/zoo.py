@@ -42,6 +42,8 @@ def locate(ref: str | Path, relative_to: Path | None = None) -> Path:
         candidate = relative_to / candidate
     if candidate.is_file():
         return candidate.resolve()
+    if candidate.exists() and (candidate.suffix or "/" in str(ref) or candidate.is_absolute()):
+        return candidate.resolve()  # a directory, a FIFO, a device: the reader says what it is
     name = Path(str(ref)).name.removesuffix(".yaml").removesuffix(".yml")
     known = presets()
     if name in known and ("/" not in str(ref) or not Path(ref).suffix):

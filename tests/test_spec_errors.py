@@ -660,7 +660,7 @@ def test_unknown_preset_name_suggests_the_closest(capsys):
 
 def test_build_dir_that_is_not_a_build(tmp_path, capsys):
     code, _, err = run_cli(capsys, "validate", str(tmp_path))
-    assert code == 2 and "no such spec file" in err
+    assert code == 2 and "cannot read spec file: a directory" in err  # not "no such spec file"
     with pytest.raises(SpecError, match="not a crate-compose build: spec.yaml is missing"):
         cc.load(tmp_path)
 

@@ -1,0 +1,128 @@
+"""Hostile YAML: every refusal is located, nothing runs, nothing hangs or fills memory.
+
+Each case is a spec file (or a ``--set``) a careful reviewer would try; the CLI must answer with
+status 2, a located one-screen message and no traceback, within the bounds of
+:mod:`crate_compose.yamlread` (size, nesting, alias expansion).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import crate_compose as cc
+from crate_compose import cli, yamlread
+from crate_compose.errors import SpecError
+
+VALID = """\
+name: tiny
+input: {shape: [1, 8, 8]}
+preprocess:
+  - {name: patch_embed, primitive: patch_embed, args: {patch_size: 4, dim: 8}}
+encoder:
+  depth: 1
+  layer:
+    - {name: compress, primitive: mssa, args: {heads: 2}}
+head:
+  - {name: classify, primitive: classify, args: {classes: 3}}
+"""
+
+CASES = {  # name: (text, what the message says, line of the problem)
+    "nul byte": (VALID.replace("name: tiny", "name: ti\x00ny"), "U+0000 is not allowed", 1),
+    "bel byte": (VALID.replace("name: tiny", 'name: "ti\x07ny"'), "U+0007 is not allowed", 1),
+    "terminal escape": (VALID.replace("name: tiny", 'name: "\x1b[2Jtiny"'), "U+001B is not allowed", 1),
+    "python tag": (VALID.replace("name: tiny", "name: !!python/name:os.system"), "'!!python/name:os.system' is not "
+                   "allowed", 1),
+    "python apply on a key": (VALID + "!!python/object/apply:os.system [echo PWNED]: 1\n",
+                              "'!!python/object/apply:os.system' is not allowed", 11),
+    "include tag": (VALID.replace("input:", "sizes: !include other.yaml\ninput:"), "'!include' is not allowed", 2),
+    "binary": (VALID.replace("name: tiny", "name: !!binary aGVsbG8="), "'!!binary' is not allowed", 1),
+    "timestamp": (VALID.replace("name: tiny", "name: !!timestamp 2024-13-01"), "'!!timestamp' is not allowed", 1),
+    "merge key": (VALID.replace("    - {name: compress, primitive: mssa, args: {heads: 2}}",
+                                "    - &c {name: compress, primitive: mssa, args: {heads: 2}}\n    - {<<: *c, name: again}"),
+                  "merge keys (<<) are not supported", 9),
+    "int tag on a word": (VALID.replace("depth: 1", "depth: !!int twelve"), "not a valid int: 'twelve'", 6),
+    "float tag on a word": (VALID.replace("heads: 2", "heads: !!float abc"), "not a valid float: 'abc'", 8),
+}
+
+
+def _problem(tmp_path, text: str):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    with pytest.raises(SpecError) as error:
+        cc.load_spec(path)
+    return path, error.value.problems
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_hostile_yaml_feature_is_refused_where_it_is_written(tmp_path, capsys, case):
+    text, says, line = CASES[case]
+    path, problems = _problem(tmp_path, text)
+    assert says in problems[0].message
+    assert problems[0].location.source == str(path) and problems[0].location.line == line
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "\x1b" not in err and "\x07" not in err and "PWNED" not in err
+    assert f"{path}:{line}:" in err and len(err.splitlines()) <= 5
+
+
+def test_ten_thousand_levels_of_nesting_stop_at_the_bound(tmp_path):
+    for deep in ("[" * 10_000 + "]" * 10_000, "{a: " * 10_000 + "1" + "}" * 10_000, "- " * 10_000 + "x"):
+        _, problems = _problem(tmp_path, VALID.replace("name: tiny", f"name: tiny\ndescription: {deep}")
+                               if not deep.startswith("-") else VALID + f"extra:\n  {deep}\n")
+        assert f"nested more than {yamlread.MAX_DEPTH} levels" in problems[0].message
+        assert problems[0].location.line in (2, 12)
+
+
+def test_an_alias_bomb_stops_at_the_value_budget_quickly(tmp_path):
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    text = VALID + "sizes:\n" + "".join(f"  {line}\n" for line in lines)
+    began = time.perf_counter()
+    _, problems = _problem(tmp_path, text)
+    assert time.perf_counter() - began < 5  # 10^9 values, refused after 10^5
+    assert "expands to more than 100,000 values" in problems[0].message
+
+
+def test_a_huge_file_is_refused_before_it_is_parsed(tmp_path):
+    text = VALID + "sizes:\n" + "".join(f"  s{i}: {i}\n" for i in range(200_000))
+    assert len(text) > yamlread.MAX_BYTES
+    began = time.perf_counter()
+    _, problems = _problem(tmp_path, text)
+    assert time.perf_counter() - began < 2 and "a spec is at most 2,000,000" in problems[0].message
+
+
+def test_directories_fifos_and_devices_are_named_for_what_they_are(tmp_path, capsys):
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    for path, says in ((tmp_path, "a directory"), (fifo, "not a regular file"), ("/dev/zero", "not a regular file")):
+        with pytest.raises(SpecError, match=f"cannot read spec file: {says}"):
+            cc.load_spec(path)
+        assert cli.main(["validate", str(path)]) == 2
+        assert "Traceback" not in capsys.readouterr().err
+
+
+def test_every_bad_override_is_reported_together(capsys):
+    sets = ["encoder.depth=!!python/object/apply:os.system [echo ran]", "sizes." + ".".join(["a"] * 10_000) + "=1",
+            "nonsense", "encoder.layer.compress.args.heads=" + "[" * 10_000 + "]" * 10_000]
+    with pytest.raises(SpecError) as error:
+        cc.load_spec("crate-digits", sets)
+    messages = [p.message for p in error.value.problems]
+    assert len(messages) == 4, messages
+    assert "'!!python/object/apply:os.system' is not allowed" in messages[0]
+    assert "a key path of 10,001 parts" in messages[1]
+    assert "path=value" in messages[2]
+    assert "nested more than" in messages[3]
+    argv = ["validate", "crate-digits", *[arg for s in sets for arg in ("--set", s)]]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("--set #") >= 4
+    assert max(len(line) for line in err.splitlines()) < 300  # a 10,000-part override is shown shortened
+
+
+def test_plain_yaml_still_reads_as_before(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(VALID.replace("depth: 1", "depth: !!int 1").replace("\n", "\r\n"))  # standard tags, CRLF
+    assert cc.load_spec(path).encoder.depth == 1
