@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -35,6 +36,48 @@ EPILOG = """examples:
   crate-compose train causal-crate-bytes --task lm --data text --steps 1500
   crate-compose generate causal-crate-bytes --weights runs/causal-crate-bytes/final --prompt "def "
 """
+
+
+def _number(kind, low=None, high=None, *, low_open=False, high_open=False, what="a number"):
+    """An argparse type: ``kind`` (int or float), finite, within bounds; a clear message otherwise."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+        below = low is not None and (value <= low if low_open else value < low)
+        above = high is not None and (value >= high if high_open else value > high)
+        if below or above:
+            if high is None:
+                bound = f"greater than {low}" if low_open else f"at least {low}"
+            else:
+                bound = f"in [{low}, {high}{')' if high_open else ']'}"
+            raise argparse.ArgumentTypeError(f"{text}: must be {bound}")
+        return value
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+COUNT = _number(int, 1, what="a whole number")  # at least 1
+NONNEGATIVE = _number(int, 0, what="a whole number")
+SEED = _number(int, 0, 2**63 - 1, what="a seed")  # torch seeds are 64-bit
+RATE = _number(float, 0, low_open=True, what="a number")  # > 0
+PROBABILITY = _number(float, 0, 1, high_open=True, what="a number")  # [0, 1)
+
+
+def _device(text: str) -> str:
+    """A torch device this machine can hold weights on: cpu, cuda, cuda:1, ... (not meta)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; give cpu, cuda or cuda:N") from None
+    if device.type == "meta":
+        raise argparse.ArgumentTypeError("meta holds no weights (use inspect for shapes and counts); give cpu or cuda")
+    return text
 
 
 def _plugin_arguments() -> argparse.ArgumentParser:
@@ -96,9 +139,9 @@ def parser() -> argparse.ArgumentParser:
     build = command("build", help="build a spec; write spec, code, summary and weights to --out")
     _spec_arguments(build)
     build.add_argument("--out", type=Path, help="output directory (default: out/<spec name>)")
-    build.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
+    build.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     build.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="parameter dtype")
-    build.add_argument("--seed", type=int, default=0, help="seed for the initial weights (default: 0)")
+    build.add_argument("--seed", type=SEED, default=0, help="seed for the initial weights (default: 0)")
     build.add_argument("--render", action="store_true", help="also draw the architecture (diagram.svg in --out)")
     _diagram_arguments(build)
 
@@ -138,9 +181,9 @@ def parser() -> argparse.ArgumentParser:
     probe.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
                        "(without: the untrained network only)")
     probe.add_argument("--data", default="digits", help="data set to probe on (default: digits)")
-    probe.add_argument("--samples", type=int, default=256, help="test inputs to measure on (default: 256)")
-    probe.add_argument("--seed", type=int, default=0, help="seed of the untrained network (default: 0)")
-    probe.add_argument("--image-size", type=int, default=None, help="resize images to this side")
+    probe.add_argument("--samples", type=COUNT, default=256, help="test inputs to measure on (default: 256)")
+    probe.add_argument("--seed", type=SEED, default=0, help="seed of the untrained network (default: 0)")
+    probe.add_argument("--image-size", type=COUNT, default=None, help="resize images to this side")
     probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png "
                        "(default: WEIGHTS/probes, or probes/<spec name>)")
 
@@ -149,13 +192,13 @@ def parser() -> argparse.ArgumentParser:
     generate.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
                           "(without: the untrained network)")
     generate.add_argument("--prompt", required=True, help="the text to continue (its UTF-8 bytes are the tokens)")
-    generate.add_argument("--tokens", type=int, default=200, help="new tokens (bytes) to sample (default: 200)")
-    generate.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0: greedy (0.8)")
-    generate.add_argument("--top-k", type=int, default=40, help="sample among the k most likely (default: 40; 0: all)")
-    generate.add_argument("--seed", type=int, default=0, help="seed of the draws (and of untrained weights)")
+    generate.add_argument("--tokens", type=COUNT, default=200, help="new tokens (bytes) to sample (default: 200)")
+    generate.add_argument("--temperature", type=_number(float, 0, what="a number"), default=0.8, help="sampling temperature; 0: greedy (0.8)")
+    generate.add_argument("--top-k", type=NONNEGATIVE, default=40, help="sample among the k most likely (default: 40; 0: all)")
+    generate.add_argument("--seed", type=SEED, default=0, help="seed of the draws (and of untrained weights)")
     generate.add_argument("--no-cache", dest="cache", action="store_false",
                           help="recompute the whole context for every token (the reference the cache equals)")
-    generate.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+    generate.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, ... (default: cpu)")
 
     ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
     _spec_arguments(ablate)
@@ -163,7 +206,7 @@ def parser() -> argparse.ArgumentParser:
                         help="a step to swap and the primitives to try, e.g. encoder.layer.sparsify.primitive="
                         "ista,ista_soft,ista_mm (repeatable: the grid crosses them)")
     ablate.add_argument("--grid", type=Path, help="a YAML grid file (swaps, and optionally task, data, steps, seeds)")
-    ablate.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: 1)")
+    ablate.add_argument("--seeds", type=COUNT, default=None, help="seeds per variant (default: 1)")
     _run_arguments(ablate)
     ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
     return top
@@ -178,22 +221,22 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
                         "(masked reconstruction) or lm (next-token cross-entropy)")
     parser.add_argument("--data", default=default.data,
                         help="digits, photos, subspaces, text or folder:PATH (default: digits)")
-    parser.add_argument("--steps", type=int, default=default.steps, help=f"optimizer steps (default: {default.steps})")
-    parser.add_argument("--batch-size", type=int, default=default.batch_size, help="global batch size (default: 64)")
-    parser.add_argument("--lr", type=float, default=default.lr, help="peak learning rate of AdamW (default: 1e-3)")
-    parser.add_argument("--weight-decay", type=float, default=default.weight_decay, help="AdamW weight decay (0.05)")
-    parser.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: 5%% of the steps)")
-    parser.add_argument("--seed", type=int, default=default.seed, help="seed of the weights, data order and masks")
-    parser.add_argument("--eval-every", type=int, default=default.eval_every, help="evaluate every N steps (0: at the end)")
-    parser.add_argument("--log-every", type=int, default=default.log_every, help="log the loss every N steps (10)")
-    parser.add_argument("--checkpoint-every", type=int, default=default.checkpoint_every,
+    parser.add_argument("--steps", type=COUNT, default=default.steps, help=f"optimizer steps (default: {default.steps})")
+    parser.add_argument("--batch-size", type=COUNT, default=default.batch_size, help="global batch size (default: 64)")
+    parser.add_argument("--lr", type=RATE, default=default.lr, help="peak learning rate of AdamW (default: 1e-3)")
+    parser.add_argument("--weight-decay", type=_number(float, 0, what="a number"), default=default.weight_decay, help="AdamW weight decay (0.05)")
+    parser.add_argument("--warmup", type=NONNEGATIVE, default=None, help="linear warm-up steps (default: 5%% of the steps)")
+    parser.add_argument("--seed", type=SEED, default=default.seed, help="seed of the weights, data order and masks")
+    parser.add_argument("--eval-every", type=NONNEGATIVE, default=default.eval_every, help="evaluate every N steps (0: at the end)")
+    parser.add_argument("--log-every", type=COUNT, default=default.log_every, help="log the loss every N steps (10)")
+    parser.add_argument("--checkpoint-every", type=NONNEGATIVE, default=default.checkpoint_every,
                         help="checkpoint every N steps (0: at the end)")
-    parser.add_argument("--image-size", type=int, default=None, help="resize images to this side")
+    parser.add_argument("--image-size", type=COUNT, default=None, help="resize images to this side")
     parser.add_argument("--augment", choices=["none", "shift"], default=default.augment,
                         help="shift: move each training image by up to one pixel (default: none)")
-    parser.add_argument("--label-smoothing", type=float, default=default.label_smoothing,
+    parser.add_argument("--label-smoothing", type=PROBABILITY, default=default.label_smoothing,
                         help="label smoothing of the cross-entropy (default: 0)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+    parser.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, ... (default: cpu)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 

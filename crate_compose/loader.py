@@ -287,6 +287,9 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
     parts = parse_key_path(key.strip())
     if not parts:
         raise SpecError([Problem("an override needs a key path before '='", (), where)])
+    if parts[0] == "extends":
+        raise SpecError([Problem("extends is followed when a file is read, before overrides: write it in a spec file "
+                                 "that names its base", (), where)])
     if len(parts) > yamlread.MAX_DEPTH:
         raise SpecError([Problem(f"a key path of {len(parts):,} parts; a spec is at most {yamlread.MAX_DEPTH} deep",
                                  (), where)])

@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from torch import nn
+
+from .spec import numbers_not_booleans
 
 if TYPE_CHECKING:
     from .probes import Objective
@@ -50,9 +52,12 @@ KINDS = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "he
 
 
 class Args(BaseModel):
-    """Base of every primitive's argument model: unknown keys are errors."""
+    """Base of every primitive's argument model: unknown keys are errors; numbers are finite
+    (no ``.inf`` or ``.nan``) and never booleans (``heads: true`` is not 1)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    _numbers = field_validator("*", mode="before")(classmethod(numbers_not_booleans))
 
 
 class NoArgs(Args):

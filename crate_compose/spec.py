@@ -13,26 +13,74 @@ the arguments are validated against that primitive's own model (see
 
 from __future__ import annotations
 
+import keyword
 import re
-from typing import Annotated, Any, Iterator, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, field_validator, model_validator,
+)
 
-IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_]*$"
 RESERVED = ("preprocess", "encoder", "decoder", "stacks", "head", "input", "output", "cast")
+# Names a step, stack or input may not take: they become attributes of torch.nn.Module and
+# torch.fx.GraphModule objects and names in the generated forward(). Kept without importing torch;
+# tests/test_hostile_input.py checks it covers every public attribute of both classes.
+MODULE_ATTRIBUTES = frozenset({
+    "T_destination", "add_module", "add_submodule", "apply", "bfloat16", "buffers", "call_super_init", "children",
+    "code", "compile", "cpu", "cuda", "delete_all_unused_submodules", "delete_submodule", "double", "dump_patches",
+    "eval", "extra_repr", "float", "forward", "get_buffer", "get_extra_state", "get_parameter", "get_submodule",
+    "graph", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers", "named_children",
+    "named_modules", "named_parameters", "parameters", "print_readable", "recompile", "register_backward_hook",
+    "register_buffer", "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
+    "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
+    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty",
+    "to_folder", "train", "type", "xpu", "zero_grad",
+    "training", "meta", "self",  # instance attributes, and forward's own first parameter
+})
+
+
+def _usable_name(name: str) -> str:
+    """A step, stack or input name that is a Python identifier, not a keyword, not an attribute of a module."""
+    if not re.fullmatch(IDENTIFIER[1:-1], name):
+        raise ValueError(f"'{name}' must be letters, digits and '_', starting with a letter")
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        raise ValueError(f"'{name}' is a Python keyword; the generated code could not name it")
+    if name in MODULE_ATTRIBUTES:
+        raise ValueError(f"'{name}' is an attribute of every torch module; choose another name")
+    return name
+
+
+def _admits_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(arg) for arg in get_args(annotation))
+
+
+def numbers_not_booleans(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """``depth: true`` is not 1: a boolean only where the field takes one (pydantic would cast it)."""
+    field = cls.model_fields.get(info.field_name) if info.field_name else None
+    if isinstance(value, bool) and field is not None and not _admits_bool(field.annotation):
+        raise ValueError(f"expected a number, not {str(value).lower()}")
+    return value
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys are errors; numbers are finite (no .inf or .nan) and never booleans."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    _numbers = field_validator("*", mode="before")(classmethod(numbers_not_booleans))
 
 
 class Step(_Model):
     """One optimization step: a registered primitive and its arguments."""
 
     name: str = Field(
-        pattern=IDENTIFIER,
         description="Name of the step, unique within its list; names the submodule and the graph node "
-        "(e.g. 'compress', 'sparsify').",
+        "(e.g. 'compress', 'sparsify'): letters, digits and '_', starting with a letter, not a Python keyword "
+        "or a torch module attribute (forward, training, ...).",
     )
     primitive: str = Field(description="A registered primitive; `crate-compose list primitives` shows them all.")
     args: dict[str, Any] = Field(
@@ -56,6 +104,8 @@ class Step(_Model):
         description="The encoder step this step undoes, as 'preprocess.NAME' or 'encoder.layer.NAME'; written "
         "by decoder derivation, drawn as a dashed edge in diagrams.",
     )
+
+    _name = field_validator("name")(classmethod(lambda cls, name: _usable_name(name)))
 
     @field_validator("tie")
     @classmethod
@@ -139,7 +189,9 @@ Decoder = Annotated[
 class Input(_Model):
     """The network's input, per sample (the batch axis is not written)."""
 
-    name: str = Field(default="images", pattern=IDENTIFIER, description="Name of the graph input (e.g. 'images').")
+    name: str = Field(default="images", description="Name of the graph input (e.g. 'images', 'tokens').")
+
+    _name = field_validator("name")(classmethod(lambda cls, name: _usable_name(name)))
     shape: list[int] = Field(
         min_length=1,
         description="Shape of one sample, without the batch axis: [C, H, W] for images; [N] for token ids, "
@@ -233,8 +285,9 @@ class Spec(_Model):
     @classmethod
     def _stack_names(cls, stacks: dict[str, Stack]) -> dict[str, Stack]:
         for name in stacks:
-            if not re.match(IDENTIFIER, name) or name in RESERVED:
+            if name in RESERVED:
                 raise ValueError(f"stack name '{name}' must be an identifier other than {', '.join(RESERVED)}")
+            _usable_name(name)
         return stacks
 
     def blocks(self) -> Iterator[tuple[str, tuple[str, ...], Stack | Derive]]:

@@ -126,3 +126,65 @@ def test_plain_yaml_still_reads_as_before(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(VALID.replace("depth: 1", "depth: !!int 1").replace("\n", "\r\n"))  # standard tags, CRLF
     assert cc.load_spec(path).encoder.depth == 1
+
+
+# ----------------------------------------------------------------------------- names, numbers, arguments
+
+
+@pytest.mark.parametrize("name, says", [
+    ("forward", "attribute of every torch module"), ("training", "attribute of every torch module"),
+    ("self", "attribute of every torch module"), ("class", "Python keyword"), ("lambda", "Python keyword"),
+    ("None", "Python keyword"), ("_modules", "starting with a letter"), ("__init__", "starting with a letter"),
+])
+def test_a_name_python_or_torch_needs_is_refused(name, says):
+    for override in (f"encoder.layer.0.name={name}", f"input.name={name}",
+                     f"stacks={{{name}: {{depth: 1, layer: [{{name: n, primitive: layernorm}}]}}}}"):
+        with pytest.raises(SpecError, match=says):
+            cc.validate("crate-digits", [override])
+
+
+def test_the_reserved_names_cover_every_public_module_attribute():
+    import torch
+    from crate_compose.spec import MODULE_ATTRIBUTES
+
+    public = {n for n in set(dir(torch.nn.Module)) | set(dir(torch.fx.GraphModule)) if not n.startswith("_")}
+    assert public <= MODULE_ATTRIBUTES
+
+
+@pytest.mark.parametrize("override, says", [
+    ("encoder.depth=true", "expected a number, not true"),
+    ("encoder.layer.compress.args.heads=true", "expected a number, not true"),
+    ("encoder.layer.sparsify.args.step_size=.inf", "finite number"),
+    ("encoder.layer.sparsify.args.lambd=.nan", "finite number"),
+    ("encoder.layer.compress.layer_scale=.inf", "finite number"),
+    ("extends=vit", "extends is followed when a file is read"),
+])
+def test_silent_acceptances_are_now_refusals(override, says):
+    with pytest.raises(SpecError, match=says):
+        cc.load_spec("crate-digits", [override])
+
+
+def test_booleans_and_ints_still_go_where_they_belong():
+    spec = cc.load_spec("crate-digits", ["encoder.layer.compress.args.causal=true", "encoder.layer.sparsify.args.lambd=1"])
+    assert spec.encoder.layer[0].args["causal"] is True and spec.encoder.layer[1].args["lambd"] == 1.0
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["build", "crate-digits", "--device", "banana"], "'banana' is not a device"),
+    (["build", "crate-digits", "--device", "meta"], "meta holds no weights"),
+    (["build", "crate-digits", "--seed", str(2**64)], "must be in [0, 9223372036854775807]"),
+    (["build", "crate-digits", "--seed", "-1"], "must be in [0"),
+    (["train", "crate-digits", "--steps", "0"], "--steps: 0: must be at least 1"),
+    (["train", "crate-digits", "--batch-size", "0"], "must be at least 1"),
+    (["train", "crate-digits", "--lr", "nan"], "give a finite number"),
+    (["train", "crate-digits", "--warmup", "-3"], "must be at least 0"),
+    (["train", "crate-digits", "--label-smoothing", "2"], "must be in [0, 1)"),
+    (["probe", "crate-digits", "--samples", "0"], "must be at least 1"),
+    (["generate", "causal-crate-bytes", "--prompt", "x", "--tokens", "-1"], "must be at least 1"),
+])
+def test_bad_command_line_arguments_exit_2_naming_the_option(capsys, tmp_path, argv, says):
+    with pytest.raises(SystemExit) as code:
+        cli.main([*argv, *(["--out", str(tmp_path / "out")] if argv[0] in ("build", "train") else [])])
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and says in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
