@@ -69,12 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--stall-max", type=float, default=0.05, help="largest CPU stall share of a kept timing")
     parser.add_argument("--patience", type=float, default=5.0, help="seconds to wait for a quiet machine per timing")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--out", nargs="?", const=str(HERE / "RESULTS.md"), help="append the results as a section")
     args = parser.parse_args(argv)
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
     rounds = 5 if args.quick else args.rounds
     torch.set_grad_enabled(False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     models = {label: cc.build(ROOT / "specs" / f"{spec}.yaml", overrides=SIZES, device=device).eval()
               for label, spec in MODELS.items()}

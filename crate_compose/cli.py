@@ -192,7 +192,8 @@ def parser() -> argparse.ArgumentParser:
     generate.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
                           "(without: the untrained network)")
     generate.add_argument("--prompt", required=True, help="the text to continue (its UTF-8 bytes are the tokens)")
-    generate.add_argument("--tokens", type=COUNT, default=200, help="new tokens (bytes) to sample (default: 200)")
+    generate.add_argument("--tokens", type=COUNT, default=None,
+                          help="new tokens (bytes) to sample (default: as many as the context has room for)")
     generate.add_argument("--temperature", type=_number(float, 0, what="a number"), default=0.8, help="sampling temperature; 0: greedy (0.8)")
     generate.add_argument("--top-k", type=NONNEGATIVE, default=40, help="sample among the k most likely (default: 40; 0: all)")
     generate.add_argument("--seed", type=SEED, default=0, help="seed of the draws (and of untrained weights)")
@@ -331,15 +332,13 @@ def _probe(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     from .workbench import generate_text
 
-    if args.tokens < 1:
-        raise WorkbenchError("--tokens must be at least 1")
     if args.weights is None:
         print("note: no --weights: sampling from the untrained network", file=sys.stderr)
-    text, seconds = generate_text(args.spec, args.prompt, weights=args.weights, overrides=args.overrides,
+    text, count, seconds = generate_text(args.spec, args.prompt, weights=args.weights, overrides=args.overrides,
                                   tokens=args.tokens, temperature=args.temperature, top_k=args.top_k or None,
                                   seed=args.seed, cache=args.cache, device=args.device)
     print(args.prompt + text)
-    print(f"({args.tokens} tokens in {seconds:.2f} s, {'cached' if args.cache else 'recomputed'})", file=sys.stderr)
+    print(f"({count} tokens in {seconds:.2f} s, {'cached' if args.cache else 'recomputed'})", file=sys.stderr)
     return 0
 
 

@@ -103,15 +103,16 @@ def generate_text(
     *,
     weights: str | Path | None = None,
     overrides: Iterable[str] = (),
-    tokens: int = 200,
+    tokens: int | None = None,
     temperature: float = 0.8,
     top_k: int | None = 40,
     seed: int = 0,
     cache: bool = True,
     device: str = "cpu",
-) -> tuple[str, float]:
+) -> tuple[str, int, float]:
     """Continue ``prompt`` (UTF-8 bytes as tokens) with a byte-level language model; returns the
-    continuation and the seconds it took. Without ``weights`` the network is untrained."""
+    continuation, the number of new tokens and the seconds it took. ``tokens`` defaults to the room left in the context.
+    Without ``weights`` the network is untrained."""
     spec = loader.load(spec_ref, overrides)
     model = compile_spec(spec, seed=seed)
     if weights is not None:
@@ -121,9 +122,13 @@ def generate_text(
     vocab = model(ids[:, :1])["output"].shape[-1]
     if vocab < 256 and int(ids.max()) >= vocab:
         raise WorkbenchError(f"spec '{spec.name}' has a vocabulary of {vocab}: too small for byte-level text")
+    if tokens is None:
+        tokens = spec.input.shape[0] - ids.shape[1]
+        if tokens < 1:
+            raise WorkbenchError(f"the prompt ({ids.shape[1]} bytes) fills the context of {spec.input.shape[0]} tokens")
     began = time.perf_counter()
     out = generate(model, ids, tokens, temperature=temperature, top_k=top_k, seed=seed, cache=cache)
-    return decode_bytes(out[0, ids.shape[1] :].cpu()), time.perf_counter() - began
+    return decode_bytes(out[0, ids.shape[1] :].cpu()), tokens, time.perf_counter() - began
 
 
 def probe_table(runs: dict[str, list[dict]]) -> str:
