@@ -102,6 +102,8 @@ def first_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Ten
             return f"{name} is missing from the file (the spec has {tuple(tensor.shape)})"
         if found[name].shape != tensor.shape:
             return f"{name} is {tuple(found[name].shape)} in the file, {tuple(tensor.shape)} in the spec"
+        if found[name].is_floating_point() != tensor.is_floating_point():
+            return f"{name} is {found[name].dtype} in the file, {tensor.dtype} in the spec"
     extra = sorted(set(found) - set(expected))
     return f"{extra[0]} is in the file ({tuple(found[extra[0]].shape)}) but not in the spec" if extra else None
 

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import fx
 
 from .artifacts import load as load_build
 from .artifacts import save as save_build
+from .errors import SpecError, WorkbenchError
 
 STATE_FILE, OPTIMIZER_FILE = "state.json", "optimizer.safetensors"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -75,12 +77,18 @@ def latest_checkpoint(run: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Load weights, optimizer state and RNG from a checkpoint into ``model`` and ``optimizer``."""
-    weights = load_build(path).state_dict()
-    model.load_state_dict(weights, strict=True)
-    state = json.loads((path / STATE_FILE).read_text())
-    tensors = load_file(path / OPTIMIZER_FILE)
-    torch.set_rng_state(tensors.pop("rng.torch"))
+    """Load weights, optimizer state and RNG from a checkpoint into ``model`` and ``optimizer``.
+    A checkpoint that cannot be read (edited, truncated) raises :class:`WorkbenchError` naming it."""
+    try:
+        weights = load_build(path).state_dict()
+        model.load_state_dict(weights, strict=True)
+        state = json.loads((path / STATE_FILE).read_text())
+        tensors = load_file(path / OPTIMIZER_FILE)
+        torch.set_rng_state(tensors.pop("rng.torch"))
+    except (SpecError, OSError, ValueError, KeyError, RuntimeError, SafetensorError) as error:
+        reason = str(error).splitlines()[-1].strip() if str(error) else type(error).__name__
+        raise WorkbenchError(f"--resume: the checkpoint {path} cannot be read ({reason}); remove it to resume from "
+                             "the one before") from None
     entries: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)

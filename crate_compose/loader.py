@@ -204,6 +204,9 @@ def _replaced(path: KeyPath, over: Any) -> bool:
 def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
     """Read a spec file or zoo preset and everything it ``extends``, merged."""
     path = zoo.locate(ref)
+    if len(_chain) >= MAX_EXTENDS:
+        raise SpecError([Problem(f"an extends chain of more than {MAX_EXTENDS} files", ("extends",),
+                                 Location(str(_chain[-1])))])
     if path in _chain:
         cycle = " -> ".join(str(p) for p in (*_chain, path))
         raise SpecError([Problem(f"'extends' forms a cycle: {cycle}", ("extends",), Location(str(path)))])
@@ -336,6 +339,10 @@ def _list_index(items: list, part: str, path: KeyPath, where: Location) -> int:
 # ---------------------------------------------------------------- 4. ${size} references
 
 
+MAX_TEXT = 10_000  # characters a ${reference} substitution may produce
+MAX_EXTENDS = 32  # files an extends chain may pass through
+
+
 def substitute(source: Source, problems: list[Problem]) -> Any:
     """Replace ``${name}`` by ``sizes[name]``; a whole-string reference keeps the size's type."""
     data = source.data
@@ -356,7 +363,15 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
         if whole:
             source.via[path] = whole.group(1).strip()
             return lookup(source.via[path], path)
-        return REFERENCE.sub(lambda m: str(lookup(m.group(1).strip(), path)), value)
+        parts = [(m, lookup(m.group(1).strip(), path)) for m in REFERENCE.finditer(value)]
+        length = len(value) + sum(len(str(v)) - len(m.group(0)) for m, v in parts)
+        if length > MAX_TEXT:  # sizes that double a string through references grow exponentially
+            problems.append(Problem(f"the references here make a text of {length:,} characters; at most "
+                                    f"{MAX_TEXT:,}", path, source.locate(path)))
+            source.unresolved.add(path)
+            return None
+        found = iter(str(v) for _, v in parts)
+        return REFERENCE.sub(lambda m: next(found), value)
 
     def lookup(name: str, path: KeyPath) -> Any:
         if name in sizes:

@@ -94,6 +94,9 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
     mismatch = first_mismatch(model.state_dict(), tensors)
     if mismatch:
         raise WorkbenchError(f"--weights {folder} do not fit the spec: {mismatch}")
+    broken = next((name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()), None)
+    if broken:  # a diverged run: every measure would be NaN, and the probes' logdet cannot be taken
+        raise WorkbenchError(f"--weights {folder}: {broken} holds NaN or infinite values (a diverged run?)")
     model.load_state_dict(tensors)
 
 

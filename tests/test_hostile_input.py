@@ -188,3 +188,41 @@ def test_bad_command_line_arguments_exit_2_naming_the_option(capsys, tmp_path, a
     err = capsys.readouterr().err
     assert code.value.code == 2 and says in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_references_that_grow_a_text_exponentially_stop_at_the_bound(tmp_path):
+    sizes = "".join(f"  s{i}: \"${{s{i - 1}}}${{s{i - 1}}}\"\n" for i in range(1, 45))
+    text = VALID + "sizes:\n  s0: ab\n" + sizes + "description: ${s44}\n"
+    began = time.perf_counter()
+    _, problems = _problem(tmp_path, text)
+    assert time.perf_counter() - began < 2
+    assert any("at most 10,000" in p.message for p in problems) and len(problems) < 10
+
+
+def test_an_extends_chain_too_long_is_refused(tmp_path):
+    (tmp_path / "f0.yaml").write_text(VALID)
+    for i in range(1, 60):
+        (tmp_path / f"f{i}.yaml").write_text(f"extends: f{i - 1}.yaml\nname: f{i}\n")
+    with pytest.raises(SpecError, match="an extends chain of more than 32 files"):
+        cc.load_spec(tmp_path / "f59.yaml")
+    assert cc.load_spec(tmp_path / "f20.yaml").name == "f20"  # a reasonable chain still loads
+
+
+def test_weights_of_the_wrong_kind_or_not_finite_are_named(tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model = cc.build("crate-digits", overrides=["sizes.depth=1"])
+    cc.save(model, tmp_path / "build")
+    weights = tmp_path / "build" / "model.safetensors"
+    tensors = load_file(weights)
+    save_file({k: v.to(torch.int32) for k, v in tensors.items()}, weights)
+    with pytest.raises(SpecError, match=r"is torch.int32 in the file, torch.float32 in the spec"):
+        cc.load(tmp_path / "build")
+    save_file({k: torch.full_like(v, float("nan")) for k, v in tensors.items()}, weights)
+    argv = ["probe", "crate-digits", "--set", "sizes.depth=1", "--weights", str(tmp_path / "build"), "--samples", "8",
+            "--out", str(tmp_path / "probes")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "holds NaN or infinite values" in err and "Traceback" not in err
+    assert not (tmp_path / "probes").exists()
