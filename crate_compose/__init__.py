@@ -8,62 +8,76 @@ The Python API does everything the command line does::
     print(cc.summarize(model).table())
     cc.save(model, "out/crate-base")        # spec.yaml + model.safetensors
     same = cc.load("out/crate-base")
+
+Importing the package is cheap: each name loads its module (and torch) on first use, so the
+command line answers ``--help``, a wrong path or a YAML syntax error before torch is imported.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from .artifacts import load, save
-from .builder import build, compile_spec, spec_of
-from .errors import Problem, SpecError
-from .loader import dump as dump_spec
-from .decoding import Decoder, generate
-from .derive import derive_decoder
-from .loader import load as load_spec
-from .objectives import masked_reconstruction_loss, reconstruction_loss
-from .figures import diagram, render
-from .registry import Args, Context, Example, Inverse, PluginError, Primitive, all_primitives, load_plugins, primitive
-from .residual import Residual
-from .schema import json_schema
-from .spec import Derive, Spec, Stack, Step
-from .summary import Summary, summarize
-from .zoo import presets
+from .errors import DiagramError, PluginError, Problem, SpecError, WorkbenchError
 
 __version__ = "0.1.0"
 
+# public name -> (module, attribute): loaded on first access (PEP 562)
+_LAZY = {
+    "load": ("artifacts", "load"),
+    "save": ("artifacts", "save"),
+    "build": ("builder", "build"),
+    "compile_spec": ("builder", "compile_spec"),
+    "spec_of": ("builder", "spec_of"),
+    "dump_spec": ("loader", "dump"),
+    "load_spec": ("loader", "load"),
+    "Decoder": ("decoding", "Decoder"),
+    "generate": ("decoding", "generate"),
+    "derive_decoder": ("derivation", "derive_decoder"),
+    "masked_reconstruction_loss": ("objectives", "masked_reconstruction_loss"),
+    "reconstruction_loss": ("objectives", "reconstruction_loss"),
+    "diagram": ("figures", "diagram"),
+    "render": ("figures", "render"),
+    **{name: ("registry", name) for name in
+       ("Args", "Context", "Example", "Inverse", "Primitive", "all_primitives", "load_plugins", "primitive")},
+    "Residual": ("residual", "Residual"),
+    "json_schema": ("schema", "json_schema"),
+    **{name: ("spec", name) for name in ("Derive", "Spec", "Stack", "Step")},
+    "Summary": ("summary", "Summary"),
+    "summarize": ("summary", "summarize"),
+    "presets": ("zoo", "presets"),
+    **{name: ("api", name) for name in ("validate", "derive", "inspect")},
+}
 
-def validate(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
-    """Load ``spec`` and check that it builds (shapes inferred on the meta device, no weights)."""
-    resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
-    compile_spec(resolved, meta=True)
-    return resolved
+if TYPE_CHECKING:  # what type checkers and editors see
+    from .api import derive, inspect, validate
+    from .artifacts import load, save
+    from .builder import build, compile_spec, spec_of
+    from .decoding import Decoder, generate
+    from .derivation import derive_decoder
+    from .figures import diagram, render
+    from .loader import dump as dump_spec
+    from .loader import load as load_spec
+    from .objectives import masked_reconstruction_loss, reconstruction_loss
+    from .registry import Args, Context, Example, Inverse, Primitive, all_primitives, load_plugins, primitive
+    from .residual import Residual
+    from .schema import json_schema
+    from .spec import Derive, Spec, Stack, Step
+    from .summary import Summary, summarize
+    from .zoo import presets
 
 
-def derive(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
-    """``spec`` as an autoencoder: its decoder written out (the inverse of every encoder step).
-
-    The task head and any further stacks are dropped: the derived decoder's output is the
-    reconstruction. Values written as ``${size}`` references stay references when dumped with
-    ``dump_spec(spec, references=True)``, in the derived steps too.
-    """
-    resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
-    changed = resolved.decoder is None or resolved.head or resolved.stacks  # a network other than the spec's
-    name = f"{resolved.name}-autoencoder" if changed else resolved.name
-    return resolved.model_copy(
-        update={"name": name, "decoder": derive_decoder(resolved), "stacks": {}, "head": [], "reference": None}
-    )
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'crate_compose' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = getattr(import_module(f".{module}", __name__), attribute)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
-def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
-    """Per-step output shapes and parameter counts, without allocating weights."""
-    return summarize(build(spec, overrides=overrides, meta=True))
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
 
 
-__all__ = [
-    "Args", "Context", "Decoder", "Derive", "Example", "Inverse", "PluginError", "Residual", "Stack", "Step", "load_plugins", "Primitive", "Problem", "Spec", "SpecError", "Summary", "all_primitives", "build", "compile_spec",
-    "derive", "derive_decoder", "diagram", "dump_spec", "generate", "inspect", "json_schema", "load", "load_spec",
-    "masked_reconstruction_loss", "presets", "primitive", "reconstruction_loss", "render", "save", "spec_of", "summarize",
-    "validate",
-]
+__all__ = sorted(["DiagramError", "PluginError", "Problem", "SpecError", "WorkbenchError", *_LAZY])

@@ -27,13 +27,14 @@ from . import loader
 from .builder import compile_spec, spec_of
 from .errors import Location, Problem, SpecError
 from .files import publish as _publish
+from .files import replace_folder
+from .settings import DIAGRAM_STEM
 from .shapes import tied
 from .summary import summarize
 from .ties import retie, untie
 
 SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE = "spec.yaml", "model.safetensors", "code.py", "summary.txt"
 BUILD_FILES = frozenset({SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE})
-DIAGRAM_STEM = "diagram"  # build --render writes diagram.<format> beside the weights
 
 
 class OutputExistsError(FileExistsError):
@@ -75,9 +76,7 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
         _publish(staging, 0o777)  # mkdtemp (and safetensors) make private files; a build is ordinary
         for entry in staging.iterdir():
             _publish(entry, 0o666)
-        if directory.exists():
-            shutil.rmtree(directory)
-        staging.rename(directory)
+        replace_folder(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -28,13 +28,14 @@ from typing import Iterable
 import torch
 from torch import fx, nn
 
-from . import loader
+from . import budget, loader
 from .errors import Problem, SpecError
-from .derive import explicit
+from .derivation import explicit
 from .shapes import place
+from .settings import DTYPE_NAMES
 from .spec import Spec
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 class InputCast(nn.Module):
@@ -86,6 +87,7 @@ def compile_spec(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
     meta: bool = False,
+    memory_limit: str | float | None = None,
 ) -> fx.GraphModule:
     """Build ``spec`` into a GraphModule.
 
@@ -98,10 +100,16 @@ def compile_spec(
         dtype: parameter dtype (``"float32"``, ``"float64"``, ``"bfloat16"``, ``"float16"``);
             float64 is initialized in float64, half types in float32 and then cast.
         meta: build on the meta device: shapes and parameter counts without memory or init cost.
+        memory_limit: bytes (or ``"8GB"``, ``"none"``) the weights may take; the parameters are
+            counted on the meta device first and a build over the limit raises
+            :class:`~crate_compose.budget.ResourceError` before allocating (default: see
+            :mod:`crate_compose.budget`).
     """
     dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     device = resolve_device(device)
     spec = explicit(spec)
+    if not meta:  # weights are initialized in float32 (float64 builds: float64), then cast
+        budget.check_build(spec, 8 if dtype == torch.float64 else 4, str(device), memory_limit)
     root, graph = nn.Module(), fx.Graph()
     node = graph.placeholder(spec.input.name)
     node.meta.update(role="input", shape=("B", *spec.input.shape))
@@ -144,6 +152,7 @@ def build(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
     meta: bool = False,
+    memory_limit: str | float | None = None,
 ) -> fx.GraphModule:
     """Load (if needed) and build a spec: a file path, a zoo preset name, or a :class:`Spec`.
 
@@ -155,7 +164,7 @@ def build(
         spec = loader.load(spec, overrides)
     elif overrides:
         raise TypeError("overrides apply when loading; pass a path or preset name, or load the spec first")
-    return compile_spec(spec, seed=seed, device=device, dtype=dtype, meta=meta)
+    return compile_spec(spec, seed=seed, device=device, dtype=dtype, meta=meta, memory_limit=memory_limit)
 
 
 def spec_of(module: fx.GraphModule) -> Spec:

@@ -27,6 +27,7 @@ from torch import fx
 from .artifacts import load as load_build
 from .artifacts import save as save_build
 from .errors import SpecError, WorkbenchError
+from .files import replace_folder
 
 STATE_FILE, OPTIMIZER_FILE = "state.json", "optimizer.safetensors"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -59,9 +60,7 @@ def save_checkpoint(
     save_file(tensors, staging / OPTIMIZER_FILE)
     state = {"step": step, "settings": settings, "param_groups": groups}
     (staging / STATE_FILE).write_text(json.dumps(state, indent=2, default=str))
-    if final.exists():
-        shutil.rmtree(final)
-    staging.rename(final)
+    replace_folder(staging, final)
     return final
 
 

@@ -2,6 +2,10 @@
 
 Exit status: 0 on success, 2 for a bad spec or bad arguments (every problem listed, each located),
 1 when the output cannot be written.
+
+Only the standard library and torch-free modules load at start-up (``crate_compose`` itself loads
+its names on first use): ``--help`` and argument errors answer before torch is imported, and
+``validate`` reports a wrong path or a YAML syntax error before the primitives (and torch) load.
 """
 
 from __future__ import annotations
@@ -16,12 +20,9 @@ from typing import Sequence
 
 import crate_compose as cc
 
-from .artifacts import DIAGRAM_STEM
+from .errors import DiagramError, PluginError, SpecError, WorkbenchError
 from .files import write_atomic
-from .builder import DTYPES
-from .figures import FORMATS, DiagramError
-from .errors import SpecError, WorkbenchError
-from .registry import PluginError
+from .settings import DIAGRAM_STEM, DTYPE_NAMES, FORMATS, TASKS, Settings
 
 EPILOG = """examples:
   crate-compose build specs/mae.yaml --render          build CRATE-MAE-Base and draw it
@@ -69,6 +70,8 @@ PROBABILITY = _number(float, 0, 1, high_open=True, what="a number")  # [0, 1)
 
 def _device(text: str) -> str:
     """A torch device this machine can hold weights on: cpu, cuda, cuda:1, ... (not meta)."""
+    if text == "cpu":  # the default: no need to import torch to know it
+        return text
     import torch
 
     try:
@@ -78,6 +81,23 @@ def _device(text: str) -> str:
     if device.type == "meta":
         raise argparse.ArgumentTypeError("meta holds no weights (use inspect for shapes and counts); give cpu or cuda")
     return text
+
+
+def _memory(text: str) -> str:
+    """A memory limit: 8GB, 512MiB, 2e9 or none (checked here, applied by crate_compose.budget)."""
+    from .budget import parse_size  # torch-free
+
+    try:
+        parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _memory_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memory-limit", type=_memory, default=None, metavar="SIZE",
+                        help="refuse to start when the estimated memory is over SIZE (8GB, 512MiB, none); "
+                        "default: $CRATE_COMPOSE_MEMORY_LIMIT, else 90%% of the memory available")
 
 
 def _plugin_arguments() -> argparse.ArgumentParser:
@@ -140,9 +160,10 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(build)
     build.add_argument("--out", type=Path, help="output directory (default: out/<spec name>)")
     build.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
-    build.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="parameter dtype")
+    build.add_argument("--dtype", default="float32", choices=sorted(DTYPE_NAMES), help="parameter dtype")
     build.add_argument("--seed", type=SEED, default=0, help="seed for the initial weights (default: 0)")
     build.add_argument("--render", action="store_true", help="also draw the architecture (diagram.svg in --out)")
+    _memory_argument(build)
     _diagram_arguments(build)
 
     render = command("render", help="draw the architecture diagram")
@@ -175,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     _run_arguments(train)
     train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    _memory_argument(train)
 
     probe = command("probe", help="measure each step's own objective layer by layer, trained against untrained")
     _spec_arguments(probe)
@@ -210,13 +232,12 @@ def parser() -> argparse.ArgumentParser:
     ablate.add_argument("--seeds", type=COUNT, default=None, help="seeds per variant (default: 1)")
     _run_arguments(ablate)
     ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
+    _memory_argument(ablate)
     return top
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a training run (train and ablate)."""
-    from .train import Settings, TASKS
-
     default = Settings()
     parser.add_argument("--task", choices=TASKS, default=default.task, help="classify (cross-entropy), mae "
                         "(masked reconstruction) or lm (next-token cross-entropy)")
@@ -248,7 +269,7 @@ def _notes(spec) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     spec = cc.load_spec(args.spec, args.overrides)  # its notes are in the summary table
-    model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype)
+    model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype, memory_limit=args.memory_limit)
     out = args.out or Path("out") / spec.name
     summary = cc.summarize(model)
     cc.save(model, out, extra={"seed": str(args.seed), "dtype": args.dtype})
@@ -298,9 +319,7 @@ def _derive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(args: argparse.Namespace):
-    from .train import Settings
-
+def _settings(args: argparse.Namespace) -> Settings:
     return Settings(task=args.task, data=args.data, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                     weight_decay=args.weight_decay, warmup=args.warmup, seed=args.seed, eval_every=args.eval_every,
                     log_every=args.log_every, checkpoint_every=args.checkpoint_every, image_size=args.image_size,
@@ -311,7 +330,7 @@ def _train(args: argparse.Namespace) -> int:
     from .train import train
 
     result = train(args.spec, _settings(args), overrides=args.overrides, out=args.out, resume=args.resume,
-                   device=args.device, progress=args.progress)
+                   device=args.device, progress=args.progress, memory_limit=args.memory_limit)
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
     print(f"trained {result.params:,} parameters for {result.steps} steps in {result.seconds:.0f} s: "
           f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
@@ -359,7 +378,7 @@ def _ablate(args: argparse.Namespace) -> int:
                 overrides=[*content.get("set", []), *args.overrides])
     spec = cc.load_spec(args.spec, grid.overrides)
     out = args.out or Path("ablations") / spec.name
-    rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device)
+    rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device, memory_limit=args.memory_limit)
     best = max(rows, key=lambda r: r.mean) if settings.task == "classify" else min(rows, key=lambda r: r.mean)
     print((out / "results.md").read_text())
     print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")

@@ -215,4 +215,4 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generat
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+    return torch.multinomial(torch.softmax(logits.float(), dim=-1), 1, generator=generator)

@@ -85,3 +85,11 @@ class WorkbenchError(ValueError):
 
     The CLI prints it in one line and exits with status 2.
     """
+
+
+class PluginError(RuntimeError):
+    """A package registered under ``crate_compose.primitives`` failed to import."""
+
+
+class DiagramError(RuntimeError):
+    """Graphviz could not draw the diagram."""

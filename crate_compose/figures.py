@@ -22,10 +22,11 @@ import graphviz
 from torch import fx
 
 from . import registry, shapes
-from .files import write_atomic
+from .errors import DiagramError
+from .files import staged, write_atomic
 from .builder import spec_of
+from .settings import FORMATS
 
-FORMATS = ("svg", "png", "pdf", "dot")
 KIND_COLORS = {
     "preprocess": "#eeeeee",
     "compress": "#cfe2f3",
@@ -39,10 +40,6 @@ KIND_COLORS = {
     "mlp": "#f4cccc",
 }
 ROLE_TITLES = {"preprocess": "pre-processing", "encoder": "encoder", "decoder": "decoder", "head": "head"}
-
-
-class DiagramError(RuntimeError):
-    """Graphviz could not draw the diagram."""
 
 
 @dataclass
@@ -307,10 +304,8 @@ def render(
             "(install: apt-get install graphviz)"
         )
     target = path.with_suffix(f".{format}")
-    staging = target.with_name(f".{target.name}.partial")
-    result = subprocess.run(["dot", f"-T{format}", "-o", str(staging)], input=source.encode(), capture_output=True)
-    if result.returncode != 0:
-        staging.unlink(missing_ok=True)
-        raise DiagramError(f"Graphviz dot failed: {result.stderr.decode().strip()}")
-    staging.replace(target)
+    with staged(target) as staging:
+        result = subprocess.run(["dot", f"-T{format}", "-o", str(staging)], input=source.encode(), capture_output=True)
+        if result.returncode != 0:
+            raise DiagramError(f"Graphviz dot failed: {result.stderr.decode().strip()}")
     return target, None

@@ -38,15 +38,17 @@ from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
-from torch import nn
 
+from .errors import PluginError
 from .spec import numbers_not_booleans
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from .probes import Objective
 
 Shape = tuple[int, ...]
-Factory = Callable[..., nn.Module]
+Factory = Callable[..., "nn.Module"]
 
 KINDS = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "head", "norm", "attention", "mlp")
 
@@ -223,10 +225,6 @@ def primitive(
 def _origin(factory: Factory) -> str:
     """Where a factory is defined; re-registering from the same place (a re-run notebook cell) replaces it."""
     return f"{factory.__module__}.{factory.__qualname__}"
-
-
-class PluginError(RuntimeError):
-    """A package registered under ``crate_compose.primitives`` failed to import."""
 
 
 def _load() -> dict[str, Primitive]:

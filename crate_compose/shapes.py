@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
 from . import registry, ties
 from .errors import Problem, SpecError
@@ -57,10 +60,90 @@ def step_seed(seed: int, place: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def infer(module: nn.Module, *inputs: torch.Tensor) -> Any:
-    """Run ``module`` on meta tensors: output shapes without data, FLOPs or touching its weights."""
+@contextlib.contextmanager
+def _meta_without_dynamo() -> Iterator[None]:
+    """Spare shape inference the import of ``torch._dynamo`` (1.6 s of a 2.5 s ``validate``).
+
+    Many meta kernels are Python references (``torch._refs``) wrapped in ``torch._disable_dynamo``,
+    which imports ``torch._dynamo`` on its first call only to mark the reference as not traceable
+    by ``torch.compile``. Nothing is being compiled while a spec's shapes are inferred, so for that
+    span each wrapped reference is given itself as its "disabled" form (the attribute the wrapper
+    caches), and the marks are removed after. When ``torch._dynamo`` is already imported, or a
+    future torch wraps differently, this does nothing and inference is only slower.
+    """
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    marked = _mark_references()
+    try:
+        yield
+    finally:
+        for function in marked:
+            with contextlib.suppress(AttributeError):
+                delattr(function, "__dynamo_disable")
+
+
+def _mark_references() -> list:
+    import torch._compile
+
+    code = torch._compile._disable_dynamo(lambda: 0).__code__  # the wrapper's code, shared by every wrapped ref
+    if "fn" not in code.co_freevars:
+        return []
+    slot = code.co_freevars.index("fn")
+    prefixes = ("torch._refs", "torch._prims", "torch._decomp", "torch._meta_registrations")
+    todo = [v for name, module in list(sys.modules.items()) if name.startswith(prefixes) and module is not None
+            for v in list(vars(module).values()) if hasattr(v, "__code__")]
+    todo += [v for table in (torch._decomp.decomposition_table, torch._decomp.meta_table) for v in table.values()]
+    seen: set[int] = set()
+    marked = []
+    while todo:  # walk each reference's chain of wrappers (functools.wraps and closures)
+        function = todo.pop()
+        if id(function) in seen:
+            continue
+        seen.add(id(function))
+        if getattr(function, "__code__", None) is code:
+            wrapped = function.__closure__[slot].cell_contents
+            if getattr(wrapped, "__dynamo_disable", None) is None:
+                wrapped.__dynamo_disable = wrapped
+                marked.append(wrapped)
+        cells = [c.cell_contents for c in getattr(function, "__closure__", None) or () if _filled(c)]
+        todo += [v for v in (getattr(function, "__wrapped__", None), *cells) if hasattr(v, "__code__")]
+    return marked
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure variable not yet bound
+        return False
+    return True
+
+
+class Tally(TorchFunctionMode):
+    """Adds up the bytes of every tensor a forward pass creates, counted at the level of torch
+    functions (``layer_norm`` is one tensor, as its kernel keeps it, not the dozen of the meta
+    reference that computes its shape); views and in-place results hold no new memory and are
+    not counted. On meta tensors: the activations of a forward pass, without memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {id(t) for t in tree_leaves((args, kwargs))}
+        for value in tree_leaves(out):
+            if isinstance(value, torch.Tensor) and value._base is None and id(value) not in given:
+                self.bytes += value.numel() * value.element_size()
+        return out
+
+
+def infer(module: nn.Module, *inputs: torch.Tensor, tally: Tally | None = None) -> Any:
+    """Run ``module`` on meta tensors: output shapes without data, FLOPs or touching its weights
+    (with a :class:`Tally`: also the bytes its forward pass creates)."""
     state = {name: t.to("meta") for name, t in [*module.named_parameters(), *module.named_buffers()]}
-    return functional_call(module, state, inputs)
+    with tally if tally is not None else contextlib.nullcontext():
+        return functional_call(module, state, inputs)
 
 
 @dataclass
@@ -79,6 +162,7 @@ class Placed:
     consumes: list[str]
     output: torch.Tensor
     published: dict[str, torch.Tensor] = field(default_factory=dict)
+    activation_bytes: int = 0  # every tensor the step's forward creates, for META_BATCH samples
 
 
 @contextlib.contextmanager
@@ -116,7 +200,7 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
     named: dict[str, torch.Tensor] = {}
     built: dict[str, nn.Module] = {}  # module path -> module, for weight ties
     device = torch.device("meta") if meta else contextlib.nullcontext()
-    with torch.random.fork_rng(devices=[]), device, _default_dtype(dtype):
+    with torch.random.fork_rng(devices=[]), device, _default_dtype(dtype), _meta_without_dynamo():
         for role, layer, path, step in spec.stages():
             part = _part(path)
             primitive = registry.get(step.primitive)
@@ -132,7 +216,8 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
             try:
                 module = primitive.build(args, shape, context)
                 _layer_scale(module, step, shape)
-                output = infer(module, value, *extra)
+                tally = Tally()
+                output = infer(module, value, *extra, tally=tally)
             except Exception as error:  # a shape the primitive cannot take, reported where the step is written
                 reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
@@ -150,7 +235,7 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 published = dict(zip(primitive.publishes, values))
                 named.update(published)
             yield Placed(role, layer, part, path, step, primitive, place_name, module, shape,
-                         list(primitive.consumes), output, published)
+                         list(primitive.consumes), output, published, tally.bytes)
             value, shape = output, tuple(output.shape[1:])
 
 

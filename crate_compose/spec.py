@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_]*$"
+MAX_DEPTH = 1024  # layers of one stack: deeper than any published network, and placed in seconds
 RESERVED = ("preprocess", "encoder", "decoder", "stacks", "head", "input", "output", "cast")
 # Names a step, stack or input may not take: they become attributes of torch.nn.Module and
 # torch.fx.GraphModule objects and names in the generated forward(). Kept without importing torch;
@@ -143,7 +144,9 @@ class Stack(_Model):
         default_factory=list,
         description="Steps before the layers (a decoder's mask tokens, a class token before class attention).",
     )
-    depth: int = Field(ge=1, description="Number of layers L; each repeats `layer` with fresh weights.")
+    depth: int = Field(
+        ge=1, le=MAX_DEPTH, description=f"Number of layers L (at most {MAX_DEPTH}); each repeats `layer` with fresh weights."
+    )
     layer: list[Step] = Field(min_length=1, description="The steps of one layer, in order.")
     post: list[Step] = Field(
         default_factory=list,
@@ -223,8 +226,9 @@ class Spec(_Model):
 
     name: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        description="Name of the architecture (e.g. 'crate-base'); letters, digits, '.', '_' and '-', as it "
-        "names the default build directory out/<name>.",
+        max_length=100,
+        description="Name of the architecture (e.g. 'crate-base'); at most 100 letters, digits, '.', '_' and '-', "
+        "as it names the default build directory out/<name>.",
     )
     description: str = Field(default="", description="One or two sentences for humans.")
     extends: str | None = Field(

@@ -24,6 +24,7 @@ equals the single-process update on the whole batch. Only rank 0 writes files.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -36,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import checkpoint, loader
+from . import budget, checkpoint, loader
 from .artifacts import save as save_build
 from .files import write_atomic
 from .builder import compile_spec
@@ -44,33 +45,10 @@ from .errors import WorkbenchError
 from .data import Data, load_data
 from .objectives import masked_reconstruction_loss, patch_size_of
 from .primitives.embed import patchify
+from .settings import AUGMENTATIONS, METRIC, TASKS, Settings
 from .shapes import step_seed
 
-TASKS = ("classify", "mae", "lm")
-METRIC = {"classify": "test_accuracy", "mae": "test_masked_mse", "lm": "test_loss"}  # the number a task reports
 EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
-AUGMENTATIONS = ("none", "shift")
-
-
-@dataclass
-class Settings:
-    """Everything that defines a run besides the spec (saved in every checkpoint)."""
-
-    task: str = "classify"
-    data: str = "digits"
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.05
-    warmup: int | None = None  # default: 5% of the steps
-    seed: int = 0
-    eval_every: int = 0  # 0: at the end only
-    log_every: int = 10
-    checkpoint_every: int = 0  # 0: at the end only
-    image_size: int | None = None
-    grad_clip: float | None = 1.0
-    augment: str = "none"  # "shift": move each training image by up to one pixel (seeded per step)
-    label_smoothing: float = 0.0
 
 
 @dataclass
@@ -171,6 +149,9 @@ def _check(task: str, spec, data: Data, settings: Settings) -> None:
         _check_language_model(spec)
     if task == "classify" and not data.classes:
         raise TrainError(f"data set '{data.name}' has no labels to classify; use --task mae")
+    if settings.batch_size > len(data.train):
+        raise TrainError(f"--batch-size {settings.batch_size:,} is larger than the training set of '{data.name}' "
+                         f"({len(data.train):,} examples)")
     if task == "mae" and not any(step.primitive == "mask" for step in spec.preprocess):
         raise TrainError(f"spec '{spec.name}' has no mask step, so it cannot be trained as a masked autoencoder")
 
@@ -242,13 +223,13 @@ class _Metrics:
             return
         rows = []
         if keep_until and self.jsonl.exists():
-            rows = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
-            rows = [row for row in rows if row["step"] <= keep_until]
+            rows = [row for row in _rows(self.jsonl.read_text()) if row["step"] <= keep_until]
         write_atomic(self.jsonl, "".join(json.dumps(row) + "\n" for row in rows))
-        with open(self.csv, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, self.FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
+        table = io.StringIO()
+        writer = csv.DictWriter(table, self.FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(self.csv, table.getvalue())
 
     def add(self, row: dict[str, Any]) -> None:
         if not self.enabled:
@@ -257,6 +238,17 @@ class _Metrics:
             handle.write(json.dumps(row) + "\n")
         with open(self.csv, "a", newline="") as handle:
             csv.DictWriter(handle, self.FIELDS).writerow(row)
+
+
+def _rows(text: str) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl; a last line cut short by a killed run (rows are appended) is dropped."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0):
@@ -277,14 +269,21 @@ def train(
     resume: bool = False,
     device: str = "cpu",
     progress: bool = True,
+    memory_limit: str | float | None = None,
 ) -> Result:
-    """Train ``spec_ref`` (a path, preset or Spec) as ``settings`` says; see the module docstring."""
+    """Train ``spec_ref`` (a path, preset or Spec) as ``settings`` says; see the module docstring.
+
+    Before anything is allocated, the weights, AdamW's state and one batch's activations are
+    estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.budget`)
+    raises :class:`~crate_compose.budget.ResourceError` with the estimate and the limit.
+    """
     overrides = list(overrides)
     spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed)
     _check(settings.task, spec, data, settings)
     run = Path(out) if out is not None else Path("runs") / spec.name
     dist = _Distributed()
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
+    budget.check_training(spec, max(1, settings.batch_size // dist.world), str(device), memory_limit)
     dist.start(device)
     writer = dist.rank == 0
     try:
@@ -294,7 +293,7 @@ def train(
 
 
 def _loop(spec, data, settings, run, resume, device, dist, writer, progress) -> Result:
-    model = compile_spec(spec, seed=settings.seed, device=device)
+    model = compile_spec(spec, seed=settings.seed, device=device, memory_limit="none")  # checked in train()
     patch = patch_size_of(model) if settings.task == "mae" else None
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2]
     other = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim < 2]

@@ -217,7 +217,8 @@ class Row:
     values: list[float]
 
 
-def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu") -> list[Row]:
+def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu",
+           memory_limit: str | float | None = None) -> list[Row]:
     """Train every variant for every seed (skipping finished runs), then write the table and the figure."""
     out = Path(out)
     variants = grid.variants()
@@ -236,7 +237,7 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
             run = out / _slug(label) / f"seed-{seed}"
             settings = replace(grid.settings, seed=seed)
             result = _finished(run) or train(spec_ref, settings, overrides=overrides, out=run, device=device,
-                                             progress=progress)
+                                             progress=progress, memory_limit=memory_limit)
             print(f"[{done}/{total}] {label}, seed {seed}: {metric} {result.metrics.get(metric, float('nan')):.4f} "
                   f"({result.seconds:.0f} s)", flush=True)
             values.append(result.metrics.get(metric, float("nan")))

@@ -1,8 +1,9 @@
 """Every registered primitive, tested for free from its registered example (the timm habit).
 
 For each entry of the registry: the real output shape equals the one the builder infers on meta
-tensors, backward gives finite gradients everywhere, float64 and float32 agree, bfloat16 stays
-finite, and ``torch.export`` captures it with the same outputs.
+tensors, backward gives finite gradients everywhere, float64 and float32 agree, inputs of large
+magnitude give finite outputs and gradients in float32, bfloat16 and float16, the half types
+agree with float32 to their precision, and ``torch.export`` captures it with the same outputs.
 """
 
 from __future__ import annotations
@@ -105,13 +106,68 @@ def test_float64_and_float32_agree(name):
     assert (float_.double() - double).abs().max() / scale < 1e-4
 
 
+# Input magnitudes far beyond a normalized token stream, per dtype (float16 ends at 65504: its
+# squares overflow from 256 on, so softmax logits, LayerNorm variances and TSSA's statistics must
+# be computed in float32 for these to stay finite; see crate_compose/primitives/precision.py).
+LARGE = {torch.float32: 1e6, torch.bfloat16: 1e4, torch.float16: 1e3}
+HALF_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # relative to max(|float32 output|, 1)
+
+
+def _half_and_reference(primitive, dtype):
+    """A module in ``dtype`` and the same weights in float32."""
+    reference = _build(primitive, torch.float32)
+    module = _build(primitive, torch.float32)
+    module.load_state_dict(reference.state_dict())
+    return module.to(dtype), reference
+
+
+@pytest.mark.parametrize("dtype", list(LARGE), ids=str)
 @pytest.mark.parametrize("name", WITH_EXAMPLE)
-def test_bfloat16_stays_finite(name):
+def test_large_inputs_give_finite_outputs_and_gradients(name, dtype):
     primitive = cc.all_primitives()[name]
-    module = _build(primitive, torch.bfloat16)
+    module = _build(primitive, dtype).train()
+    x, *extra = _inputs(primitive, torch.float64)
+    if x.is_floating_point():
+        x = (x * LARGE[dtype]).to(dtype).requires_grad_(True)
+    out = _tokens(module(x, *extra))
+    assert not out.is_floating_point() or out.dtype == dtype
+    assert torch.isfinite(out.float()).all(), f"{name} in {dtype}: output not finite"
+    out.float().mean().backward()
+    for pname, parameter in module.named_parameters():
+        if parameter.grad is not None:
+            assert torch.isfinite(parameter.grad.float()).all(), f"{name}.{pname} in {dtype}: gradient not finite"
+    assert x.grad is None or torch.isfinite(x.grad.float()).all(), f"{name} in {dtype}: input gradient not finite"
+
+
+@pytest.mark.parametrize("scale", [1.0, "large"])
+@pytest.mark.parametrize("dtype", list(HALF_TOLERANCE), ids=str)
+@pytest.mark.parametrize("name", WITH_EXAMPLE)
+def test_half_precision_follows_float32(name, dtype, scale):
+    """The same weights and input (rounded to the half type) in float32: the half build agrees to
+    the half type's precision, at ordinary and at large magnitudes."""
+    primitive = cc.all_primitives()[name]
+    module, reference = _half_and_reference(primitive, dtype)
+    x, *extra = _inputs(primitive, torch.float64)
+    if x.is_floating_point():
+        x = (x * (LARGE[dtype] if scale == "large" else scale)).to(dtype)
     with torch.no_grad():
-        out = _tokens(module(*_inputs(primitive, torch.bfloat16)))
-    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+        torch.manual_seed(1)  # steps that draw randomness (the mask) draw the same in both
+        half = _tokens(module(x, *extra)).float()
+        torch.manual_seed(1)
+        single = _tokens(reference(x.float() if x.is_floating_point() else x, *extra))
+    error = (half - single).abs().max() / single.abs().max().clamp_min(1.0)
+    assert error < HALF_TOLERANCE[dtype], f"{name} in {dtype}: relative error {error:.2e}"
+
+
+def test_half_builds_compute_statistics_in_float32():
+    """Where a half build would overflow without float32 statistics: MSSA-type attention logits
+    (AoT without LayerNorm), the denoiser's memberships and TSSA's moments, on float16 tokens of 1000."""
+    from crate_compose.primitives.precision import LayerNorm, softmax
+
+    x = torch.full((1, 4, 8), 1000.0, dtype=torch.float16)
+    assert torch.isfinite(LayerNorm(8).half()(x * torch.arange(8, dtype=torch.float16))).all()
+    assert softmax(x, dim=-1).dtype == torch.float32 and softmax(x.double(), dim=-1).dtype == torch.float64
+    assert torch.isinf((x.pow(2).sum(-1))).all()  # what float16 statistics would have computed
 
 
 @pytest.mark.parametrize("name", WITH_EXAMPLE)

@@ -33,6 +33,7 @@ from ..probes import coding_rate_measure
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
+from .precision import LayerNorm, float32, softmax
 
 
 class AoT(Residual):
@@ -55,7 +56,7 @@ class AoT(Residual):
         super().__init__()
         self.heads, self.head_dim, self.variant, self.phi = heads, head_dim, variant, phi
         self.tau, self.scale, self.step_size = tau, scale, step_size
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         if variant == "mssa":
             self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
         else:
@@ -64,7 +65,7 @@ class AoT(Residual):
 
     def weights(self, scores: torch.Tensor) -> torch.Tensor:
         """``phi`` applied to each query's row of scores ``(B, K, n, n)``."""
-        attn = torch.softmax(scores, dim=-1)
+        attn = softmax(scores, dim=-1)  # float32 for half builds
         if self.phi == "threshold":  # h(x) = tau if x > tau else 0 (Theorem 5.1)
             attn = torch.where(attn > self.tau, torch.full_like(attn, self.tau), torch.zeros_like(attn))
         return attn
@@ -79,7 +80,8 @@ class AoT(Residual):
             qkv = self.qkv(u).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
             q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, K, n, p)
             back = self.out.weight.t()  # (K*p, d)
-        h = self.weights(self.scale * q @ k.transpose(-1, -2)) @ v  # (B, K, n, p)
+        scores = self.scale * float32(q) @ float32(k).transpose(-1, -2)  # (B, K, n, n), float32 for half builds
+        h = self.weights(scores).to(v.dtype) @ v  # (B, K, n, p)
         return x, self.step_size * (h.transpose(1, 2).flatten(2) @ back)  # (B, n, d)
 
 

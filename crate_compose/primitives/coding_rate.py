@@ -24,6 +24,7 @@ from ..probes import coding_rate_measure
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
+from .precision import LayerNorm
 
 
 class CodingRateStep(Residual):
@@ -42,7 +43,7 @@ class CodingRateStep(Residual):
     ) -> None:
         super().__init__()
         self.heads, self.head_dim, self.precision, self.kappa = heads, head_dim, precision, kappa
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
 
     def gradient(self, u: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ from ..decoding import DecodingError, Growing, causal_attention
 from ..probes import coding_rate_measure
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
 from ..residual import Residual
+from .precision import LayerNorm
 
 
 class MSSA(Residual):
@@ -50,7 +51,7 @@ class MSSA(Residual):
         super().__init__()
         self.heads, self.head_dim, self.causal, self.step_size = heads, head_dim, causal, step_size
         self.kappa, self.rate_eps = kappa, rate_eps
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
         self.out = nn.Linear(heads * head_dim, dim, bias=bias) if output == "learned" else None
 

@@ -19,6 +19,7 @@ from torch import nn
 from ..probes import Objective, Reading, subspace_residual
 from ..registry import Args, Example, Shape, primitive, token_dim
 from .compress import head_dim_of
+from .precision import LayerNorm, float32, softmax
 
 
 class SubspaceDenoiser(nn.Module):
@@ -31,12 +32,12 @@ class SubspaceDenoiser(nn.Module):
     ) -> None:
         super().__init__()
         self.heads, self.head_dim, self.sigma = heads, head_dim, sigma
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.subspaces(self.norm(x)).unflatten(-1, (self.heads, self.head_dim))  # (B, n, K, p): U_k^T z
-        pi = torch.softmax(w.pow(2).sum(-1) / (2 * self.sigma**2), dim=-1)  # (B, n, K) memberships
+        pi = softmax(float32(w).pow(2).sum(-1) / (2 * self.sigma**2), dim=-1).to(w.dtype)  # (B, n, K) memberships
         return (pi.unsqueeze(-1) * w).flatten(2) @ self.subspaces.weight  # (B, n, d): sum_k U_k pi_k U_k^T z
 
 

@@ -25,6 +25,7 @@ from torch import nn
 from ..probes import coding_rate_measure
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
 from .compress import MSSA, SubspaceAttentionArgs, mssa_module, mssa_update
+from .precision import LayerNorm
 
 
 class AscentArgs(SubspaceAttentionArgs):
@@ -84,7 +85,7 @@ class Dictionary(nn.Module):
 
     def __init__(self, dim: int, *, norm: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.dictionary = nn.Parameter(torch.empty(dim, dim))  # E, as nn.Linear(d, d, bias=False)
         nn.init.kaiming_uniform_(self.dictionary, a=5**0.5)  # nn.Linear's default init
 

@@ -17,6 +17,7 @@ from pydantic import Field
 from torch import nn
 
 from ..registry import Args, Context, Example, Inverse, Shape, primitive, token_dim
+from .precision import LayerNorm
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -34,9 +35,9 @@ class PatchEmbed(nn.Module):
         super().__init__()
         self.patch_size = patch_size
         patch_dim = channels * patch_size * patch_size
-        self.norm_in = nn.LayerNorm(patch_dim) if norm else nn.Identity()
+        self.norm_in = LayerNorm(patch_dim) if norm else nn.Identity()
         self.project = nn.Linear(patch_dim, dim)
-        self.norm_out = nn.LayerNorm(dim) if norm else nn.Identity()
+        self.norm_out = LayerNorm(dim) if norm else nn.Identity()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.norm_out(self.project(self.norm_in(patchify(images, self.patch_size))))
@@ -103,6 +104,8 @@ def _patch_update(args: PatchEmbedArgs) -> str:
 )
 def patch_embed(args: PatchEmbedArgs, shape: Shape, context: Context) -> nn.Module:
     c, h, w = image_shape(shape, "patch_embed")
+    if context.image is None:  # the network's input is not an image: int64 token ids
+        raise ValueError("patch_embed takes float images; this network's input is int64 token ids (use token_embed)")
     if h % args.patch_size or w % args.patch_size:
         raise ValueError(f"image size {h}x{w} is not divisible by patch_size={args.patch_size}")
     context.grid = (h // args.patch_size, w // args.patch_size)
@@ -256,7 +259,7 @@ class PixelHead(nn.Module):
 
     def __init__(self, dim: int, patch_size: int, channels: int, *, norm: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.predict = nn.Linear(dim, patch_size * patch_size * channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ from pydantic import Field
 from torch import nn
 
 from ..registry import Args, Example, Shape, primitive, token_dim
+from .precision import LayerNorm
 
 
 class Classify(nn.Module):
@@ -17,7 +18,7 @@ class Classify(nn.Module):
     def __init__(self, dim: int, classes: int, *, pool: str = "cls", norm: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
         self.pool = pool
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.classifier = nn.Linear(dim, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

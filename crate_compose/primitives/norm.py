@@ -7,6 +7,7 @@ from pydantic import Field
 from torch import nn
 
 from ..registry import Args, Example, Inverse, Shape, primitive
+from .precision import LayerNorm
 
 
 class LayerNormArgs(Args):
@@ -27,4 +28,4 @@ class LayerNormArgs(Args):
     example=Example({"eps": 1e-6}, (16, 32)),
 )
 def layernorm(args: LayerNormArgs, shape: Shape) -> nn.Module:
-    return nn.LayerNorm(shape[-1], eps=args.eps)
+    return LayerNorm(shape[-1], eps=args.eps)

@@ -28,6 +28,7 @@ from torch import nn
 from ..probes import lasso_measure, sparsity_measures
 from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
 from ..residual import Residual
+from .precision import LayerNorm
 
 
 class ISTA(nn.Module):
@@ -47,7 +48,7 @@ class ISTA(nn.Module):
     ) -> None:
         super().__init__()
         self.step_size, self.lambd, self.threshold = step_size, lambd, threshold
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.dictionary = nn.Parameter(torch.empty(dim, dim))  # D
         nn.init.kaiming_uniform_(self.dictionary)
 
@@ -142,7 +143,7 @@ class ISTAMM(nn.Module):
     ) -> None:
         super().__init__()
         self.alpha, self.precision, self.lambd = alpha, precision, lambd
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.dictionary = nn.Parameter(torch.empty(dim, dim))  # D (orthogonal in the derivation; learned here)
         nn.init.kaiming_uniform_(self.dictionary)
 
@@ -226,7 +227,7 @@ class ISTAODL(Residual):
     ) -> None:
         super().__init__()
         self.step_size, self.lambd = step_size, lambd
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.dictionary = nn.Parameter(torch.empty(dim, ratio * dim))  # D
         self.synthesis = nn.Parameter(torch.empty(dim, ratio * dim))  # D1
         nn.init.kaiming_uniform_(self.dictionary)

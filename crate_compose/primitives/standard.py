@@ -22,6 +22,7 @@ from ..decoding import Growing, causal_attention
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
+from .precision import LayerNorm
 
 
 class MHSA(Residual):
@@ -40,7 +41,7 @@ class MHSA(Residual):
     ) -> None:
         super().__init__()
         self.heads, self.head_dim, self.causal = heads, head_dim, causal
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=qkv_bias)
         self.out = nn.Linear(heads * head_dim, dim)
 
@@ -102,7 +103,7 @@ class MLP(Residual):
     def __init__(self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5, gelu: str = "none") -> None:
         super().__init__()
         self.gelu = gelu
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.expand = nn.Linear(dim, hidden)
         self.contract = nn.Linear(hidden, dim)
 

@@ -27,6 +27,7 @@ from ..registry import Args, Context, Example, Shape, primitive, token_dim
 from ..residual import Residual
 from .compress import head_dim_of
 from .embed import TO_PIXELS, in_order
+from .precision import LayerNorm
 
 
 # ------------------------------------------------------------------------------- convolutional patch embedding
@@ -171,7 +172,7 @@ class ClassAttention(Residual):
     ) -> None:
         super().__init__()
         self.heads, self.head_dim = heads, head_dim_of(heads, None, dim)
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
@@ -221,7 +222,7 @@ class ClassMLP(Residual):
     ) -> None:
         super().__init__()
         self.doubled = doubled
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.expand = nn.Linear(dim, hidden)
         self.contract = nn.Linear(hidden, dim)
 

@@ -38,6 +38,7 @@ from ..decoding import DecodingError
 from ..probes import Objective, Reading, coding_rate_measure, variational_rate
 from ..registry import Args, Example, Shape, primitive, token_dim
 from ..residual import Residual
+from .precision import LayerNorm, float32, softmax
 
 
 class TSSA(Residual):
@@ -48,23 +49,25 @@ class TSSA(Residual):
         if dim % heads:
             raise ValueError(f"tssa: token dimension {dim} is not divisible by heads={heads}")
         self.heads = heads
-        self.norm = nn.LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.qkv = nn.Linear(dim, dim)  # W, b: the subspaces U_[K] (the authors' name)
         self.temp = nn.Parameter(torch.ones(heads, 1))  # 1/(2 eta) of eq. 5.3.17, learned per head
         self.to_out = nn.Linear(dim, dim)  # W_o, b_o
 
     def statistics(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(w, pi, m)`` at tokens ``x`` (normalized here): projections ``(B, K, n, p)``, memberships
-        ``(B, K, n)`` (eq. 5.3.16-5.3.17) and per-head second moments ``(B, K, 1, p)`` (eq. 5.3.10)."""
+        ``(B, K, n)`` (eq. 5.3.16-5.3.17) and per-head second moments ``(B, K, 1, p)`` (eq. 5.3.10).
+        The memberships and moments are float32 in half-precision builds."""
         w = self.qkv(self.norm(x)).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, K, n, p)
-        w_hat = F.normalize(w, dim=-2)  # unit norm over the tokens, eps 1e-12
-        pi = torch.softmax(self.temp * w_hat.pow(2).sum(-1), dim=1)  # (B, K, n): softmax over heads
-        m = (pi.unsqueeze(-2) @ w.pow(2)) / (pi.sum(-1)[..., None, None] + 1e-8)  # (B, K, 1, p)
+        w32 = float32(w)
+        w_hat = F.normalize(w32, dim=-2)  # unit norm over the tokens, eps 1e-12
+        pi = softmax(self.temp * w_hat.pow(2).sum(-1), dim=1)  # (B, K, n): softmax over heads
+        m = (pi.unsqueeze(-2) @ w32.pow(2)) / (pi.sum(-1)[..., None, None] + 1e-8)  # (B, K, 1, p)
         return w, pi, m
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w, pi, m = self.statistics(x)
-        out = -pi.unsqueeze(-1) * w / (1 + m)  # (B, K, n, p)
+        out = (-pi.unsqueeze(-1) * w / (1 + m)).to(w.dtype)  # (B, K, n, p)
         return x, self.to_out(out.transpose(1, 2).flatten(2))  # (B, n, d)
 
 
@@ -81,6 +84,7 @@ class CausalTSSA(TSSA):
         """Memberships ``(B, K, s)`` and second moments ``(B, K, s, p)`` of new projections ``w``
         ``(B, K, s, p)``, continuing the running sums in ``state`` (None: a sequence's start)."""
         b, k, s, p = w.shape
+        w = float32(w)  # the running sums are float32 in half-precision builds
         if state is None:
             zeros = w.new_zeros(b, k, p)
             state = (zeros, w.new_zeros(b, k), zeros, 0)
@@ -90,7 +94,7 @@ class CausalTSSA(TSSA):
         w_sq = w.pow(2)
         energy = energy.unsqueeze(-2) + w_sq.cumsum(-2)  # sum_{s<=t} w^2
         q = w_sq / energy.clamp_min(1e-12) + self.denom_bias[:, start : start + s]
-        pi = torch.softmax(self.temp * q.sum(-1), dim=1)  # (B, K, s): softmax over the heads
+        pi = softmax(self.temp * q.sum(-1), dim=1)  # (B, K, s): softmax over the heads
         moment = moment.unsqueeze(-2) + (w_sq * pi.unsqueeze(-1)).cumsum(-2)
         mass = mass.unsqueeze(-1) + pi.cumsum(-1)
         m = moment / (mass + 1e-8).unsqueeze(-1)
@@ -105,7 +109,7 @@ class CausalTSSA(TSSA):
         return w, pi, m
 
     def _branch(self, w: torch.Tensor, pi: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-        out = -pi.unsqueeze(-1) * w / (1 + m)
+        out = (-pi.unsqueeze(-1) * w / (1 + m)).to(w.dtype)
         return self.to_out(out.transpose(1, 2).flatten(2))
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,51 @@
+"""The whole-spec answers of the API: ``validate``, ``derive`` and ``inspect``.
+
+Each reads the spec first and loads the builder (and torch) only after: a wrong path or a YAML
+syntax error is reported before torch is imported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from .loader import load as load_spec
+from .spec import Spec
+
+if TYPE_CHECKING:
+    from .summary import Summary
+
+
+def validate(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
+    """Load ``spec`` and check that it builds (shapes inferred on the meta device, no weights)."""
+    resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
+    from .builder import compile_spec
+
+    compile_spec(resolved, meta=True)
+    return resolved
+
+
+def derive(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
+    """``spec`` as an autoencoder: its decoder written out (the inverse of every encoder step).
+
+    The task head and any further stacks are dropped: the derived decoder's output is the
+    reconstruction. Values written as ``${size}`` references stay references when dumped with
+    ``dump_spec(spec, references=True)``, in the derived steps too.
+    """
+    resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
+    from .derivation import derive_decoder
+
+    changed = resolved.decoder is None or resolved.head or resolved.stacks  # a network other than the spec's
+    name = f"{resolved.name}-autoencoder" if changed else resolved.name
+    return resolved.model_copy(
+        update={"name": name, "decoder": derive_decoder(resolved), "stacks": {}, "head": [], "reference": None}
+    )
+
+
+def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
+    """Per-step output shapes and parameter counts, without allocating weights."""
+    resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
+    from .builder import build
+    from .summary import summarize
+
+    return summarize(build(resolved, meta=True))

@@ -1,0 +1,163 @@
+"""The resource guard: memory estimated from shapes before anything is allocated.
+
+A spec states its sizes, so what a build or a training run will hold is known from a meta
+placement (:func:`crate_compose.shapes.place`, no memory) before a single weight exists:
+
+* a **build** holds its parameters and buffers: ``P * bytes(dtype)``;
+* a **training run** holds, per process, the float32 parameters, their gradients and AdamW's two
+  moments (``4 * P * 4`` bytes), plus the activations of one batch: every tensor the forward
+  pass creates (views and in-place results excluded), measured per sample on the meta device and
+  scaled by the batch each process takes. It is an estimate: autograd keeps most of these, not all.
+
+An estimate over the limit fails before allocating, with the estimate and the limit. The limit
+is, in order: the ``memory_limit`` argument (``--memory-limit`` on the command line), the
+``CRATE_COMPOSE_MEMORY_LIMIT`` environment variable, or what the device has: 90% of the memory
+the system reports available (``MemAvailable``), or of the free memory of a CUDA device. Sizes
+read ``8GB``, ``512MiB``, ``2e9`` or ``none`` (no limit).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import Problem, SpecError
+from .spec import Spec
+
+ENVIRONMENT = "CRATE_COMPOSE_MEMORY_LIMIT"
+HEADROOM = 0.9  # of the memory the device reports available
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+ADAMW_COPIES = 4  # weights, gradients and AdamW's two moments, all float32
+
+
+class ResourceError(SpecError):
+    """A build or a run whose memory estimate is over the limit (the CLI exits with status 2)."""
+
+
+def parse_size(text: str | int | float | None) -> float | None:
+    """``"8GB"``, ``"512MiB"``, ``"2e9"``, ``4_000_000_000`` -> bytes; ``"none"`` / ``None`` -> no limit."""
+    if text is None or (isinstance(text, str) and text.strip().lower() in ("none", "off", "unlimited")):
+        return None
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        number, unit = float(text), ""
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+        if not match or match.group(2).lower() not in UNITS:
+            raise ValueError(f"{text!r} is not a size; give e.g. 8GB, 512MiB, 2e9 or none")
+        number, unit = float(match.group(1)), match.group(2).lower()
+    value = number * UNITS[unit]
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{text!r}: a memory limit must be a positive size (or none)")
+    return value
+
+
+def human(size: float) -> str:
+    """Bytes in the largest decimal unit that keeps a number >= 1: ``5.2 GB``."""
+    for unit, factor in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= factor:
+            return f"{size / factor:,.1f} {unit}"
+    return f"{size:.0f} B"
+
+
+def device_limit(device: str = "cpu") -> tuple[float | None, str]:
+    """What the device has (the default limit), and where that number comes from."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return HEADROOM * free, f"90% of the free memory of {device}"
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return HEADROOM * int(line.split()[1]) * 1024, "90% of the memory available on this machine"
+    except OSError:
+        pass
+    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return HEADROOM * pages * size, "90% of this machine's memory"
+
+
+def resolve_limit(memory_limit: str | float | None = None, device: str = "cpu") -> tuple[float | None, str]:
+    """The limit in bytes (None: none) and how it was set, for the message."""
+    if memory_limit is not None:
+        return parse_size(memory_limit), "--memory-limit"
+    if os.environ.get(ENVIRONMENT):
+        try:
+            return parse_size(os.environ[ENVIRONMENT]), ENVIRONMENT
+        except ValueError as error:
+            raise SpecError([Problem(f"{ENVIRONMENT}: {error}", (), None)]) from None
+    return device_limit(device)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a network holds: parameters and buffers (counted once when tied), and the bytes of
+    every tensor one sample's forward pass creates."""
+
+    parameters: int
+    buffers_bytes: int
+    activation_bytes_per_sample: int
+    largest: tuple[str, int, tuple] = ("", 0, ())  # the step with the most parameters: place, count, spec path
+
+    def build_bytes(self, element_size: int) -> float:
+        return float(self.parameters) * element_size + self.buffers_bytes
+
+
+def estimate(spec: Spec) -> Estimate:
+    """Count ``spec``'s parameters and one sample's activations on the meta device (no memory)."""
+    from .derivation import explicit
+    from .shapes import META_BATCH, place
+
+    parameters, buffers, activations = 0, 0, 0
+    largest = ("", 0, ())
+    seen: set[int] = set()
+    for placed in place(explicit(spec), meta=True):
+        own = sum(p.numel() for p in placed.module.parameters() if id(p) not in seen)  # a tied weight counts once
+        seen.update(id(p) for p in placed.module.parameters())
+        parameters += own
+        buffers += sum(b.numel() * b.element_size() for b in placed.module.buffers())
+        activations += placed.activation_bytes // META_BATCH
+        if own > largest[1]:
+            largest = (placed.target, own, placed.path)
+    return Estimate(parameters, buffers, activations, largest)
+
+
+def check(spec: Spec, weights: float, activations: float, what: str, limit: tuple[float | None, str],
+          found: Estimate) -> None:
+    """Raise :class:`ResourceError` when ``weights + activations`` bytes exceed the limit, located at
+    the step holding the most parameters (at the spec's input when activations dominate)."""
+    bound, source = limit
+    needed = weights + activations
+    if bound is None or needed <= bound:
+        return
+    place, count, path = found.largest
+    parts = f"{human(weights)} of weights and optimizer state, {human(activations)} of activations" \
+        if activations else f"{found.parameters:,} parameters"
+    message = f"{what} needs about {human(needed)} ({parts}), over the memory limit of {human(bound)} ({source})"
+    if count and weights >= activations:
+        message += f"; the largest step is {place} with {count:,} parameters"
+        where = path
+    else:
+        where = ("input",)
+    hint = f"make the spec smaller, or set the limit with --memory-limit or {ENVIRONMENT} (e.g. 64GB, or none)"
+    raise ResourceError([Problem(message, where, spec.locate(where), hint)])
+
+
+def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit: str | float | None = None) -> Estimate:
+    """Refuse a build whose parameters would not fit; returns the estimate."""
+    limit = resolve_limit(memory_limit, device)
+    found = estimate(spec)
+    check(spec, found.build_bytes(element_size), 0, f"building {spec.name}", limit, found)
+    return found
+
+
+def check_training(spec: Spec, batch: int, device: str = "cpu", memory_limit: str | float | None = None) -> Estimate:
+    """Refuse a training run whose weights, optimizer state and activations would not fit."""
+    limit = resolve_limit(memory_limit, device)
+    found = estimate(spec)
+    weights = float(found.parameters) * 4 * ADAMW_COPIES + found.buffers_bytes
+    activations = float(batch) * found.activation_bytes_per_sample
+    check(spec, weights, activations, f"training {spec.name} with a batch of {batch:,} per process", limit, found)
+    return found

@@ -1,0 +1,104 @@
+"""Fast answers: what each command imports before it answers (issue 11).
+
+Timings live in ``benchmarks/startup.py``; these tests check the causes, which do not depend on
+the machine: ``--help`` and bad arguments never import torch; a wrong path or a YAML syntax
+error is reported before torch is imported; shape inference never imports ``torch._dynamo``
+(1.6 s of start-up), for every spec shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "specs").glob("*.yaml"))
+
+PROBE = """
+import contextlib, io, json, sys
+from crate_compose import cli
+out, err = io.StringIO(), io.StringIO()
+statuses = []
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            statuses.append(cli.main(argv))
+        except SystemExit as stop:
+            statuses.append(stop.code)
+print(json.dumps({"statuses": statuses, "stderr": err.getvalue(),
+                  "loaded": [m for m in ("torch", "torch._dynamo") if m in sys.modules]}))
+"""
+
+
+def _run(*commands: list[str], cwd: Path = ROOT) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(commands)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_help_and_argument_errors_never_import_torch():
+    seen = _run(["--help"], ["validate", "--help"], ["train", "--help"], ["build", "x.yaml", "--seed", "-1"],
+                ["list", "everything"])
+    assert seen["statuses"] == [0, 0, 0, 2, 2]
+    assert "--seed: -1: must be in [0," in seen["stderr"]
+    assert seen["loaded"] == []
+
+
+def test_a_wrong_path_or_a_syntax_error_is_reported_before_torch_loads(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\ninput: {shape: [3, 32, 32]\n")  # the flow mapping is never closed
+    tagged = tmp_path / "tagged.yaml"
+    tagged.write_text("name: !!python/object/apply:os.system [echo PWNED]\n")
+    seen = _run(["validate", str(tmp_path / "missing.yaml")], ["inspect", str(broken)], ["validate", str(tagged)],
+                ["derive", str(tmp_path)])
+    assert seen["statuses"] == [2, 2, 2, 2]
+    assert "no such spec file" in seen["stderr"] and "broken.yaml:3:1: not valid YAML" in seen["stderr"]
+    assert "tagged.yaml:1:7" in seen["stderr"] and "a directory" in seen["stderr"]
+    assert seen["loaded"] == []
+
+
+def test_shape_inference_never_imports_dynamo():
+    """Every shipped spec validates and inspects without importing torch._dynamo; the spans that
+    spare it (crate_compose.shapes._meta_without_dynamo) leave no mark behind."""
+    seen = _run(*(["validate", spec] for spec in SPECS), ["inspect", "crate-alpha-base16"])
+    assert seen["statuses"] == [0] * (len(SPECS) + 1), seen["stderr"]
+    assert seen["loaded"] == ["torch"]
+
+
+def test_the_marks_are_removed_after_inference():
+    script = """
+import sys, torch, crate_compose as cc
+from crate_compose import shapes
+cc.validate("specs/crate.yaml")
+marked = shapes._mark_references()  # all unmarked after inference, so all are marked again here
+assert len(marked) > 50, f"torch wraps its references differently now: {len(marked)} marked"
+for function in marked:
+    delattr(function, "__dynamo_disable")
+cc.validate("specs/crate.yaml")
+assert not [f for f in marked if hasattr(f, "__dynamo_disable")], "a mark outlived inference"
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("command", [["list", "primitives"], ["schema"], ["list", "zoo"]])
+def test_listing_commands_load_no_builder(command):
+    """list and schema need the primitives' argument models (and so torch), never the builder,
+    the figures or the training code."""
+    script = f"""
+import contextlib, io, sys
+from crate_compose import cli
+with contextlib.redirect_stdout(io.StringIO()):
+    assert cli.main({command!r}) == 0
+heavy = [m for m in ("crate_compose.builder", "crate_compose.figures", "crate_compose.train", "graphviz",
+                     "matplotlib", "safetensors", "torch._dynamo") if m in sys.modules]
+print(heavy)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
