@@ -41,6 +41,7 @@ _LAZY = {
     **{name: ("registry", name) for name in
        ("Args", "Context", "Example", "Inverse", "Primitive", "all_primitives", "load_plugins", "primitive")},
     "Residual": ("residual", "Residual"),
+    "ResourceError": ("budget", "ResourceError"),
     "json_schema": ("schema", "json_schema"),
     **{name: ("spec", name) for name in ("Derive", "Spec", "Stack", "Step")},
     "Summary": ("summary", "Summary"),
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .loader import load as load_spec
     from .objectives import masked_reconstruction_loss, reconstruction_loss
     from .registry import Args, Context, Example, Inverse, Primitive, all_primitives, load_plugins, primitive
+    from .budget import ResourceError
     from .residual import Residual
     from .schema import json_schema
     from .spec import Derive, Spec, Stack, Step

@@ -431,7 +431,7 @@ def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, 
         else:
             found = item.get("input")
             shown = repr(found) if not isinstance(found, (dict, list)) else type(found).__name__
-            message = f"{item['msg']}; found {shown}{source.origin(path)}"
+            message = f"{item['msg'].removeprefix('Value error, ')}; found {shown}{source.origin(path)}"
             problems.append(Problem(message, path, source.locate(path)))
     return problems
 

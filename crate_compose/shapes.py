@@ -219,9 +219,12 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 tally = Tally()
                 output = infer(module, value, *extra, tally=tally)
             except Exception as error:  # a shape the primitive cannot take, reported where the step is written
-                reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+                reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}"
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
                 hint = _fitting(spec, path, step, shape, context)
+                given = spec.locate(("input", "shape"))
+                if shape == tuple(spec.input.shape) and given is not None:  # the first step: say where the input is
+                    hint = "; ".join(filter(None, [hint, f"the input shape is written at {given}"]))
                 located = (*path, "primitive") if path in spec.swaps() else path  # at the override that swapped it
                 raise SpecError([Problem(message, path, spec.locate(located), hint)]) from None
             try:
@@ -237,6 +240,12 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
             yield Placed(role, layer, part, path, step, primitive, place_name, module, shape,
                          list(primitive.consumes), output, published, tally.bytes)
             value, shape = output, tuple(output.shape[1:])
+
+
+def _first_line(error: Exception) -> str:
+    """An error's message without the C++ stack torch appends to some (``Exception raised from ...``)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _layer_scale(module: nn.Module, step: Step, shape: Shape) -> None:
