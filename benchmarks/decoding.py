@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 import crate_compose as cc
-from scaling import cpu_stall_us  # benchmarks/scaling.py, beside this script
+from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -75,6 +75,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 from crate_compose import registry
+from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 DIM, HEADS, HEAD_DIM = 384, 6, 64
@@ -194,15 +195,6 @@ def rss_peak(step: str, n: int) -> int | None:
         print(f"  (rss check {step} n={n} failed: {done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
         return None
     return json.loads(done.stdout.strip().splitlines()[-1])["bytes"]
-
-
-def cpu_stall_us() -> int | None:
-    """Total time (us) some runnable task waited for a CPU (Linux PSI), or None without PSI."""
-    try:
-        with open("/proc/pressure/cpu") as pressure:
-            return int(pressure.readline().split("total=")[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def cpu_busy_share(interval_s: float = 2.0) -> float | None:

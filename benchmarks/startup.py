@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from scaling import cpu_stall_us  # benchmarks/scaling.py, beside this script
+from machine import cpu_stall_us  # benchmarks/machine.py, beside this script (torch-free: a parent holding
+# torch would lend its pages to each child's peak RSS before the exec)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -142,6 +142,7 @@ def check(spec: Spec, weights: float, activations: float, what: str, limit: tupl
     else:
         where = ("input",)
     hint = f"make the spec smaller, or set the limit with --memory-limit or {ENVIRONMENT} (e.g. 64GB, or none)"
+    hint = "; ".join(filter(None, [spec.sizes_given_elsewhere(where, scope=()), hint]))
     raise ResourceError([Problem(message, where, spec.locate(where), hint)])
 
 

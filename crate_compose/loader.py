@@ -201,6 +201,19 @@ def _replaced(path: KeyPath, over: Any) -> bool:
     return False
 
 
+def _point_at_extends(error: SpecError, at: Location | None) -> None:
+    """Problems of an extended file, tied to the ``extends`` that named it: a file that cannot be
+    read at all is reported there; a problem inside it keeps its place and says where it was extended."""
+    if at is None:
+        return
+    for problem in error.problems:
+        if problem.location is not None and not problem.location.line and not problem.path:  # unreadable
+            problem.message = f"{problem.location.source}: {problem.message}"
+            problem.path, problem.location = ("extends",), at
+        elif "in the file extended at" not in problem.hint:
+            problem.hint = "; ".join(filter(None, [problem.hint, f"in the file extended at {at}"]))
+
+
 def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
     """Read a spec file or zoo preset and everything it ``extends``, merged."""
     path = zoo.locate(ref)
@@ -225,7 +238,11 @@ def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
     if parent_path in (*_chain, path):  # located at the 'extends' that closes the cycle
         cycle = " -> ".join(str(p) for p in (*_chain, path, parent_path))
         raise SpecError([Problem(f"'extends' forms a cycle: {cycle}", ("extends",), source.marks.get(("extends",)))])
-    base = load_source(parent_path, (*_chain, path))
+    try:
+        base = load_source(parent_path, (*_chain, path))
+    except SpecError as error:
+        _point_at_extends(error, source.marks.get(("extends",)))
+        raise
     del source.data["extends"]
     merged = merge(base, source)
     changed = sorted(key for key in source.data if key not in COSMETIC)
@@ -290,6 +307,9 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
     parts = parse_key_path(key.strip())
     if not parts:
         raise SpecError([Problem("an override needs a key path before '='", (), where)])
+    if any("[" in part or "]" in part for part in parts):
+        raise SpecError([Problem(f"unbalanced brackets in the key path '{key.strip()[:80]}'; an item is written "
+                                 "layer[1] or layer.1", (), where)])
     if parts[0] == "extends":
         raise SpecError([Problem("extends is followed when a file is read, before overrides: write it in a spec file "
                                  "that names its base", (), where)])
@@ -315,6 +335,8 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
                     source.swaps[path[:-1]] = Swap(node.get("primitive"), dict(args), tuple(sorted(args)))
                 node[part] = value
             else:
+                if part not in node:  # a key this override creates: its problems are the override's
+                    source.marks.setdefault(path, where)
                 node = node.setdefault(part, {})
         else:
             raise SpecError([Problem(f"cannot set '{part}' inside a {type(node).__name__} value", path, where)])

@@ -222,9 +222,7 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}"
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
                 hint = _fitting(spec, path, step, shape, context)
-                given = spec.locate(("input", "shape"))
-                if shape == tuple(spec.input.shape) and given is not None:  # the first step: say where the input is
-                    hint = "; ".join(filter(None, [hint, f"the input shape is written at {given}"]))
+                hint = "; ".join(filter(None, [hint, spec.sizes_given_elsewhere(path)]))
                 located = (*path, "primitive") if path in spec.swaps() else path  # at the override that swapped it
                 raise SpecError([Problem(message, path, spec.locate(located), hint)]) from None
             try:

@@ -296,6 +296,23 @@ class Spec(_Model):
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
 
+    def sizes_given_elsewhere(self, path: tuple[str | int, ...], scope: tuple[str | int, ...] | None = None) -> str:
+        """Where the sizes used under ``scope`` (default: ``path``) were given, when that is another
+        file or a ``--set`` than where ``path`` is written (``${d} given at child.yaml:4:3``), and the
+        input shape, likewise; ``""`` when all were written beside ``path``."""
+        home = getattr(self.locate(path), "source", None)
+        scope = tuple(path if scope is None else scope)
+        given = []
+        shape = self.locate(("input", "shape"))
+        if shape is not None and getattr(shape, "source", None) != home:
+            given.append(f"the input shape is given at {shape}")
+        for where, name in self._references.items():  # the step's own sizes, and the input's (every step sees it)
+            if tuple(where[: len(scope)]) == scope or where[:1] == ("input",):
+                at = self.locate(("sizes", name))
+                if at is not None and getattr(at, "source", None) != home:
+                    given.append(f"${{{name}}} given at {at}")
+        return "; ".join(dict.fromkeys(given))
+
     def locate(self, path: tuple[str | int, ...]) -> Any:
         """Where ``path`` (or its nearest ancestor) was written, if the spec came from a file."""
         for end in range(len(path), -1, -1):

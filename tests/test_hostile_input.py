@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -226,3 +227,59 @@ def test_weights_of_the_wrong_kind_or_not_finite_are_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "holds NaN or infinite values" in err and "Traceback" not in err
     assert not (tmp_path / "probes").exists()
+
+
+DIGITS = Path(__file__).resolve().parent.parent / "specs" / "crate-digits.yaml"
+
+
+def _child(tmp_path, text: str) -> Path:
+    path = tmp_path / "child.yaml"
+    path.write_text(f"extends: {DIGITS}\n{text}")
+    return path
+
+
+def test_a_size_given_in_a_child_file_is_named_where_a_parent_step_fails(tmp_path):
+    with pytest.raises(SpecError) as caught:
+        cc.validate(_child(tmp_path, "name: odd\nsizes:\n  patch_size: 3\n"))
+    problem = caught.value.problems[0]
+    assert str(problem.location).startswith(str(DIGITS))  # the step that fails is written in the parent
+    assert f"${{patch_size}} given at {tmp_path / 'child.yaml'}:4:3" in problem.hint
+
+
+def test_an_input_set_on_the_command_line_is_named_where_the_first_step_fails():
+    with pytest.raises(SpecError) as caught:
+        cc.validate("crate-digits", ["input.shape=[1,9,9]"])
+    assert "the input shape is given at --set #1 'input.shape=[1,9,9]'" in caught.value.problems[0].hint
+
+
+def test_integers_beyond_64_bits_are_refused_where_written(tmp_path):
+    with pytest.raises(SpecError) as caught:
+        cc.load_spec(_child(tmp_path, "name: big\nsizes:\n  classes: 1000000000000000000000000000000\n"))
+    text = str(caught.value)
+    assert "1e+30 is too large: integers in a spec fit in 64 bits" in text and "child.yaml:3:1: sizes" in text
+    assert "Exception raised from" not in text and len(text.splitlines()) <= 4
+
+
+def test_an_extends_that_cannot_be_read_is_reported_at_the_extends(tmp_path):
+    (tmp_path / "folder").mkdir()
+    child = tmp_path / "child.yaml"
+    child.write_text("name: x\nextends: folder\n")
+    with pytest.raises(SpecError) as caught:
+        cc.load_spec(child)
+    assert str(caught.value.problems[0]) == f"{child}:2:1: extends: {tmp_path / 'folder'}: cannot read spec file: a directory"
+    (tmp_path / "text.yaml").write_text("just a line of text\n")
+    child.write_text("name: x\nextends: text.yaml\n")
+    with pytest.raises(SpecError) as caught:
+        cc.load_spec(child)
+    assert f"in the file extended at {child}:2:1" in caught.value.problems[0].hint
+
+
+def test_override_problems_are_located_at_the_override():
+    with pytest.raises(SpecError) as caught:
+        cc.load_spec("crate-digits", ["encoder.layer[1.args.lambd=0.5"])
+    first = caught.value.problems[0]
+    assert str(first.location) == "--set #1 'encoder.layer[1.args.lambd=0.5'" and "unbalanced brackets" in first.message
+    with pytest.raises(SpecError) as caught:
+        cc.load_spec("crate-digits", ["encoder.lyer.x=1"])  # a key the override creates: its problem is the override's
+    second = caught.value.problems[0]
+    assert str(second.location) == "--set #1 'encoder.lyer.x=1'" and "unknown key 'lyer'" in second.message
