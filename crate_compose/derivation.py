@@ -17,6 +17,8 @@ Loading a spec never derives: the builder does, when it compiles.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from . import registry
 from .errors import Problem, SpecError
 from .shapes import place
@@ -60,7 +62,14 @@ def derive_decoder(spec: Spec, form: str | None = None) -> Stack:
             if rule.primitive is None or args is None:
                 continue
             inverse = registry.get(rule.primitive)
-            args = inverse.args.model_validate(args).model_dump(mode="json")
+            try:
+                args = inverse.args.model_validate(args).model_dump(mode="json")
+            except ValidationError as error:  # the inverse cannot exist at this size (no visible token left)
+                reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})"
+                                    for e in error.errors())
+                message = f"step '{step.name}' ({step.primitive}) cannot be inverted by {rule.primitive}: {reasons}"
+                problems.append(Problem(message, path, spec.locate(path), spec.sizes_given_elsewhere(path)))
+                continue
             derived = Step(name=f"inverse_{step.name}", primitive=rule.primitive, args=args, inverts=owner + step.name)
             (prologue if rule.where == "prologue" else out).insert(0, derived)
         return out

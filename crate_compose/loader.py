@@ -369,8 +369,8 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
     """Replace ``${name}`` by ``sizes[name]``; a whole-string reference keeps the size's type."""
     data = source.data
     sizes_raw = data.get("sizes") or {}
-    if not isinstance(sizes_raw, dict):  # reported by validation; its references cannot resolve
-        source.unresolved.update(_references(data))
+    if not isinstance(sizes_raw, dict):  # reported by validation (at sizes); references elsewhere cannot resolve
+        source.unresolved.update(p for p in _references(data) if p[:1] != ("sizes",))
         return data
     sizes: dict[str, Any] = {}
 
@@ -583,7 +583,7 @@ def _dedupe(references: list[Problem], problems: list[Problem], unresolved: set[
             seen.add(key)
             out.append(problem)
     where = lambda p: (p.location.source, p.location.line, p.location.column) if p.location else ("", 0, 0)  # noqa: E731
-    return sorted(out, key=where)
+    return sorted(out or [*references, *problems], key=where)  # never an error that lists nothing
 
 
 def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -193,8 +194,12 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
     ``meta=True`` builds on the meta device: shapes and parameter counts, no memory, no init cost.
     The global random state is left as it was.
     """
-    value = input_value(spec, dtype)
     shape = tuple(spec.input.shape)
+    if math.prod(shape) * META_BATCH * 8 >= 2**63:  # torch addresses a tensor's bytes with 64 bits
+        message = f"an input of shape {list(shape)} holds {math.prod(shape):.3g} values per sample: more than a tensor can address"
+        raise SpecError([Problem(message, ("input", "shape"), spec.locate(("input", "shape")),
+                                 spec.sizes_given_elsewhere(("input", "shape")))])
+    value = input_value(spec, dtype)
     image = shape if len(shape) == 3 and spec.input.dtype != "int64" else None
     context = registry.Context(image=image)
     named: dict[str, torch.Tensor] = {}
