@@ -227,7 +227,7 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}"
                 message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
                 hint = _fitting(spec, path, step, shape, context)
-                hint = "; ".join(filter(None, [hint, spec.sizes_given_elsewhere(path)]))
+                hint = hint or spec.sizes_given_elsewhere(path)  # a swap is the cause; else name outside sizes
                 located = (*path, "primitive") if path in spec.swaps() else path  # at the override that swapped it
                 raise SpecError([Problem(message, path, spec.locate(located), hint)]) from None
             try:
