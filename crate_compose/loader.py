@@ -31,7 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import registry, yamlread, zoo
 from .errors import Location, Problem, SpecError, did_you_mean, format_path, one_of
-from .spec import PARTS, REFERENCE, Spec
+from .spec import MAX_STEPS, PARTS, REFERENCE, Spec
 
 KeyPath = tuple[str | int, ...]
 
@@ -553,6 +553,7 @@ def resolve(source: Source) -> Spec:
         problems.extend(_pydantic_problems(error, (), source, Spec))
     if references or problems or spec is None:
         raise SpecError(_dedupe(references, problems, source.unresolved))
+    _bounded(spec, source)
     for _, path, steps in spec.step_lists():
         for i, step in enumerate(steps):
             step.args = filled[(*path, i)]
@@ -561,6 +562,18 @@ def resolve(source: Source) -> Spec:
     spec._swaps = {path: _resolved(swap, spec.sizes) for path, swap in source.swaps.items()}
     spec._notes = list(source.notes)
     return spec
+
+
+def _bounded(spec: Spec, source: Source) -> None:
+    """At most MAX_STEPS steps once layers are unrolled (each is placed in a few milliseconds);
+    reported where the largest share is written (a ``depth``, or a list of steps)."""
+    counts = spec.step_counts()
+    total = sum(counts.values())
+    if total > MAX_STEPS:
+        path, count = max(counts.items(), key=lambda item: item[1])
+        message = (f"the network unrolls to {total:,} steps, {count:,} of them from here; at most {MAX_STEPS:,} "
+                   "(a deeper network takes minutes to check and build)")
+        raise SpecError([Problem(message, path, source.locate(path))])
 
 
 def _resolved(swap: Swap, sizes: dict) -> Swap:

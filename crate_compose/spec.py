@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections import Counter
 from typing import Annotated, Any, Iterator, Literal, Union, get_args
 
 from pydantic import (
@@ -23,6 +24,7 @@ from pydantic import (
 
 IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_]*$"
 MAX_DEPTH = 1024  # layers of one stack: deeper than any published network, and placed in seconds
+MAX_STEPS = 1024  # steps of a whole network, layers unrolled (CRATE-Large has 52): placed in about 7 s
 RESERVED = ("preprocess", "encoder", "decoder", "stacks", "head", "input", "output", "cast")
 # Names a step, stack or input may not take: they become attributes of torch.nn.Module and
 # torch.fx.GraphModule objects and names in the generated forward(). Kept without importing torch;
@@ -357,10 +359,24 @@ class Spec(_Model):
     def _stack(self, path: tuple[str, ...]) -> Stack:
         return self.stacks[path[1]] if path[0] == "stacks" else getattr(self, path[0])
 
+    def step_counts(self) -> dict[tuple[str, ...], int]:
+        """Steps each list contributes to the unrolled network (a layer: its steps times the depth;
+        a derived decoder: as many as the encoder), keyed by where the count is written."""
+        counts = {}
+        for _, path, steps in self.step_lists():
+            if not steps:
+                continue
+            depth = self._stack(path).depth if path[-1] == "layer" else 1
+            where = (*path[:-1], "depth") if depth > len(steps) else path  # the larger factor
+            counts[where] = len(steps) * depth
+        if isinstance(self.decoder, Derive):
+            counts[("decoder",)] = sum(n for path, n in counts.items() if path[0] == "encoder")
+        return counts
+
     @model_validator(mode="after")
     def _no_name_clash(self) -> "Spec":
-        once = [s.name for _, path, steps in self.step_lists() if path[-1] != "layer" for s in steps]
-        twice = sorted({name for name in once if once.count(name) > 1})
+        once = Counter(s.name for _, path, steps in self.step_lists() if path[-1] != "layer" for s in steps)
+        twice = sorted(name for name, count in once.items() if count > 1)
         if twice:
             raise ValueError(f"step names {twice} are used in more than one list outside the layers")
         return self

@@ -9,9 +9,10 @@ nor hang, nor exhaust memory, and every refusal is a located :class:`~crate_comp
   ``<<`` (``extends`` does what it would);
 * the text is bounded before it is parsed (:data:`MAX_BYTES`), and the event stream, which PyYAML
   produces without recursion, is checked for nesting (:data:`MAX_DEPTH`) and size (:data:`MAX_NODES`)
-  before any node tree is composed;
+  before any node tree is composed (by libyaml's C parser when PyYAML has it: a file at the limits
+  is refused in a fraction of a second);
 * aliases are expanded while building, against a budget of values (:data:`MAX_VALUES`), so a
-  "billion laughs" stops after 100,000 values instead of filling memory;
+  "billion laughs" stops after 10,000 values instead of filling memory;
 * control characters YAML forbids (NUL, BEL, ESC, ...) are located, and never echoed raw.
 """
 
@@ -28,8 +29,8 @@ KeyPath = tuple[str | int, ...]
 
 MAX_BYTES = 2_000_000  # a spec is a few kilobytes; the largest preset is under 4 KB
 MAX_DEPTH = 64  # nesting of lists and mappings
-MAX_NODES = 100_000  # scalars, lists and mappings as written
-MAX_VALUES = 100_000  # values after aliases are expanded
+MAX_NODES = 10_000  # scalars, lists and mappings as written (the largest shipped spec has 161)
+MAX_VALUES = 10_000  # values after aliases are expanded
 PLAIN_TAGS = frozenset(
     f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map")
 )
@@ -57,9 +58,22 @@ def _reader_problem(error: yaml.reader.ReaderError, text: str, source: str) -> P
 
 
 def _check_events(text: str, source: str) -> None:
-    """Nesting and size, from the event stream (iterative: no recursion, no node tree yet)."""
+    """Nesting and size, from the event stream (iterative: no recursion, no node tree yet). The C
+    parser reads it when available; text it cannot parse is read again by the Python parser, whose
+    messages (and the ones composing the tree gives) are the ones reported."""
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None:
+        try:
+            _count_events(yaml.parse(text, Loader=fast), source)
+            return
+        except yaml.YAMLError:
+            pass
+    _count_events(yaml.parse(text, Loader=yaml.SafeLoader), source)
+
+
+def _count_events(events: Any, source: str) -> None:
     depth = nodes = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in events:
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:

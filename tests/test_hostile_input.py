@@ -84,7 +84,7 @@ def test_an_alias_bomb_stops_at_the_value_budget_quickly(tmp_path):
     began = time.perf_counter()
     _, problems = _problem(tmp_path, text)
     assert time.perf_counter() - began < 5  # 10^9 values, refused after 10^5
-    assert "expands to more than 100,000 values" in problems[0].message
+    assert "expands to more than 10,000 values" in problems[0].message
 
 
 def test_a_huge_file_is_refused_before_it_is_parsed(tmp_path):
@@ -283,3 +283,28 @@ def test_override_problems_are_located_at_the_override():
         cc.load_spec("crate-digits", ["encoder.lyer.x=1"])  # a key the override creates: its problem is the override's
     second = caught.value.problems[0]
     assert str(second.location) == "--set #1 'encoder.lyer.x=1'" and "unknown key 'lyer'" in second.message
+
+
+def _steps(count: int, depth: int = 1) -> str:
+    listed = "\n".join(f"    - {{name: s{i}, primitive: ista, args: {{}}}}" for i in range(count))
+    return f"name: many\nencoder:\n  depth: {depth}\n  layer:\n{listed}\n"
+
+
+def test_a_network_of_more_than_1024_steps_is_refused_where_the_steps_come_from(tmp_path):
+    with pytest.raises(SpecError) as caught:  # a long list of steps
+        cc.load_spec(_child(tmp_path, _steps(1300)))
+    problem = caught.value.problems[0]
+    assert problem.path == ("encoder", "layer") and str(problem.location) == f"{tmp_path / 'child.yaml'}:5:3"
+    assert "unrolls to 1,304 steps, 1,300 of them from here; at most 1,024" in problem.message
+    with pytest.raises(SpecError) as caught:  # a short layer repeated: the depth is to blame
+        cc.load_spec("crate-digits", ["sizes.depth=600"])
+    assert caught.value.problems[0].path == ("encoder", "depth")
+    assert "unrolls to 1,204 steps" in caught.value.problems[0].message
+    assert cc.load_spec(_child(tmp_path, _steps(3, depth=300))).encoder.depth == 300  # 904 steps: allowed
+
+
+def test_more_than_10000_yaml_values_are_refused_before_a_tree_is_built(tmp_path):
+    path = tmp_path / "wide.yaml"
+    path.write_text("name: wide\nsizes:\n" + "".join(f"  s{i}: {i}\n" for i in range(6000)))
+    with pytest.raises(SpecError, match="more than 10,000 values; a spec has a few hundred"):
+        cc.load_spec(path)
