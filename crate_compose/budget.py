@@ -146,19 +146,21 @@ def check(spec: Spec, weights: float, activations: float, what: str, limit: tupl
     raise ResourceError([Problem(message, where, spec.locate(where), hint)])
 
 
-def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit: str | float | None = None) -> Estimate:
-    """Refuse a build whose parameters would not fit; returns the estimate."""
+def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit: str | float | None = None) -> None:
+    """Refuse a build whose parameters would not fit (nothing is estimated when there is no limit)."""
     limit = resolve_limit(memory_limit, device)
+    if limit[0] is None:
+        return
     found = estimate(spec)
     check(spec, found.build_bytes(element_size), 0, f"building {spec.name}", limit, found)
-    return found
 
 
-def check_training(spec: Spec, batch: int, device: str = "cpu", memory_limit: str | float | None = None) -> Estimate:
+def check_training(spec: Spec, batch: int, device: str = "cpu", memory_limit: str | float | None = None) -> None:
     """Refuse a training run whose weights, optimizer state and activations would not fit."""
     limit = resolve_limit(memory_limit, device)
+    if limit[0] is None:
+        return
     found = estimate(spec)
     weights = float(found.parameters) * 4 * ADAMW_COPIES + found.buffers_bytes
     activations = float(batch) * found.activation_bytes_per_sample
     check(spec, weights, activations, f"training {spec.name} with a batch of {batch:,} per process", limit, found)
-    return found

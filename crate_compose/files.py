@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import shutil
 import stat
@@ -97,10 +98,15 @@ def replace_folder(staging: Path, folder: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)  # now the old contents
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name, use_errno=True) if name else None
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name, use_errno=True) if name else None
+    libc = _libc()
     if libc is None or not hasattr(libc, "renameat2"):
         return False
     at_fdcwd, rename_exchange = -100, 2
