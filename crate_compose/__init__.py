@@ -39,7 +39,8 @@ _LAZY = {
     "diagram": ("figures", "diagram"),
     "render": ("figures", "render"),
     **{name: ("registry", name) for name in
-       ("Args", "Context", "Example", "Inverse", "Primitive", "all_primitives", "load_plugins", "primitive")},
+       ("Args", "Context", "Example", "Footprint", "Inverse", "Primitive", "all_primitives", "load_plugins",
+        "primitive")},
     "Residual": ("residual", "Residual"),
     "ResourceError": ("budget", "ResourceError"),
     "json_schema": ("schema", "json_schema"),
@@ -60,7 +61,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .loader import dump as dump_spec
     from .loader import load as load_spec
     from .objectives import masked_reconstruction_loss, reconstruction_loss
-    from .registry import Args, Context, Example, Inverse, Primitive, all_primitives, load_plugins, primitive
+    from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive
     from .budget import ResourceError
     from .residual import Residual
     from .schema import json_schema

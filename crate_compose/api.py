@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from .derivation import explicit
+from .footprints import walk
 from .loader import load as load_spec
 from .spec import Spec
 
@@ -17,11 +19,14 @@ if TYPE_CHECKING:
 
 
 def validate(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
-    """Load ``spec`` and check that it builds (shapes inferred on the meta device, no weights)."""
+    """Load ``spec`` and check that it builds, without weights: through the primitives' footprints
+    when every step has one (no torch imported), else by placing the steps on the meta device,
+    which also says where and why a spec does not build."""
     resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
-    from .builder import compile_spec
+    if walk(explicit(resolved)) is None:
+        from .builder import compile_spec
 
-    compile_spec(resolved, meta=True)
+        compile_spec(resolved, meta=True)
     return resolved
 
 

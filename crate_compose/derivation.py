@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from . import registry
 from .errors import Problem, SpecError
-from .shapes import place
+from .footprints import walk
 from .spec import Derive, Spec, Stack, Step
 
 
@@ -29,11 +29,17 @@ FORMS = ("code", "listing3")
 
 
 def _input_shapes(spec: Spec) -> dict[tuple, tuple[int, ...]]:
-    """Per-sample input shape of each step before the decoder (layer 0 for layer steps), on meta."""
+    """Per-sample input shape of each step before the decoder (layer 0 for layer steps): from the
+    footprints when they settle every step, else placed on the meta device."""
     encoder_only = spec.model_copy(update={"decoder": None, "stacks": {}, "head": []})
+    walked = walk(encoder_only)
+    if walked is None:
+        from .shapes import place
+
+        walked = place(encoder_only, meta=True)
     shapes: dict[tuple, tuple[int, ...]] = {}
-    for placed in place(encoder_only, meta=True):
-        shapes.setdefault(placed.path, placed.input_shape)
+    for step in walked:
+        shapes.setdefault(step.path, step.input_shape)
     return shapes
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import fx
 
 from .builder import spec_of
-from .primitives.embed import patchify
+from .modules.embed import patchify
 
 
 def masked_reconstruction_loss(

@@ -13,18 +13,27 @@ proximal step on a LASSO, ...). It is registered under a name with
   (``None``: the step has no inverse, and deriving a decoder through it is an error);
 * ``consumes`` / ``publishes``: named values besides the token stream that the step reads (extra
   positional inputs, e.g. ``restore``) or writes (extra outputs after the tokens, e.g. ``mask``);
+* ``footprint``: what the step does to shapes, known without building it or importing torch: a
+  function ``f(args, input_shape, context, *consumed_shapes) -> Footprint`` (output shape,
+  parameter shapes, published shapes, residual form) that raises ``ValueError`` for an input the
+  step cannot take. It is optional: with one for every step, ``validate`` answers in a fraction of
+  torch's import time; without, it infers shapes on the meta device. The registry-wide tests
+  check it against the built module for every primitive;
 * ``example``: arguments and a per-sample input shape on which the step builds; the registry-wide
   tests run every primitive on it (shapes, gradients, dtypes, export), so a new entry is tested
   for free;
 * ``measure``: how to measure the objective the step claims to move, and which way it claims to
   move it: a :class:`crate_compose.probes.Objective` or a tuple of them (``None``: the step is no
-  step on a measurable objective); :func:`crate_compose.probes.probe` reads it, layer by layer;
+  step on a measurable objective), or a function of no arguments returning them (so a declaration
+  need not import torch); :func:`crate_compose.probes.probe` reads it, layer by layer;
 * a *factory* ``f(args, input_shape) -> nn.Module``, where ``input_shape`` is the per-sample
   shape of the step's input (batch axis excluded), inferred by the builder. A factory that also
   takes a ``context`` keyword receives the :class:`Context` of the build: what earlier steps
   established about the token stream (the patch grid, the image, whether tokens were dropped).
 
-Built-in primitives live in :mod:`crate_compose.primitives`. Other packages add their own with
+Built-in primitives are declared in :mod:`crate_compose.primitives` (torch-free: arguments,
+footprints, inverse rules) and implemented in :mod:`crate_compose.modules`, which a factory imports
+when it builds. Other packages add their own with
 the :func:`primitive` decorator, either by importing it themselves or through the entry-point
 group ``crate_compose.primitives`` (loaded on first use). A spec only ever names a registered
 primitive: it can never make the tool import code by a dotted path.
@@ -33,6 +42,7 @@ primitive: it can never make the tool import code by a dotted path.
 from __future__ import annotations
 
 import inspect
+from types import FunctionType
 from dataclasses import dataclass, field
 from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any, Callable, Literal
@@ -49,6 +59,7 @@ if TYPE_CHECKING:
 
 Shape = tuple[int, ...]
 Factory = Callable[..., "nn.Module"]
+Measure = "Objective | tuple[Objective, ...] | Callable[[], Objective | tuple[Objective, ...]] | None"
 
 KINDS = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "head", "norm", "attention", "mlp")
 
@@ -77,12 +88,14 @@ class Context:
     ``image``: the ``(C, H, W)`` input, when the input is an image. ``grid``: the ``(h, w)``
     grid of patch tokens, set by a patch embedding (positions read it, so any image shape gets
     the right table). ``shuffled``: tokens were dropped and reordered (a drop-mode mask), so
-    their positions are no longer their order.
+    their positions are no longer their order. ``ids``: the stream is still the network's input
+    of integer token ids (a token embedding turns it into tokens).
     """
 
     image: Shape | None = None
     grid: tuple[int, int] | None = None
     shuffled: bool = False
+    ids: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,20 @@ class Example:
     args: dict[str, Any]
     shape: Shape
     vocab: int | None = None
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one step does to shapes, computed without building it (see ``footprint`` in the module
+    docstring): the per-sample ``output`` shape, the shape of every parameter by its name in the
+    module (``norm.weight``, ``subspaces.weight``), the per-sample shapes of the values it
+    ``publishes`` (in the order of the registration), and whether the step is ``residual``
+    (``skip + branch``, so LayerScale applies to it)."""
+
+    output: Shape
+    parameters: dict[str, Shape] = field(default_factory=dict)
+    publishes: tuple[Shape, ...] = ()
+    residual: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,18 +162,27 @@ class Primitive:
     consumes: tuple[str, ...] = ()
     publishes: tuple[str, ...] = ()
     example: Example | None = None
-    measure: "Objective | tuple[Objective, ...] | None" = None
+    measure: "Measure" = None
+    footprint: Callable[..., Footprint] | None = None
 
     @property
     def measures(self) -> "tuple[Objective, ...]":
         """The step's measures as a tuple (empty when it has none)."""
-        if self.measure is None:
+        measure = self.measure() if isinstance(self.measure, FunctionType) else self.measure  # declared lazily
+        if measure is None:
             return ()
-        return self.measure if isinstance(self.measure, tuple) else (self.measure,)
+        return measure if isinstance(measure, tuple) else (measure,)
 
-    def build(self, args: Args, input_shape: Shape, context: Context | None = None) -> nn.Module:
+    def build(self, args: Args, input_shape: Shape, context: Context | None = None,
+              consumed: tuple[Shape, ...] = ()) -> nn.Module:
+        """The step's module for a per-sample ``input_shape``. A primitive with a footprint checks
+        the input there first (and records what it establishes in ``context``); ``consumed``: the
+        per-sample shapes of the values it consumes."""
+        context = context if context is not None else Context()
+        if self.footprint is not None:
+            self.footprint(args, input_shape, context, *consumed)
         if "context" in inspect.signature(self.factory).parameters:
-            return self.factory(args, input_shape, context=context or Context())
+            return self.factory(args, input_shape, context=context)
         return self.factory(args, input_shape)
 
     def update_for(self, args: Args | dict | None = None) -> str:
@@ -182,7 +218,8 @@ def primitive(
     consumes: tuple[str, ...] = (),
     publishes: tuple[str, ...] = (),
     example: Example | None = None,
-    measure: "Objective | tuple[Objective, ...] | None" = None,
+    measure: "Measure" = None,
+    footprint: Callable[..., Footprint] | None = None,
 ) -> Callable[[Factory], Factory]:
     """Register ``factory`` as the primitive ``name``.
 
@@ -216,6 +253,7 @@ def primitive(
             publishes=publishes,
             example=example,
             measure=measure,
+            footprint=footprint,
         )
         return factory
 

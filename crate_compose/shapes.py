@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 import torch
@@ -27,18 +27,12 @@ from torch.utils._pytree import tree_leaves
 
 from . import registry, ties
 from .errors import Problem, SpecError
+from .footprints import ADDRESSABLE, part_of, start, target, unfit
 from .residual import Residual
 from .spec import Spec, Step
 
 META_BATCH = 2  # batch size of the meta tensors used to infer shapes
 Shape = tuple[int, ...]
-
-
-def target(role: str, layer: int | None, part: str | None, name: str) -> str:
-    """The submodule path: ``preprocess.patch_embed``, ``encoder.layer_3.compress``, ``encoder.norm``."""
-    if role == "preprocess" or role == "head":
-        return f"{role}.{name}"
-    return f"{role}.layer_{layer}.{name}" if part == "layer" else f"{role}.{name}"
 
 
 def tied(spec: Spec) -> dict[str, str]:
@@ -47,12 +41,8 @@ def tied(spec: Spec) -> dict[str, str]:
     out: dict[str, str] = {}
     for role, layer, path, step in spec.stages():
         for own, source in step.tie.items():
-            out[f"{target(role, layer, _part(path), step.name)}.{own}"] = source
+            out[f"{target(role, layer, part_of(path), step.name)}.{own}"] = source
     return out
-
-
-def _part(path: tuple) -> str | None:
-    return path[-2] if isinstance(path[-2], str) and path[-2] in ("pre", "layer", "post") else None
 
 
 def step_seed(seed: int, place: str) -> int:
@@ -194,23 +184,20 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
     ``meta=True`` builds on the meta device: shapes and parameter counts, no memory, no init cost.
     The global random state is left as it was.
     """
-    shape = tuple(spec.input.shape)
-    if math.prod(shape) * META_BATCH * 8 >= 2**63:  # torch addresses a tensor's bytes with 64 bits
+    shape, context = start(spec)
+    if math.prod(shape) * META_BATCH * 8 >= ADDRESSABLE:
         message = f"an input of shape {list(shape)} holds {math.prod(shape):.3g} values per sample: more than a tensor can address"
         raise SpecError([Problem(message, ("input", "shape"), spec.locate(("input", "shape")),
                                  spec.sizes_given_elsewhere(("input", "shape")))])
     value = input_value(spec, dtype)
-    image = shape if len(shape) == 3 and spec.input.dtype != "int64" else None
-    context = registry.Context(image=image)
     named: dict[str, torch.Tensor] = {}
     built: dict[str, nn.Module] = {}  # module path -> module, for weight ties
     device = torch.device("meta") if meta else contextlib.nullcontext()
     with torch.random.fork_rng(devices=[]), device, _default_dtype(dtype), _meta_without_dynamo():
         for role, layer, path, step in spec.stages():
-            part = _part(path)
+            part = part_of(path)
             primitive = registry.get(step.primitive)
             args = primitive.args.model_validate(step.args)
-            where = f"{role} layer {layer}" if layer is not None else role
             missing = [name for name in primitive.consumes if name not in named]
             if missing:
                 message = f"step '{step.name}' ({step.primitive}) needs {missing}, which no earlier step publishes"
@@ -218,18 +205,16 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
             extra = [named[name] for name in primitive.consumes]
             place_name = target(role, layer, part, step.name)
             torch.manual_seed(step_seed(seed, place_name))
+            consumed = tuple(tuple(value.shape[1:]) for value in extra)
+            before = replace(context)
             try:
-                module = primitive.build(args, shape, context)
+                module = primitive.build(args, shape, context, consumed)
                 _layer_scale(module, step, shape)
                 tally = Tally()
                 output = infer(module, value, *extra, tally=tally)
             except Exception as error:  # a shape the primitive cannot take, reported where the step is written
                 reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}"
-                message = f"step '{step.name}' ({step.primitive}, {where}) cannot take input of shape {shape}: {reason}"
-                hint = _fitting(spec, path, step, shape, context)
-                hint = hint or spec.sizes_given_elsewhere(path)  # a swap is the cause; else name outside sizes
-                located = (*path, "primitive") if path in spec.swaps() else path  # at the override that swapped it
-                raise SpecError([Problem(message, path, spec.locate(located), hint)]) from None
+                raise unfit(spec, role, layer, path, step, shape, before, reason, builds_on_meta) from None
             try:
                 ties.apply(module, step.name, step.tie, built)
             except ValueError as error:
@@ -240,9 +225,26 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 output, *values = output
                 published = dict(zip(primitive.publishes, values))
                 named.update(published)
+            if primitive.footprint is not None:
+                _agrees(primitive.footprint(args, shape, before, *consumed), module, output, published, step)
             yield Placed(role, layer, part, path, step, primitive, place_name, module, shape,
                          list(primitive.consumes), output, published, tally.bytes)
             value, shape = output, tuple(output.shape[1:])
+
+
+def _agrees(footprint: registry.Footprint, module: nn.Module, output: torch.Tensor,
+            published: dict[str, torch.Tensor], step: Step) -> None:
+    """The module built and run agrees with its primitive's footprint (shapes, parameters, form);
+    ``validate`` trusts footprints, so a disagreement is a bug of the primitive's declaration."""
+    built = registry.Footprint(
+        tuple(output.shape[1:]),
+        {name: tuple(p.shape) for name, p in module.named_parameters() if name != "layer_scale"},
+        tuple(tuple(value.shape[1:]) for value in published.values()),
+        isinstance(module, Residual),
+    )
+    if built != footprint:
+        raise RuntimeError(f"primitive {step.primitive!r}: its footprint {footprint} disagrees with the module it "
+                           f"builds, {built} (a bug in the primitive's declaration)")
 
 
 def _first_line(error: Exception) -> str:
@@ -274,24 +276,13 @@ def _is_residual(primitive: registry.Primitive) -> bool:
     return isinstance(module, Residual)
 
 
-def _fitting(spec: Spec, path: tuple, step: Step, shape: Shape, context: registry.Context) -> str:
-    """For a swapped step that cannot take its input: the primitives of the same kind that can."""
-    swap = spec.swaps().get(path)
-    if swap is None or registry.get(swap.primitive) is None:
-        return ""
-    swapped, kind = swap.primitive, registry.get(swap.primitive).kind
-    fits = []
-    for name, primitive in registry.all_primitives().items():
-        if primitive.kind != kind or primitive.consumes:
-            continue
-        offered = {**swap.args, **step.args}
-        accepted = {k: v for k, v in offered.items() if k in primitive.args.model_fields}
-        try:
-            args = primitive.args.model_validate(accepted)
-            with torch.device("meta"):
-                module = primitive.build(args, shape, registry.Context(context.image, context.grid, context.shuffled))
-            infer(module, torch.empty((META_BATCH, *shape), device="meta"))
-        except Exception:
-            continue
-        fits.append(name)
-    return f"swapped from {swapped}; {kind} steps that fit here: {', '.join(fits) or 'none'}"
+def builds_on_meta(primitive: registry.Primitive, args: registry.Args, shape: Shape,
+                   context: registry.Context) -> bool:
+    """Whether a primitive without a footprint builds and runs on this input (on meta tensors)."""
+    try:
+        with torch.device("meta"):
+            module = primitive.build(args, shape, replace(context))
+        infer(module, torch.empty((META_BATCH, *shape), device="meta"))
+    except Exception:
+        return False
+    return True

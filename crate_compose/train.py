@@ -44,7 +44,7 @@ from .builder import compile_spec
 from .errors import WorkbenchError
 from .data import Data, load_data
 from .objectives import masked_reconstruction_loss, patch_size_of
-from .primitives.embed import patchify
+from .modules.embed import patchify
 from .settings import AUGMENTATIONS, METRIC, TASKS, Settings
 from .shapes import step_seed
 

@@ -162,7 +162,7 @@ def test_half_precision_follows_float32(name, dtype, scale):
 def test_half_builds_compute_statistics_in_float32():
     """Where a half build would overflow without float32 statistics: MSSA-type attention logits
     (AoT without LayerNorm), the denoiser's memberships and TSSA's moments, on float16 tokens of 1000."""
-    from crate_compose.primitives.precision import LayerNorm, softmax
+    from crate_compose.modules.precision import LayerNorm, softmax
 
     x = torch.full((1, 4, 8), 1000.0, dtype=torch.float16)
     assert torch.isfinite(LayerNorm(8).half()(x * torch.arange(8, dtype=torch.float16))).all()

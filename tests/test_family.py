@@ -14,7 +14,7 @@ import torch
 import crate_compose as cc
 from crate_compose import cli, shapes
 from crate_compose.errors import SpecError
-from crate_compose.primitives.embed import sincos_2d
+from crate_compose.modules.embed import sincos_2d
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = cc.presets()

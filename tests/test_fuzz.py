@@ -14,7 +14,10 @@ cheapest build that still infers every shape, on the meta device, without weight
   values).
 
 An input passes when it builds, or when it raises :class:`crate_compose.SpecError` whose every
-problem has a message and whose text holds no traceback. Any other exception fails the test, and
+problem has a message and whose text holds no traceback. What ``validate`` answers without torch
+(the footprint walk, crate_compose/footprints.py) must agree: it never certifies a spec that does
+not build (and then with the built shapes and parameter count), never refuses one that builds, and
+words a refusal exactly as placement does. Any other exception fails the test, and
 so does an input that takes more than ``CRATE_FUZZ_HANG_S`` seconds (default 10: a hang guard, not a
 speed goal) or more than 4 GiB of address space beyond what the process already holds.
 
@@ -57,6 +60,8 @@ from hypothesis import strategies as st
 
 import crate_compose as cc
 from crate_compose import SpecError, loader
+from crate_compose.derivation import explicit
+from crate_compose.footprints import parameter_count, walk
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -110,12 +115,15 @@ def builds_or_refuses(path: Path, overrides: list[str] = (), fuzzing: bool = Tru
     084; the loader now refuses a depth over 1024).
     """
     start = time.monotonic()
+    walked: Any = "not walked"
     try:
         with guarded():
             spec = cc.load_spec(path, overrides=list(overrides))
             if fuzzing and GRAY_LAYERS[0] < layers(spec) < GRAY_LAYERS[1]:
                 return "slow"
-            cc.compile_spec(spec, meta=True)
+            walked = _walk(spec)
+            model = cc.compile_spec(spec, meta=True)
+            _walk_agrees(walked, model)
     except Hang as hang:  # an ordinary failure from here on, so that hypothesis shrinks it
         raise AssertionError(f"hang: {hang}") from None
     except Exception as error:
@@ -126,6 +134,9 @@ def builds_or_refuses(path: Path, overrides: list[str] = (), fuzzing: bool = Tru
             raise
         if fuzzing and TOLERATE_KNOWN and not error.problems and re.search(KNOWN_SIGNATURES[0], signature):
             return f"known escape: {signature[:60]}"
+        assert not isinstance(walked, list), f"the footprint walk certified a spec placement refuses: {error}"
+        assert not isinstance(walked, str) or walked in ("not walked", str(error)), \
+            f"the walk and placement word a problem differently:\n{walked}\n{error}"
         assert error.problems, f"a SpecError without problems: {signature!r}"
         for problem in error.problems:
             assert isinstance(problem.message, str) and problem.message.strip(), f"a problem without a message: {problem!r}"
@@ -137,6 +148,25 @@ def builds_or_refuses(path: Path, overrides: list[str] = (), fuzzing: bool = Tru
     took = time.monotonic() - start
     assert took < HANG_S, f"hang: answered after {took:.0f} s"  # in case an alarm was swallowed
     return outcome
+
+
+def _walk(spec: cc.Spec) -> Any:
+    """What ``validate`` answers from the footprints: the walked steps, ``None`` (left to placement),
+    or the text of the SpecError it raises (any other exception escapes)."""
+    try:
+        return walk(explicit(spec))
+    except SpecError as error:
+        return str(error)
+
+
+def _walk_agrees(walked: Any, model) -> None:
+    """A spec that builds: the walk did not refuse it, and what it certified is what was built."""
+    assert not isinstance(walked, str), f"the footprint walk refuses a spec that builds: {walked}"
+    if walked is not None:
+        outputs = [n.meta["shape"][1:] for n in model.graph.nodes if n.op == "call_module" and n.meta.get("step")
+                   and n.meta.get("shape") is not None]
+        assert [w.footprint.output for w in walked if not w.footprint.publishes] == [tuple(o) for o in outputs]
+        assert parameter_count(walked) == sum(p.numel() for p in model.parameters())
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -2,8 +2,9 @@
 
 Timings live in ``benchmarks/startup.py``; these tests check the causes, which do not depend on
 the machine: ``--help`` and bad arguments never import torch; a wrong path or a YAML syntax
-error is reported before torch is imported; shape inference never imports ``torch._dynamo``
-(1.6 s of start-up), for every spec shipped.
+error is reported before torch is imported; ``validate``, ``list`` and ``schema`` never import it
+(the primitives' footprints settle every shipped spec); shape inference on the meta device
+never imports ``torch._dynamo`` (1.6 s of start-up).
 """
 
 from __future__ import annotations
@@ -62,11 +63,19 @@ def test_a_wrong_path_or_a_syntax_error_is_reported_before_torch_loads(tmp_path)
     assert seen["loaded"] == []
 
 
+def test_validate_never_imports_torch():
+    """Every shipped spec and preset validates through the footprints alone, overrides included."""
+    seen = _run(*(["validate", spec] for spec in SPECS), ["validate", "crate-tiny", "--set", "sizes.depth=3"],
+                ["validate", "crate-mae-small"])
+    assert seen["statuses"] == [0] * (len(SPECS) + 2), seen["stderr"]
+    assert seen["loaded"] == []
+
+
 def test_shape_inference_never_imports_dynamo():
-    """Every shipped spec validates and inspects without importing torch._dynamo; the spans that
-    spare it (crate_compose.shapes._meta_without_dynamo) leave no mark behind."""
-    seen = _run(*(["validate", spec] for spec in SPECS), ["inspect", "crate-alpha-base16"])
-    assert seen["statuses"] == [0] * (len(SPECS) + 1), seen["stderr"]
+    """Every shipped spec is inspected (placed on the meta device) without importing torch._dynamo;
+    the spans that spare it (crate_compose.shapes._meta_without_dynamo) leave no mark behind."""
+    seen = _run(*(["inspect", spec] for spec in SPECS))
+    assert seen["statuses"] == [0] * len(SPECS), seen["stderr"]
     assert seen["loaded"] == ["torch"]
 
 
@@ -74,12 +83,12 @@ def test_the_marks_are_removed_after_inference():
     script = """
 import sys, torch, crate_compose as cc
 from crate_compose import shapes
-cc.validate("specs/crate.yaml")
+cc.inspect("specs/crate.yaml")
 marked = shapes._mark_references()  # all unmarked after inference, so all are marked again here
 assert len(marked) > 50, f"torch wraps its references differently now: {len(marked)} marked"
 for function in marked:
     delattr(function, "__dynamo_disable")
-cc.validate("specs/crate.yaml")
+cc.inspect("specs/crate.yaml")
 assert not [f for f in marked if hasattr(f, "__dynamo_disable")], "a mark outlived inference"
 print("ok")
 """
@@ -89,14 +98,14 @@ print("ok")
 
 @pytest.mark.parametrize("command", [["list", "primitives"], ["schema"], ["list", "zoo"]])
 def test_listing_commands_load_no_builder(command):
-    """list and schema need the primitives' argument models (and so torch), never the builder,
-    the figures or the training code."""
+    """list and schema need the primitives' declarations, never torch, the builder, the figures or
+    the training code."""
     script = f"""
 import contextlib, io, sys
 from crate_compose import cli
 with contextlib.redirect_stdout(io.StringIO()):
     assert cli.main({command!r}) == 0
-heavy = [m for m in ("crate_compose.builder", "crate_compose.figures", "crate_compose.train", "graphviz",
+heavy = [m for m in ("torch", "crate_compose.builder", "crate_compose.figures", "crate_compose.train", "graphviz",
                      "matplotlib", "safetensors", "torch._dynamo") if m in sys.modules]
 print(heavy)
 """

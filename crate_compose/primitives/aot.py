@@ -23,66 +23,16 @@ The book adds LayerNorm before the attention only for language tasks (``norm: fa
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import Field
-from torch import nn
 
-from ..probes import coding_rate_measure
-from ..registry import Args, Example, Shape, primitive, token_dim
-from ..residual import Residual
+from ..registry import Args, Example, Footprint, Shape, primitive, token_dim
 from .compress import head_dim_of
-from .precision import LayerNorm, float32, softmax
+from .parts import layernorm, linear
 
-
-class AoT(Residual):
-    """``x + eta * sum_k U_k U_k^T Z phi(Z^T U_k U_k^T Z)`` (book eq. 5.3.2), as a residual step."""
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        head_dim: int,
-        *,
-        variant: Literal["mssa", "mhsa"] = "mssa",
-        phi: Literal["softmax", "threshold"] = "softmax",
-        tau: float = 0.6,
-        scale: float = 1.0,
-        step_size: float = 1.0,
-        norm: bool = False,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.heads, self.head_dim, self.variant, self.phi = heads, head_dim, variant, phi
-        self.tau, self.scale, self.step_size = tau, scale, step_size
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        if variant == "mssa":
-            self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
-        else:
-            self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=False)  # Q, K, V
-            self.out = nn.Linear(heads * head_dim, dim, bias=False)  # O
-
-    def weights(self, scores: torch.Tensor) -> torch.Tensor:
-        """``phi`` applied to each query's row of scores ``(B, K, n, n)``."""
-        attn = softmax(scores, dim=-1)  # float32 for half builds
-        if self.phi == "threshold":  # h(x) = tau if x > tau else 0 (Theorem 5.1)
-            attn = torch.where(attn > self.tau, torch.full_like(attn, self.tau), torch.zeros_like(attn))
-        return attn
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        u = self.norm(x)  # (B, n, d)
-        if self.variant == "mssa":
-            w = self.subspaces(u).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)  # (B, K, n, p)
-            q = k = v = w
-            back = self.subspaces.weight  # (K*p, d): h @ U^T in rows
-        else:
-            qkv = self.qkv(u).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, K, n, p)
-            back = self.out.weight.t()  # (K*p, d)
-        scores = self.scale * float32(q) @ float32(k).transpose(-1, -2)  # (B, K, n, n), float32 for half builds
-        h = self.weights(scores).to(v.dtype) @ v  # (B, K, n, p)
-        return x, self.step_size * (h.transpose(1, 2).flatten(2) @ back)  # (B, n, d)
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class AoTArgs(Args):
@@ -132,15 +82,13 @@ def _update(args: AoTArgs) -> str:
     update=_update,
     description="Attention-only transformer layer: self-attention with the output tied to U and a skip, no MLP.",
     example=Example(args={"heads": 2, "step_size": 0.5}, shape=(8, 16)),
-    # AoT-MSSA compresses against its shared U; AoT-MHSA has no shared subspaces (separate Q, K, V): no reading
-    measure=coding_rate_measure(
-        "down",
-        subspaces=lambda module: module.subspaces.weight.t() if module.variant == "mssa" else None,
-        description="R^c(Z | U) against the step's own U (variant mssa only; mhsa has no shared subspaces)",
-    ),
+    measure=lambda: _measure(),
+    footprint=lambda args, shape, context: _footprint(args, shape),
 )
 def aot(args: AoTArgs, shape: Shape) -> nn.Module:
-    dim = token_dim(shape, "aot")
+    from ..modules.aot import AoT
+
+    dim = shape[-1]
     return AoT(
         dim,
         args.heads,
@@ -152,4 +100,28 @@ def aot(args: AoTArgs, shape: Shape) -> nn.Module:
         step_size=args.step_size,
         norm=args.norm,
         eps=args.eps,
+    )
+
+
+def _footprint(args: AoTArgs, shape: Shape) -> Footprint:
+    """On tokens ``(n, d)``: ``U: d -> K*p`` (mssa) or ``Q, K, V: d -> 3K*p`` and ``O: K*p -> d``
+    (mhsa), all without bias, and ``LN(d)`` when normalized; residual, same shape out."""
+    dim = token_dim(shape, "aot")
+    width = args.heads * head_dim_of(args.heads, args.head_dim, dim)
+    parameters = layernorm("norm", dim, present=args.norm)
+    if args.variant == "mssa":
+        parameters.update(linear("subspaces", dim, width, bias=False))
+    else:
+        parameters.update({**linear("qkv", dim, 3 * width, bias=False), **linear("out", width, dim, bias=False)})
+    return Footprint(shape, parameters, residual=True)
+
+
+def _measure():
+    from ..probes import coding_rate_measure
+
+    # AoT-MSSA compresses against its shared U; AoT-MHSA has no shared subspaces (separate Q, K, V): no reading
+    return coding_rate_measure(
+        "down",
+        subspaces=lambda module: module.subspaces.weight.t() if module.variant == "mssa" else None,
+        description="R^c(Z | U) against the step's own U (variant mssa only; mhsa has no shared subspaces)",
     )

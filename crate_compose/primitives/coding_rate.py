@@ -16,50 +16,15 @@ a softmax (003 eq. 10-12); this step is for small models and for checking that a
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
 from pydantic import Field
-from torch import nn
 
-from ..probes import coding_rate_measure
-from ..registry import Args, Example, Shape, primitive, token_dim
-from ..residual import Residual
-from .compress import head_dim_of
-from .precision import LayerNorm
+from ..registry import Args, Example, Footprint, Shape, primitive, token_dim
+from .compress import head_dim_of, subspace_parameters
 
-
-class CodingRateStep(Residual):
-    """``x - kappa * grad R^c(LN x | U)``: one exact gradient step on the coding rate (003 eq. 9)."""
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        head_dim: int,
-        *,
-        precision: float = 0.5,
-        kappa: float = 1.0,
-        norm: bool = True,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.heads, self.head_dim, self.precision, self.kappa = heads, head_dim, precision, kappa
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
-
-    def gradient(self, u: torch.Tensor) -> torch.Tensor:
-        """``grad_u R^c(u | U)`` of shape ``(B, n, d)`` for tokens ``u`` of shape ``(B, n, d)``."""
-        n, p = u.shape[-2], self.head_dim
-        a = p / (n * self.precision**2)
-        w = self.subspaces(u).unflatten(-1, (self.heads, p)).transpose(1, 2)  # (B, K, n, p)
-        solve_dtype = torch.promote_types(u.dtype, torch.float32)  # no LU in half precision
-        wt = w.transpose(-1, -2).to(solve_dtype)  # (B, K, p, n)
-        gram = torch.eye(p, dtype=solve_dtype, device=u.device) + a * wt @ wt.transpose(-1, -2)  # (B, K, p, p)
-        # w (I + a w^T w)^{-1} = (gram^{-1} w^T)^T, gram being symmetric
-        h = torch.linalg.solve(gram, wt).transpose(-1, -2).to(u.dtype)  # (B, K, n, p)
-        return a * h.transpose(1, 2).flatten(2) @ self.subspaces.weight  # (B, n, d): sum_k h_k U_k^T
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, -self.kappa * self.gradient(self.norm(x))
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class CodingRateArgs(Args):
@@ -83,10 +48,15 @@ class CodingRateArgs(Args):
     + (",  gradient at LN Z" if args.norm else ""),
     description="Exact gradient step on the coding rate against K subspaces (what MSSA approximates).",
     example=Example(args={"heads": 2}, shape=(8, 16)),
-    measure=coding_rate_measure("down", description="R^c(LN Z | U), the objective the step is an exact gradient step on"),
+    measure=lambda: _measure(),
+    footprint=lambda args, shape, context: Footprint(
+        shape, subspace_parameters(args, token_dim(shape, "coding_rate_step")), residual=True
+    ),
 )
 def coding_rate_step(args: CodingRateArgs, shape: Shape) -> nn.Module:
-    dim = token_dim(shape, "coding_rate_step")
+    from ..modules.coding_rate import CodingRateStep
+
+    dim = shape[-1]
     return CodingRateStep(
         dim,
         args.heads,
@@ -96,3 +66,9 @@ def coding_rate_step(args: CodingRateArgs, shape: Shape) -> nn.Module:
         norm=args.norm,
         eps=args.eps,
     )
+
+
+def _measure():
+    from ..probes import coding_rate_measure
+
+    return coding_rate_measure("down", description="R^c(LN Z | U), the objective the step is an exact gradient step on")

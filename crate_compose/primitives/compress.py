@@ -13,81 +13,15 @@ and, with the step size kappa of eq. 10 (``kappa`` set; ``c = kappa p / (n eps^2
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
-from ..decoding import DecodingError, Growing, causal_attention
-from ..probes import coding_rate_measure
-from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
-from ..residual import Residual
-from .precision import LayerNorm
+from ..registry import Args, Example, Footprint, Inverse, Shape, primitive, token_dim
+from .parts import layernorm, linear
 
-
-class MSSA(Residual):
-    """``x + MSSA(LN x | U)``: one step of gradient descent on R^c (003 eq. 10-12, 115).
-
-    Shapes: ``x`` is ``(B, n, d)``; ``U`` maps ``d -> K*p``; heads are ``(B, K, n, p)``.
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        head_dim: int,
-        *,
-        output: Literal["learned", "tied"] = "learned",
-        bias: bool = True,
-        causal: bool = False,
-        step_size: float = 1.0,
-        norm: bool = True,
-        eps: float = 1e-5,
-        kappa: float | None = None,
-        rate_eps: float = 0.5,
-    ) -> None:
-        super().__init__()
-        self.heads, self.head_dim, self.causal, self.step_size = heads, head_dim, causal, step_size
-        self.kappa, self.rate_eps = kappa, rate_eps
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
-        self.out = nn.Linear(heads * head_dim, dim, bias=bias) if output == "learned" else None
-
-    def heads_of(self, x: torch.Tensor) -> torch.Tensor:
-        """``U_k^T x`` for every head: ``(B, K, n, p)``; ``x`` already normalized."""
-        return self.subspaces(x).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
-
-    def attend(self, x: torch.Tensor) -> torch.Tensor:
-        """``concat_k SSA(x | U_k)`` of shape ``(B, n, K*p)``; ``x`` already normalized."""
-        w = self.heads_of(x)  # (B, K, n, p)
-        h = F.scaled_dot_product_attention(w, w, w, is_causal=self.causal)  # softmax(w w^T p^-1/2) w
-        return h.transpose(1, 2).flatten(2)  # (B, n, K*p)
-
-    def decode(self, x: torch.Tensor, cache: Growing | None) -> tuple[torch.Tensor, Growing]:
-        """Causal MSSA on new tokens ``x`` given the cached ``U^T z`` of earlier ones (book eq. 5.3.26-5.3.31):
-        one cache, as query = key = value."""
-        if self.kappa is not None:
-            raise DecodingError("mssa with kappa scales by the number of tokens N, which grows while decoding")
-        cache = cache or Growing()
-        w = self.heads_of(self.norm(x))  # (B, K, s, p)
-        past = cache.extend(w)  # (B, K, t, p), the new tokens included
-        h = causal_attention(w, past, past).transpose(1, 2).flatten(2)
-        return self.combine(x, self.project(h)), cache
-
-    def project(self, h: torch.Tensor) -> torch.Tensor:
-        """Back to tokens: the learned output, or (tied) ``eta * h U^T`` in row notation."""
-        if self.out is None:
-            return self.step_size * (h @ self.subspaces.weight)
-        return self.out(h)
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        branch = self.project(self.attend(self.norm(x)))
-        if self.kappa is None:
-            return x, branch
-        c = self.kappa * self.head_dim / (x.shape[1] * self.rate_eps**2)  # kappa p / (N eps^2), eq. 10
-        return (1 - c) * x, c * branch
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class SubspaceAttentionArgs(Args):
@@ -158,28 +92,39 @@ def mssa_update(args: SubspaceAttentionArgs, sign: str = "+", skip: str = "Z", s
         forms={"listing3": Inverse("mssa_ascent", lambda args, shape: {**_ascent_args(args), "residual": "normalized"})},
     ),
     example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
-    measure=coding_rate_measure("down", description="R^c(LN Z | U) against the step's own U (003 eq. 7; Fig. 3)"),
+    measure=lambda: _descent_measure(),
+    footprint=lambda args, shape, context: subspace_attention_footprint(args, shape, "mssa"),
 )
 def mssa(args: MSSAArgs, shape: Shape) -> nn.Module:
-    return mssa_module(MSSA, args, token_dim(shape, "mssa"), kappa=args.kappa, rate_eps=args.rate_eps)
+    from ..modules.compress import MSSA, mssa_module
+
+    return mssa_module(MSSA, args, shape[-1], kappa=args.kappa, rate_eps=args.rate_eps)
+
+
+def _descent_measure():
+    from ..probes import coding_rate_measure
+
+    return coding_rate_measure("down", description="R^c(LN Z | U) against the step's own U (003 eq. 7; Fig. 3)")
+
+
+def subspace_parameters(args: Args, dim: int) -> dict[str, Shape]:
+    """``LN(d)`` when ``args.norm`` and the subspaces ``U = [U_1 .. U_K]: d -> K*p`` without bias:
+    the parameters of every step that projects tokens onto K subspaces."""
+    width = args.heads * head_dim_of(args.heads, args.head_dim, dim)
+    return {**layernorm("norm", dim, present=args.norm), **linear("subspaces", dim, width, bias=False)}
+
+
+def subspace_attention_footprint(args: SubspaceAttentionArgs, shape: Shape, name: str) -> Footprint:
+    """A step of MSSA's form on tokens ``(n, d)``: ``LN(d)``, ``U: d -> K*p`` without bias, and the
+    learned output ``K*p -> d`` (none when tied); residual, same shape out."""
+    dim = token_dim(shape, name)
+    width = args.heads * head_dim_of(args.heads, args.head_dim, dim)
+    parameters = subspace_parameters(args, dim)
+    if args.output == "learned":
+        parameters.update(linear("out", width, dim, bias=args.bias))
+    return Footprint(shape, parameters, residual=True)
 
 
 def _ascent_args(args: MSSAArgs) -> dict:
     """The ascent step's arguments: the same form, without eq. 10's step size (no paper inverts it)."""
     return args.model_dump(exclude={"kappa", "rate_eps"})
-
-
-def mssa_module(cls: type[MSSA], args: SubspaceAttentionArgs, dim: int, **extra) -> MSSA:
-    """An MSSA-form module of class ``cls`` from spec arguments."""
-    return cls(
-        dim,
-        args.heads,
-        head_dim_of(args.heads, args.head_dim, dim),
-        output=args.output,
-        bias=args.bias,
-        causal=args.causal,
-        step_size=args.step_size,
-        norm=args.norm,
-        eps=args.eps,
-        **extra,
-    )

@@ -12,33 +12,15 @@ MSSA's attention generalizes, 003 Sec. 2.3) and there is no residual.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
 from pydantic import Field
-from torch import nn
 
-from ..probes import Objective, Reading, subspace_residual
-from ..registry import Args, Example, Shape, primitive, token_dim
-from .compress import head_dim_of
-from .precision import LayerNorm, float32, softmax
+from ..registry import Args, Example, Footprint, Shape, primitive, token_dim
+from .compress import head_dim_of, subspace_parameters
 
-
-class SubspaceDenoiser(nn.Module):
-    """``sum_k U_k softmax_k(||U_k^T z||^2 / (2 sigma^2)) U_k^T z`` for every token (003 eq. 6)."""
-
-    tokenwise = True  # each token alone (cached decoding)
-
-    def __init__(
-        self, dim: int, heads: int, head_dim: int, *, sigma: float = 1.0, norm: bool = False, eps: float = 1e-5
-    ) -> None:
-        super().__init__()
-        self.heads, self.head_dim, self.sigma = heads, head_dim, sigma
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.subspaces(self.norm(x)).unflatten(-1, (self.heads, self.head_dim))  # (B, n, K, p): U_k^T z
-        pi = softmax(float32(w).pow(2).sum(-1) / (2 * self.sigma**2), dim=-1).to(w.dtype)  # (B, n, K) memberships
-        return (pi.unsqueeze(-1) * w).flatten(2) @ self.subspaces.weight  # (B, n, d): sum_k U_k pi_k U_k^T z
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class DenoiseArgs(Args):
@@ -58,7 +40,22 @@ class DenoiseArgs(Args):
     update=lambda args: "Σ_k U_k softmax_k(‖U_kᵀZ‖² / 2σ²) U_kᵀZ" + (",  Z ← LN Z" if args.norm else ""),
     description="Subspace denoiser: projects each token onto K subspaces and averages with posterior memberships.",
     example=Example(args={"heads": 2}, shape=(8, 16)),
-    measure=Objective(
+    measure=lambda: _measure(),
+    footprint=lambda args, shape, context: Footprint(shape, subspace_parameters(args, token_dim(shape, "denoise"))),
+)
+def denoise(args: DenoiseArgs, shape: Shape) -> nn.Module:
+    from ..modules.denoise import SubspaceDenoiser
+
+    dim = shape[-1]
+    return SubspaceDenoiser(
+        dim, args.heads, head_dim_of(args.heads, args.head_dim, dim), sigma=args.sigma, norm=args.norm, eps=args.eps
+    )
+
+
+def _measure():
+    from ..probes import Objective, Reading, subspace_residual
+
+    return Objective(
         "subspace_residual",
         "down",
         lambda module, inputs, output, **_: Reading(
@@ -67,10 +64,4 @@ class DenoiseArgs(Args):
         ),
         "min_k ‖(I − P_k) z‖ / ‖z‖",
         "mean relative distance of the tokens to their nearest subspace span(U_k) (what eq. 6 reduces)",
-    ),
-)
-def denoise(args: DenoiseArgs, shape: Shape) -> nn.Module:
-    dim = token_dim(shape, "denoise")
-    return SubspaceDenoiser(
-        dim, args.heads, head_dim_of(args.heads, args.head_dim, dim), sigma=args.sigma, norm=args.norm, eps=args.eps
     )

@@ -15,17 +15,16 @@ So one CRATE-MAE decoder layer is ``y = LN_a(x) E^T; out = y - MSSA(LN_b y)`` (c
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
-from ..probes import coding_rate_measure
-from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
-from .compress import MSSA, SubspaceAttentionArgs, mssa_module, mssa_update
-from .precision import LayerNorm
+from ..registry import Args, Example, Footprint, Inverse, Shape, primitive, token_dim
+from .compress import SubspaceAttentionArgs, mssa_update, subspace_attention_footprint
+from .parts import layernorm
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class AscentArgs(SubspaceAttentionArgs):
@@ -45,20 +44,6 @@ class AscentArgs(SubspaceAttentionArgs):
     )
 
 
-class MSSAAscent(MSSA):
-    """``y - MSSA(LN_b y | V)``: a gradient *ascent* step on R^c (001 eq. 2.16); with
-    ``residual='normalized'``, ``LN_b y - MSSA(LN_b y | V)`` (Listing 3)."""
-
-    def __init__(self, *args, residual: str = "input", **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.residual = residual
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        y = self.norm(x)
-        skip = y if self.residual == "normalized" else x
-        return skip, -self.project(self.attend(y))
-
-
 def _ascent_update(args: AscentArgs) -> str:
     skip = ("LN Z" if args.norm else "Z") if args.residual == "normalized" else "Z"
     return mssa_update(args, sign="−", skip=skip, subspaces="V")
@@ -74,23 +59,20 @@ def _ascent_update(args: AscentArgs) -> str:
     description="Inverse of the MSSA step: one step of ascent on the coding rate, with its own subspaces V.",
     inverse=Inverse("mssa", lambda args, shape: args.model_dump(exclude={"residual"})),
     example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
-    measure=coding_rate_measure("up", description="R^c(LN Z | V) against the step's own V: ascent (001 eq. 2.16)"),
+    measure=lambda: _ascent_measure(),
+    footprint=lambda args, shape, context: subspace_attention_footprint(args, shape, "mssa_ascent"),
 )
 def mssa_ascent(args: AscentArgs, shape: Shape) -> nn.Module:
-    return mssa_module(MSSAAscent, args, token_dim(shape, "mssa_ascent"), residual=args.residual)
+    from ..modules.compress import mssa_module
+    from ..modules.diffuse import MSSAAscent
+
+    return mssa_module(MSSAAscent, args, shape[-1], residual=args.residual)
 
 
-class Dictionary(nn.Module):
-    """``LN_a(x) E^T``: synthesize tokens from sparse codes with a learned dictionary E (001 Listing 3)."""
+def _ascent_measure():
+    from ..probes import coding_rate_measure
 
-    def __init__(self, dim: int, *, norm: bool = True, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.dictionary = nn.Parameter(torch.empty(dim, dim))  # E, as nn.Linear(d, d, bias=False)
-        nn.init.kaiming_uniform_(self.dictionary, a=5**0.5)  # nn.Linear's default init
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.norm(x), self.dictionary)
+    return coding_rate_measure("up", description="R^c(LN Z | V) against the step's own V: ascent (001 eq. 2.16)")
 
 
 class DictionaryArgs(Args):
@@ -107,6 +89,15 @@ class DictionaryArgs(Args):
     update=lambda args: "E · LN Z" if args.norm else "E · Z",
     description="Inverse of the ISTA step: a learned linear dictionary E applied to normalized codes.",
     example=Example({}, (16, 32)),
+    footprint=lambda args, shape, context: _dictionary_footprint(args, shape, context),
 )
 def dictionary(args: DictionaryArgs, shape: Shape) -> nn.Module:
-    return Dictionary(token_dim(shape, "dictionary"), norm=args.norm, eps=args.eps)
+    from ..modules.diffuse import Dictionary
+
+    return Dictionary(shape[-1], norm=args.norm, eps=args.eps)
+
+
+def _dictionary_footprint(args: DictionaryArgs, shape: Shape, context) -> Footprint:
+    """``LN(d)`` and ``E: (d, d)`` on tokens ``(n, d)``; same shape out."""
+    dim = token_dim(shape, "dictionary")
+    return Footprint(shape, {**layernorm("norm", dim, present=args.norm), "dictionary": (dim, dim)})

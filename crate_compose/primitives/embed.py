@@ -10,48 +10,15 @@ sine-cosine table of MAE / CRATE-MAE, laid out on the grid the patch embedding p
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import Field
-from torch import nn
 
-from ..registry import Args, Context, Example, Inverse, Shape, primitive, token_dim
-from .precision import LayerNorm
+from ..registry import Args, Context, Example, Footprint, Inverse, Shape, primitive, token_dim
+from .parts import conv2d, layernorm, linear
 
-
-def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
-    """``(B, C, H, W) -> (B, (H/P)(W/P), P*P*C)``, pixels in ``(p1 p2 c)`` order (einops
-    ``'b c (h p1) (w p2) -> b (h w) (p1 p2 c)'``)."""
-    b, c, h, w = images.shape
-    x = images.reshape(b, c, h // patch, patch, w // patch, patch)
-    return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // patch) * (w // patch), patch * patch * c)
-
-
-class PatchEmbed(nn.Module):
-    """``LN -> Linear -> LN`` on flattened patches (003 Algorithm 1, ``to_patch_embedding``)."""
-
-    def __init__(self, channels: int, patch_size: int, dim: int, *, norm: bool = True) -> None:
-        super().__init__()
-        self.patch_size = patch_size
-        patch_dim = channels * patch_size * patch_size
-        self.norm_in = LayerNorm(patch_dim) if norm else nn.Identity()
-        self.project = nn.Linear(patch_dim, dim)
-        self.norm_out = LayerNorm(dim) if norm else nn.Identity()
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.norm_out(self.project(self.norm_in(patchify(images, self.patch_size))))
-
-
-class ConvPatchEmbed(nn.Module):
-    """``Conv2d(C, d, P, stride P)`` then flatten the grid row by row: ``(B, C, H, W) -> (B, hw, d)``."""
-
-    def __init__(self, channels: int, patch_size: int, dim: int) -> None:
-        super().__init__()
-        self.project = nn.Conv2d(channels, dim, patch_size, stride=patch_size)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.project(images).flatten(2).transpose(1, 2)  # (B, d, h, w) -> (B, hw, d)
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class PatchEmbedArgs(Args):
@@ -101,19 +68,32 @@ def _patch_update(args: PatchEmbedArgs) -> str:
     description="Split images into P x P patches and embed them: LN -> Linear -> LN, or a strided Conv2d.",
     inverse=TO_PIXELS,
     example=Example({"patch_size": 8, "dim": 32}, (3, 32, 32)),
+    footprint=lambda args, shape, context: _patch_footprint(args, shape, context),
 )
-def patch_embed(args: PatchEmbedArgs, shape: Shape, context: Context) -> nn.Module:
+def patch_embed(args: PatchEmbedArgs, shape: Shape) -> nn.Module:
+    from ..modules.embed import ConvPatchEmbed, PatchEmbed
+
+    if args.projection == "conv":
+        return ConvPatchEmbed(shape[0], args.patch_size, args.dim)
+    return PatchEmbed(shape[0], args.patch_size, args.dim, norm=args.norm)
+
+
+def _patch_footprint(args: PatchEmbedArgs, shape: Shape, context: Context) -> Footprint:
+    """Images ``(C, H, W)`` to ``(H/P * W/P, d)`` tokens; sets the patch grid of the build."""
     c, h, w = image_shape(shape, "patch_embed")
     if context.image is None:  # the network's input is not an image: int64 token ids
         raise ValueError("patch_embed takes float images; this network's input is int64 token ids (use token_embed)")
     if h % args.patch_size or w % args.patch_size:
         raise ValueError(f"image size {h}x{w} is not divisible by patch_size={args.patch_size}")
     context.grid = (h // args.patch_size, w // args.patch_size)
+    tokens, flat = context.grid[0] * context.grid[1], c * args.patch_size**2
     if args.projection == "conv":
         if args.norm:
             raise ValueError("projection 'conv' has no LayerNorms (as the authors' code): set norm: false")
-        return ConvPatchEmbed(c, args.patch_size, args.dim)
-    return PatchEmbed(c, args.patch_size, args.dim, norm=args.norm)
+        return Footprint((tokens, args.dim), conv2d("project", c, args.dim, args.patch_size))
+    parameters = {**layernorm("norm_in", flat, present=args.norm), **linear("project", flat, args.dim),
+                  **layernorm("norm_out", args.dim, present=args.norm)}
+    return Footprint((tokens, args.dim), parameters)
 
 
 def image_shape(shape: Shape, name: str) -> tuple[int, int, int]:
@@ -121,19 +101,6 @@ def image_shape(shape: Shape, name: str) -> tuple[int, int, int]:
     if len(shape) != 3:
         raise ValueError(f"{name} takes images of shape (C, H, W); got input of shape {shape}")
     return shape  # type: ignore[return-value]
-
-
-class ClassToken(nn.Module):
-    """Prepend a learned class token (init randn, 003 Alg. 1): ``(B, n, d) -> (B, n+1, d)``."""
-
-    def __init__(self, dim: int, *, init: str = "randn") -> None:
-        super().__init__()
-        self.token = nn.Parameter(torch.randn(1, 1, dim))
-        if init == "trunc_normal":  # ToST / XCiT: truncated normal, std 0.02
-            nn.init.trunc_normal_(self.token, std=0.02)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)
 
 
 class ClassTokenArgs(Args):
@@ -152,51 +119,17 @@ class ClassTokenArgs(Args):
     description="Prepend a learned class token.",
     inverse=Inverse("drop_tokens", lambda args, shape: {"count": 1}),
     example=Example({}, (16, 32)),
+    footprint=lambda args, shape, context: _class_token_footprint(shape),
 )
 def class_token(args: ClassTokenArgs, shape: Shape) -> nn.Module:
-    return ClassToken(token_dim(shape, "class_token"), init=args.init)
+    from ..modules.embed import ClassToken
+
+    return ClassToken(shape[-1], init=args.init)
 
 
-def sincos_2d(dim: int, grid: tuple[int, int], leading: int = 0) -> torch.Tensor:
-    """The fixed 2-D sine-cosine table of MAE: ``(leading + h*w, dim)``; leading rows are zero.
-
-    Half of the features encode the row, half the column; each half is ``[sin(pos w), cos(pos w)]``
-    with frequencies ``w_i = 10000^(-i / (dim/4))``.
-    """
-    if dim % 4:
-        raise ValueError(f"sine-cosine positions need d divisible by 4; got d={dim}")
-    h, w = grid
-    omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim / 4))
-    rows, cols = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
-
-    def encode(pos: torch.Tensor) -> torch.Tensor:
-        angles = pos.reshape(-1, 1) * omega
-        return torch.cat([angles.sin(), angles.cos()], dim=1)
-
-    # MAE's convention: the first half encodes the width coordinate, the second the height.
-    table = torch.cat([encode(cols), encode(rows)], dim=1)
-    return torch.cat([torch.zeros(leading, dim, dtype=torch.float64), table]).float()
-
-
-class Positions(nn.Module):
-    """Add a position embedding of shape ``(1, N, d)`` (003 Alg. 1; 001 Sec. 3); a sequence of
-    ``n <= N`` tokens gets its first ``n`` rows (a language model's shorter contexts)."""
-
-    def __init__(self, tokens: int, dim: int, *, table: torch.Tensor | None = None, trainable: bool = True) -> None:
-        super().__init__()
-        init = torch.randn(1, tokens, dim) if table is None else table.reshape(1, tokens, dim).clone()
-        self.embedding = nn.Parameter(init, requires_grad=trainable)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decode(x, 0)[0]
-
-    def decode(self, x: torch.Tensor, offset: int | None) -> tuple[torch.Tensor, int]:
-        """Positions ``offset .. offset + n - 1`` for ``n`` new tokens; the state is the tokens seen."""
-        offset = offset or 0
-        end = offset + x.shape[1]
-        if end > self.embedding.shape[1]:
-            raise ValueError(f"{end} tokens, but the position table holds {self.embedding.shape[1]} (the context size)")
-        return x + self.embedding[:, offset:end], end
+def _class_token_footprint(shape: Shape) -> Footprint:
+    n, d = shape[0], token_dim(shape, "class_token")
+    return Footprint((n + 1, d), {"token": (1, 1, d)})
 
 
 class PositionsArgs(Args):
@@ -240,30 +173,24 @@ def _grid(args: PositionsArgs, tokens: int, context: Context) -> tuple[int, int]
         forms={"listing3": Inverse("positions", lambda args, shape: args.model_dump(), where="prologue")},
     ),
     example=Example({"init": "randn"}, (17, 32)),
+    footprint=lambda args, shape, context: _positions_footprint(args, shape, context),
 )
 def positions(args: PositionsArgs, shape: Shape, context: Context) -> nn.Module:
+    from ..modules.embed import Positions, position_table
+
+    grid = _grid(args, shape[0], context) if args.init == "sincos2d" else None
+    return Positions(*shape, table=position_table(args.init, *shape, grid=grid), trainable=args.trainable)
+
+
+def _positions_footprint(args: PositionsArgs, shape: Shape, context: Context) -> Footprint:
+    """Tokens ``(n, d)`` in, the same out; the table ``(1, n, d)`` is a parameter (frozen or not)."""
     dim = token_dim(shape, "positions")
     in_order(context, "positions")
-    tokens = shape[0]
-    table = None
-    if args.init == "normal":
-        table = torch.randn(tokens, dim) * 0.02
-    elif args.init == "sincos2d":
-        grid = _grid(args, tokens, context)
-        table = sincos_2d(dim, grid, leading=tokens - grid[0] * grid[1])
-    return Positions(tokens, dim, table=table, trainable=args.trainable)
-
-
-class PixelHead(nn.Module):
-    """``LN -> Linear(d, P*P*C)``: predict each token's patch of pixels, ``(p1 p2 c)`` order (001 Sec. 3)."""
-
-    def __init__(self, dim: int, patch_size: int, channels: int, *, norm: bool = True, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.predict = nn.Linear(dim, patch_size * patch_size * channels)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.predict(self.norm(x))
+    if args.init == "sincos2d":
+        _grid(args, shape[0], context)
+        if dim % 4:
+            raise ValueError(f"sine-cosine positions need d divisible by 4; got d={dim}")
+    return Footprint(shape, {"embedding": (1, *shape)})
 
 
 class PixelHeadArgs(Args):
@@ -282,23 +209,26 @@ class PixelHeadArgs(Args):
     update="W · LN Z + b → pixels",
     description="Inverse of patch_embed: predict the P x P x C pixels of every token ((p1 p2 c) order).",
     example=Example({"patch_size": 8, "channels": 3}, (16, 32)),
+    footprint=lambda args, shape, context: _pixel_footprint(args, shape, context),
 )
 def pixel_head(args: PixelHeadArgs, shape: Shape, context: Context) -> nn.Module:
+    from ..modules.embed import PixelHead
+
+    return PixelHead(shape[-1], args.patch_size, _channels(args, context), norm=args.norm, eps=args.eps)
+
+
+def _channels(args: PixelHeadArgs, context: Context) -> int:
     channels = args.channels or (context.image[0] if context.image else None)
     if channels is None:
         raise ValueError("pixel_head needs channels: the input is not an image, so give channels")
-    return PixelHead(token_dim(shape, "pixel_head"), args.patch_size, channels, norm=args.norm, eps=args.eps)
+    return channels
 
 
-class DropTokens(nn.Module):
-    """Drop the first ``count`` tokens (the class token): ``(B, n, d) -> (B, n - count, d)``."""
-
-    def __init__(self, count: int) -> None:
-        super().__init__()
-        self.count = count
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, self.count :]
+def _pixel_footprint(args: PixelHeadArgs, shape: Shape, context: Context) -> Footprint:
+    """Tokens ``(n, d)`` to ``(n, P*P*C)`` pixels: ``LN(d)`` and ``Linear(d, P*P*C)``."""
+    n, d = shape[0], token_dim(shape, "pixel_head")
+    pixels = args.patch_size**2 * _channels(args, context)
+    return Footprint((n, pixels), {**layernorm("norm", d, present=args.norm), **linear("predict", d, pixels)})
 
 
 class DropTokensArgs(Args):
@@ -314,9 +244,16 @@ class DropTokensArgs(Args):
     update="Z[:, k:]",
     description="Inverse of class_token: drop leading tokens so only image tokens remain.",
     example=Example({"count": 1}, (17, 32)),
+    footprint=lambda args, shape, context: _drop_footprint(args, shape),
 )
 def drop_tokens(args: DropTokensArgs, shape: Shape) -> nn.Module:
-    token_dim(shape, "drop_tokens")  # tokens (n, d) only
+    from ..modules.embed import DropTokens
+
+    return DropTokens(args.count)
+
+
+def _drop_footprint(args: DropTokensArgs, shape: Shape) -> Footprint:
+    d = token_dim(shape, "drop_tokens")  # tokens (n, d) only
     if shape[0] <= args.count:
         raise ValueError(f"cannot drop {args.count} tokens from {shape[0]}")
-    return DropTokens(args.count)
+    return Footprint((shape[0] - args.count, d))

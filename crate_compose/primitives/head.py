@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import Field
-from torch import nn
 
-from ..registry import Args, Example, Shape, primitive, token_dim
-from .precision import LayerNorm
+from ..registry import Args, Example, Footprint, Shape, primitive, token_dim
+from .parts import layernorm, linear
 
-
-class Classify(nn.Module):
-    """Pool the tokens (class token or mean), then ``LN -> Linear(d, classes)`` (003 Alg. 1)."""
-
-    def __init__(self, dim: int, classes: int, *, pool: str = "cls", norm: bool = True, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.pool = pool
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.classifier = nn.Linear(dim, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x[:, 0] if self.pool == "cls" else x.mean(dim=1)  # (B, d)
-        return self.classifier(self.norm(z))
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class ClassifyArgs(Args):
@@ -43,6 +30,16 @@ class ClassifyArgs(Args):
                                   else ("z_cls" if args.pool == "cls" else "mean Z")) + " + b",
     description="Classification head: pool tokens (class token or mean), LayerNorm, Linear.",
     example=Example({"classes": 10}, (17, 32)),
+    footprint=lambda args, shape, context: _footprint(args, shape),
 )
 def classify(args: ClassifyArgs, shape: Shape) -> nn.Module:
-    return Classify(token_dim(shape, "classify"), args.classes, pool=args.pool, norm=args.norm, eps=args.eps)
+    from ..modules.head import Classify
+
+    return Classify(shape[-1], args.classes, pool=args.pool, norm=args.norm, eps=args.eps)
+
+
+def _footprint(args: ClassifyArgs, shape: Shape) -> Footprint:
+    """Tokens ``(n, d)`` to ``(classes,)`` logits: ``LN(d)`` and ``Linear(d, classes)``."""
+    dim = token_dim(shape, "classify")
+    return Footprint((args.classes,), {**layernorm("norm", dim, present=args.norm),
+                                       **linear("classifier", dim, args.classes)})

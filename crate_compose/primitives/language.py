@@ -10,27 +10,14 @@ so cached decoding runs them on the new tokens only.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
 from pydantic import Field
-from torch import nn
 
-from ..registry import Args, Example, Shape, primitive, token_dim
+from ..registry import Args, Example, Footprint, Shape, primitive, token_dim
 
-
-class TokenEmbedding(nn.Module):
-    """``(B, n)`` token ids -> ``(B, n, d)`` rows of ``E`` (GPT-2: init N(0, 0.02^2))."""
-
-    tokenwise = True  # each output token depends on its own id only (cached decoding)
-
-    def __init__(self, vocab: int, dim: int, *, std: float = 0.02) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab, dim))  # E, the name GPT-2 and nn.Embedding use
-        nn.init.normal_(self.weight, std=std)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if ids.is_floating_point():
-            raise ValueError("token_embed takes integer token ids (set input.dtype: int64)")
-        return nn.functional.embedding(ids, self.weight)
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class TokenEmbedArgs(Args):
@@ -48,26 +35,19 @@ class TokenEmbedArgs(Args):
     update="E[ids]",
     description="Token embedding: look up each token id in a learned (vocab, d) table.",
     example=Example({"vocab": 50, "dim": 16}, (12,), vocab=50),
+    footprint=lambda args, shape, context: _embed_footprint(args, shape),
 )
 def token_embed(args: TokenEmbedArgs, shape: Shape) -> nn.Module:
-    if len(shape) != 1:
-        raise ValueError(f"token_embed takes a sequence of token ids of shape (n,); got input of shape {shape}")
+    from ..modules.language import TokenEmbedding
+
     return TokenEmbedding(args.vocab, args.dim, std=args.std)
 
 
-class LMHead(nn.Module):
-    """``(B, n, d)`` -> ``(B, n, V)`` logits ``z W^T`` (+ b), one distribution per position."""
-
-    tokenwise = True
-
-    def __init__(self, dim: int, vocab: int, *, bias: bool = False) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab, dim))  # W; tied to E in GPT-2 and causal CRATE
-        nn.init.normal_(self.weight, std=0.02)
-        self.bias = nn.Parameter(torch.zeros(vocab)) if bias else None
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(z, self.weight, self.bias)
+def _embed_footprint(args: TokenEmbedArgs, shape: Shape) -> Footprint:
+    """Token ids ``(n,)`` to ``(n, d)`` rows of ``E: (vocab, d)``."""
+    if len(shape) != 1:
+        raise ValueError(f"token_embed takes a sequence of token ids of shape (n,); got input of shape {shape}")
+    return Footprint((shape[0], args.dim), {"weight": (args.vocab, args.dim)})
 
 
 class LMHeadArgs(Args):
@@ -85,6 +65,16 @@ class LMHeadArgs(Args):
     description="Language-model head: logits over the vocabulary at every position (tie it to the embedding "
     "with tie: {weight: preprocess.NAME.weight}).",
     example=Example({"vocab": 50}, (12, 16)),
+    footprint=lambda args, shape, context: _head_footprint(args, shape),
 )
 def lm_head(args: LMHeadArgs, shape: Shape) -> nn.Module:
-    return LMHead(token_dim(shape, "lm_head"), args.vocab, bias=args.bias)
+    from ..modules.language import LMHead
+
+    return LMHead(shape[-1], args.vocab, bias=args.bias)
+
+
+def _head_footprint(args: LMHeadArgs, shape: Shape) -> Footprint:
+    """Tokens ``(n, d)`` to ``(n, vocab)`` logits: ``W: (vocab, d)``, a bias ``(vocab,)`` if asked."""
+    dim = token_dim(shape, "lm_head")
+    parameters = {"weight": (args.vocab, dim), **({"bias": (args.vocab,)} if args.bias else {})}
+    return Footprint((shape[0], args.vocab), parameters)

@@ -13,42 +13,14 @@ permutation that puts shuffled tokens back), which later steps and the loss read
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import Field
-from torch import nn
 
-from ..registry import Args, Context, Example, Inverse, Shape, primitive, token_dim
+from ..registry import Args, Context, Example, Footprint, Inverse, Shape, primitive, token_dim
 
-
-def _mask_token(dim: int) -> nn.Parameter:
-    token = nn.Parameter(torch.zeros(1, 1, dim))
-    nn.init.normal_(token, std=0.02)  # as MAE
-    return token
-
-
-class Mask(nn.Module):
-    """Hide ``ratio`` of the tokens after the first ``skip`` (a class token is never hidden)."""
-
-    def __init__(self, dim: int, tokens: int, *, ratio: float, mode: str, skip: int) -> None:
-        super().__init__()
-        self.tokens, self.skip, self.mode = tokens, skip, mode
-        self.keep = tokens - int(round(tokens * ratio))
-        self.mask_token = _mask_token(dim) if mode == "replace" else None
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        prefix, tokens = x[:, : self.skip], x[:, self.skip :]  # (B, s, d), (B, m, d)
-        order = torch.rand(x.shape[0], self.tokens, device=x.device).argsort(dim=1)  # visible first
-        restore = order.argsort(dim=1)
-        hidden = (torch.arange(self.tokens, device=x.device) >= self.keep).to(x.dtype)
-        mask = hidden.expand(x.shape[0], -1).gather(1, restore)  # (B, m), 1 = hidden
-        if self.mask_token is not None:
-            tokens = torch.where(mask.unsqueeze(-1) > 0, self.mask_token.to(x.dtype), tokens)
-        else:
-            index = order[:, : self.keep].unsqueeze(-1).expand(-1, -1, x.shape[-1])
-            tokens = tokens.gather(1, index)  # (B, keep, d)
-        return torch.cat([prefix, tokens], dim=1), mask, restore
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class MaskArgs(Args):
@@ -79,32 +51,27 @@ def _unmask_rule(args: MaskArgs, shape: Shape) -> dict | None:
     inverse=Inverse("unmask", _unmask_rule, where="prologue"),
     publishes=("mask", "restore"),
     example=Example({"ratio": 0.5, "mode": "replace"}, (16, 32)),
+    footprint=lambda args, shape, context: _mask_footprint(args, shape, context),
 )
-def mask(args: MaskArgs, shape: Shape, context: Context) -> nn.Module:
+def mask(args: MaskArgs, shape: Shape) -> nn.Module:
+    from ..modules.mask import Mask
+
+    return Mask(shape[-1], shape[0] - args.skip, ratio=args.ratio, mode=args.mode, skip=args.skip)
+
+
+def _mask_footprint(args: MaskArgs, shape: Shape, context: Context) -> Footprint:
+    """Tokens ``(n, d)``; ``m = n - skip`` of them can be hidden and ``keep = m - round(m * ratio)``
+    stay visible. Out: ``(n, d)`` (replace) or ``(skip + keep, d)`` (drop); ``mask`` and
+    ``restore`` have ``m`` entries per sample."""
+    dim = token_dim(shape, "mask")
     tokens = shape[0] - args.skip
     if tokens < 1:
         raise ValueError(f"skip={args.skip} leaves no tokens to mask out of {shape[0]}")
     if args.mode == "drop":
         context.shuffled = True
-    return Mask(token_dim(shape, "mask"), tokens, ratio=args.ratio, mode=args.mode, skip=args.skip)
-
-
-class Unmask(nn.Module):
-    """Put mask tokens back where tokens were dropped, restoring the original order.
-
-    Tokens before the visible ones (a class token added after masking) are kept in front.
-    """
-
-    def __init__(self, dim: int, tokens: int, *, skip: int) -> None:
-        super().__init__()
-        self.tokens, self.skip = tokens, skip
-        self.mask_token = _mask_token(dim)
-
-    def forward(self, x: torch.Tensor, restore: torch.Tensor) -> torch.Tensor:
-        prefix, visible = x[:, : self.skip], x[:, self.skip :]
-        fill = self.mask_token.to(x.dtype).expand(x.shape[0], self.tokens - visible.shape[1], -1)
-        index = restore.unsqueeze(-1).expand(-1, -1, x.shape[-1])
-        return torch.cat([prefix, torch.cat([visible, fill], dim=1).gather(1, index)], dim=1)
+        keep = tokens - int(round(tokens * args.ratio))
+        return Footprint((args.skip + keep, dim), publishes=((tokens,), (tokens,)))
+    return Footprint(shape, {"mask_token": (1, 1, dim)}, publishes=((tokens,), (tokens,)))
 
 
 class UnmaskArgs(Args):
@@ -122,10 +89,22 @@ class UnmaskArgs(Args):
     description="Inverse of mask (drop mode): insert learned mask tokens and unshuffle.",
     consumes=("restore",),
     example=Example({"tokens": 16, "visible": 8}, (8, 32)),
+    footprint=lambda args, shape, context, restore=None: _unmask_footprint(args, shape, context, restore),
 )
-def unmask(args: UnmaskArgs, shape: Shape, context: Context) -> nn.Module:
+def unmask(args: UnmaskArgs, shape: Shape) -> nn.Module:
+    from ..modules.mask import Unmask
+
+    return Unmask(shape[-1], args.tokens, skip=shape[0] - args.visible)
+
+
+def _unmask_footprint(args: UnmaskArgs, shape: Shape, context: Context, restore: Shape | None) -> Footprint:
+    """``skip + visible`` tokens in, ``skip + tokens`` out, in their original order (``restore``:
+    the per-sample shape of the mask's restoring order, when known)."""
+    dim = token_dim(shape, "unmask")
     skip = shape[0] - args.visible
     if skip < 0 or args.visible > args.tokens:
         raise ValueError(f"{shape[0]} input tokens cannot hold {args.visible} visible tokens of {args.tokens}")
+    if restore is not None and tuple(restore) != (args.tokens,):
+        raise ValueError(f"unmask puts back {args.tokens} tokens, but the mask's restore order has {restore[0]}")
     context.shuffled = False  # every token is back in its place
-    return Unmask(token_dim(shape, "unmask"), args.tokens, skip=skip)
+    return Footprint((skip + args.tokens, dim), {"mask_token": (1, 1, dim)})

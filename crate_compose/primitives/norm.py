@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from torch import nn
+from typing import TYPE_CHECKING
 
-from ..registry import Args, Example, Inverse, Shape, primitive
-from .precision import LayerNorm
+from pydantic import Field
+
+from ..registry import Args, Example, Footprint, Inverse, Shape, primitive
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class LayerNormArgs(Args):
@@ -26,6 +29,9 @@ class LayerNormArgs(Args):
     # authors' CRATE-MAE code does with its encoder's final LayerNorm: the decoder steps normalize anyway.
     inverse=Inverse(None),
     example=Example({"eps": 1e-6}, (16, 32)),
+    footprint=lambda args, shape, context: Footprint(shape, {"weight": (shape[-1],), "bias": (shape[-1],)}),
 )
 def layernorm(args: LayerNormArgs, shape: Shape) -> nn.Module:
+    from ..modules.precision import LayerNorm
+
     return LayerNorm(shape[-1], eps=args.eps)

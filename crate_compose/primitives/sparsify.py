@@ -20,45 +20,15 @@ Two more steps on the same objective:
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
+
 from pydantic import Field
-from torch import nn
 
-from ..probes import lasso_measure, sparsity_measures
-from ..registry import Args, Example, Inverse, Shape, primitive, token_dim
-from ..residual import Residual
-from .precision import LayerNorm
+from ..registry import Args, Example, Footprint, Inverse, Shape, primitive, token_dim
+from .parts import layernorm
 
-
-class ISTA(nn.Module):
-    """``ISTA(LN z | D)``: one proximal-gradient step on ``lambda ||x||_1 + 1/2 ||z - D x||^2`` (003 eq. 17)."""
-
-    tokenwise = True  # each token alone (cached decoding)
-
-    def __init__(
-        self,
-        dim: int,
-        *,
-        step_size: float = 0.1,
-        lambd: float = 0.1,
-        threshold: str = "relu",
-        norm: bool = True,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.step_size, self.lambd, self.threshold = step_size, lambd, threshold
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.dictionary = nn.Parameter(torch.empty(dim, dim))  # D
-        nn.init.kaiming_uniform_(self.dictionary)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        u = self.norm(z)  # (B, n, d)
-        grad = F.linear(u - F.linear(u, self.dictionary), self.dictionary.t())  # D^T (u - D u), columns
-        step = u + self.step_size * grad
-        if self.threshold == "soft":  # S_{eta lambda}, 003 eq. 116-117
-            return F.softshrink(step, self.step_size * self.lambd)
-        return F.relu(step - self.step_size * self.lambd)
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class ISTAArgs(Args):
@@ -76,12 +46,45 @@ TO_DICTIONARY = Inverse("dictionary", lambda args, shape: {"norm": args.norm})
 
 def _ista(threshold: str):
     def factory(args: ISTAArgs, shape: Shape) -> nn.Module:
-        dim = token_dim(shape, "ista")
+        from ..modules.sparsify import ISTA
+
         return ISTA(
-            dim, step_size=args.step_size, lambd=args.lambd, threshold=threshold, norm=args.norm, eps=args.eps
+            shape[-1], step_size=args.step_size, lambd=args.lambd, threshold=threshold, norm=args.norm, eps=args.eps
         )
 
     return factory
+
+
+def _dictionary_footprint(args: Args, shape: Shape, name: str, atoms: int = 1) -> Footprint:
+    """Tokens ``(n, d)`` in, the same out: ``LN(d)`` when normalized and a dictionary ``D`` of
+    shape ``(d, atoms * d)`` (ista_odl: and its synthesis ``D1``, the same shape, residual)."""
+    dim = token_dim(shape, name)
+    parameters = {**layernorm("norm", dim, present=args.norm), "dictionary": (dim, atoms * dim)}
+    if name != "ista_odl":
+        return Footprint(shape, parameters)
+    return Footprint(shape, {**parameters, "synthesis": (dim, atoms * dim)}, residual=True)
+
+
+def _lasso_measures():
+    from ..probes import lasso_measure, sparsity_measures
+
+    return (*sparsity_measures(), lasso_measure())
+
+
+def _sparsity_measures():
+    from ..probes import sparsity_measures
+
+    return sparsity_measures()
+
+
+def _code_measures():
+    """Measured on the code a2 (recomputed from the input), not on the output, which adds the residual back."""
+    from ..probes import lasso_measure, sparsity_measures
+
+    def code(module, inputs, output):
+        return module.code(inputs[0])
+
+    return (*sparsity_measures(code, start=False), lasso_measure(code, start="zero"))
 
 
 def _with_ln(update: str):
@@ -98,8 +101,10 @@ primitive(
     description="Non-negative ISTA step: sparse-codes tokens against a complete dictionary D.",
     inverse=TO_DICTIONARY,
     example=Example(args={}, shape=(8, 16)),
-    measure=(*sparsity_measures(), lasso_measure()),
+    measure=_lasso_measures,
+    footprint=lambda args, shape, context: _dictionary_footprint(args, shape, "ista"),
 )(_ista("relu"))
+
 
 primitive(
     "ista_soft",
@@ -111,47 +116,9 @@ primitive(
     description="Two-sided soft-threshold ISTA step (ablation, 003 App. B.5: 67.6% vs 70.8%).",
     inverse=TO_DICTIONARY,
     example=Example(args={"lambd": 0.5}, shape=(8, 16)),
-    measure=(*sparsity_measures(), lasso_measure()),
+    measure=_lasso_measures,
+    footprint=lambda args, shape, context: _dictionary_footprint(args, shape, "ista"),
 )(_ista("soft"))
-
-
-# ------------------------------------------------------------------ majorization-minimization (003 eq. 92)
-
-
-class ISTAMM(nn.Module):
-    """``ReLU((1 + 4/(9(1+alpha))) D^* LN(z) - 4 lambda/(9 alpha))``: one proximal MM step (003 eq. 77-92).
-
-    The step minimizes a quadratic majorizer of ``lambda ||Z||_1 + chi_{Z >= 0} - R(Z)`` with
-    ``R(Z) = 1/2 logdet(I + alpha Z^* Z)``, ``alpha = d / (N eps^2)`` (003 eq. 77), around the
-    post-compression iterate rotated by an orthogonal dictionary ``D``. In rows: ``u @ D``. No skip.
-    With ``alpha`` not given, it is computed from its definition for the tokens at hand
-    (``d`` features, ``N`` tokens, precision ``eps`` of the coding rate); the paper leaves it a
-    hyperparameter and reports no value.
-    """
-
-    tokenwise = True  # each token alone (cached decoding)
-
-    def __init__(
-        self,
-        dim: int,
-        *,
-        alpha: float | None = None,
-        precision: float = 0.5,
-        lambd: float = 0.1,
-        norm: bool = True,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.alpha, self.precision, self.lambd = alpha, precision, lambd
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.dictionary = nn.Parameter(torch.empty(dim, dim))  # D (orthogonal in the derivation; learned here)
-        nn.init.kaiming_uniform_(self.dictionary)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        u = self.norm(z)  # (B, n, d)
-        alpha = self.alpha if self.alpha is not None else z.shape[-1] / (z.shape[-2] * self.precision**2)
-        gain = 1 + 4 / (9 * (1 + alpha))  # eq. 86: the minimizer of the majorizer
-        return F.relu(gain * (u @ self.dictionary) - 4 * self.lambd / (9 * alpha))  # eq. 87-88, 92
 
 
 class ISTAMMArgs(Args):
@@ -182,66 +149,20 @@ class ISTAMMArgs(Args):
     "(ablation, 003 Table 3: 68.6% vs 70.8%).",
     inverse=TO_DICTIONARY,
     example=Example(args={"lambd": 0.1}, shape=(8, 16)),
-    measure=sparsity_measures(),
+    measure=_sparsity_measures,
+    footprint=lambda args, shape, context: _dictionary_footprint(args, shape, "ista_mm"),
 )
 def ista_mm(args: ISTAMMArgs, shape: Shape) -> nn.Module:
+    from ..modules.sparsify import ISTAMM
+
     return ISTAMM(
-        token_dim(shape, "ista_mm"),
+        shape[-1],
         alpha=args.alpha,
         precision=args.precision,
         lambd=args.lambd,
         norm=args.norm,
         eps=args.eps,
     )
-
-
-# ------------------------------------------------------------------ overcomplete dictionary learning (CRATE-alpha)
-
-
-class ISTAODL(Residual):
-    """``x + ISTA_2(LN x | D) D1^T``: two non-negative ISTA steps from 0, overcomplete (CRATE-alpha).
-
-    ``D`` (``dictionary``) and ``D1`` (``synthesis``; the authors' ``D`` and ``D1``) have shape
-    ``(d, ratio*d)``; in rows, with ``u = LN(x)``::
-
-        a1  = ReLU(eta u D - eta lambda)                      # first step from a = 0
-        a2  = ReLU(a1 - eta (a1 D^T - u) D - eta lambda)      # second step
-        out = x + a2 D1^T
-
-    No inverse: the step's output is a token (the code is decoded by ``D1`` and added back), not a
-    sparse code, so the ``dictionary`` synthesis that undoes ISTA (001 Listing 3) does not undo it,
-    and no paper derives a decoder step for it.
-    """
-
-    tokenwise = True  # each token alone (cached decoding)
-
-    def __init__(
-        self,
-        dim: int,
-        *,
-        ratio: int = 4,
-        step_size: float = 0.1,
-        lambd: float = 0.1,
-        norm: bool = True,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.step_size, self.lambd = step_size, lambd
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.dictionary = nn.Parameter(torch.empty(dim, ratio * dim))  # D
-        self.synthesis = nn.Parameter(torch.empty(dim, ratio * dim))  # D1
-        nn.init.kaiming_uniform_(self.dictionary)
-        nn.init.kaiming_uniform_(self.synthesis)
-
-    def code(self, x: torch.Tensor) -> torch.Tensor:
-        """The sparse code ``a2`` of shape ``(B, n, ratio*d)`` (``LN`` applied here)."""
-        eta, threshold = self.step_size, self.step_size * self.lambd
-        u = self.norm(x)  # (B, n, d)
-        a1 = F.relu(eta * (u @ self.dictionary) - threshold)  # (B, n, r*d)
-        return F.relu(a1 - eta * ((a1 @ self.dictionary.t() - u) @ self.dictionary) - threshold)  # (B, n, r*d)
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, self.code(x) @ self.synthesis.t()  # (B, n, d)
 
 
 class ISTAODLArgs(Args):
@@ -262,15 +183,14 @@ class ISTAODLArgs(Args):
     + ("U = LN Z" if args.norm else "U = Z"),
     description="Overcomplete dictionary learning step of CRATE-alpha: two ISTA steps from 0, decoded by D1, residual.",
     example=Example(args={"ratio": 2}, shape=(8, 16)),
-    # measured on the code a2 (recomputed from the input), not on the output, which adds the residual back
-    measure=(
-        *sparsity_measures(lambda module, inputs, output: module.code(inputs[0]), start=False),
-        lasso_measure(lambda module, inputs, output: module.code(inputs[0]), start="zero"),
-    ),
+    measure=_code_measures,
+    footprint=lambda args, shape, context: _dictionary_footprint(args, shape, "ista_odl", args.ratio),
 )
 def ista_odl(args: ISTAODLArgs, shape: Shape) -> nn.Module:
+    from ..modules.sparsify import ISTAODL
+
     return ISTAODL(
-        token_dim(shape, "ista_odl"),
+        shape[-1],
         ratio=args.ratio,
         step_size=args.step_size,
         lambd=args.lambd,

@@ -11,56 +11,16 @@ known optimization algorithm, so neither has an inverse: a decoder cannot be der
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
-from ..decoding import Growing, causal_attention
-from ..registry import Args, Example, Shape, primitive, token_dim
-from ..residual import Residual
+from ..registry import Args, Example, Footprint, Shape, primitive, token_dim
 from .compress import head_dim_of
-from .precision import LayerNorm
+from .parts import layernorm, linear
 
-
-class MHSA(Residual):
-    """``x + MHSA(LN x)``: multi-head self-attention with separate Q/K/V projections."""
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        head_dim: int,
-        *,
-        qkv_bias: bool = True,
-        causal: bool = False,
-        norm: bool = True,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__()
-        self.heads, self.head_dim, self.causal = heads, head_dim, causal
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=qkv_bias)
-        self.out = nn.Linear(heads * head_dim, dim)
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values ``(B, K, n, p)`` of the normalized tokens."""
-        qkv = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
-        return tuple(qkv.permute(2, 0, 3, 1, 4))  # type: ignore[return-value]
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k, v = self.project(x)
-        h = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # softmax(q k^T / sqrt p) v
-        return x, self.out(h.transpose(1, 2).flatten(2))
-
-    def decode(self, x: torch.Tensor, cache: tuple[Growing, Growing] | None):
-        """Causal attention on new tokens given cached keys and values of earlier ones: two caches."""
-        keys, values = cache or (Growing(), Growing())
-        q, k, v = self.project(x)
-        h = causal_attention(q, keys.extend(k), values.extend(v))
-        return self.combine(x, self.out(h.transpose(1, 2).flatten(2))), (keys, values)
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class MHSAArgs(Args):
@@ -81,9 +41,12 @@ class MHSAArgs(Args):
     update=lambda args: f"Z + MHSA{'_causal' if args.causal else ''}({'LN Z' if args.norm else 'Z'} | Q, K, V, O)",
     description="Standard multi-head self-attention with separate Q/K/V/O, pre-norm and residual (ViT).",
     example=Example(args={"heads": 2}, shape=(8, 16)),
+    footprint=lambda args, shape, context: _mhsa_footprint(args, shape),
 )
 def mhsa(args: MHSAArgs, shape: Shape) -> nn.Module:
-    dim = token_dim(shape, "mhsa")
+    from ..modules.standard import MHSA
+
+    dim = shape[-1]
     return MHSA(
         dim,
         args.heads,
@@ -93,22 +56,6 @@ def mhsa(args: MHSAArgs, shape: Shape) -> nn.Module:
         norm=args.norm,
         eps=args.eps,
     )
-
-
-class MLP(Residual):
-    """``x + W_2 GELU(W_1 LN x)``."""
-
-    tokenwise = True  # each token alone (cached decoding)
-
-    def __init__(self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5, gelu: str = "none") -> None:
-        super().__init__()
-        self.gelu = gelu
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.expand = nn.Linear(dim, hidden)
-        self.contract = nn.Linear(hidden, dim)
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, self.contract(F.gelu(self.expand(self.norm(x)), approximate=self.gelu))  # (B, n, d)
 
 
 class MLPArgs(Args):
@@ -129,8 +76,29 @@ class MLPArgs(Args):
     update=lambda args: "Z + W₂ GELU(W₁ · LN Z)" if args.norm else "Z + W₂ GELU(W₁ Z)",
     description="Standard two-layer GELU MLP with pre-norm and residual (ViT).",
     example=Example(args={"ratio": 2.0}, shape=(8, 16)),
+    footprint=lambda args, shape, context: mlp_footprint(args, shape, "mlp"),
 )
 def mlp(args: MLPArgs, shape: Shape) -> nn.Module:
-    dim = token_dim(shape, "mlp")
+    from ..modules.standard import MLP
+
+    dim = shape[-1]
     gelu = "none" if args.gelu == "exact" else "tanh"
     return MLP(dim, int(round(dim * args.ratio)), norm=args.norm, eps=args.eps, gelu=gelu)
+
+
+def _mhsa_footprint(args: MHSAArgs, shape: Shape) -> Footprint:
+    """Tokens ``(n, d)``: ``LN(d)``, ``Q, K, V: d -> 3K*p`` and ``O: K*p -> d``; residual."""
+    dim = token_dim(shape, "mhsa")
+    width = args.heads * head_dim_of(args.heads, args.head_dim, dim)
+    parameters = {**layernorm("norm", dim, present=args.norm), **linear("qkv", dim, 3 * width, bias=args.qkv_bias),
+                  **linear("out", width, dim)}
+    return Footprint(shape, parameters, residual=True)
+
+
+def mlp_footprint(args: Args, shape: Shape, name: str) -> Footprint:
+    """Tokens ``(n, d)``: ``LN(d)``, ``d -> round(ratio d) -> d`` with biases; residual."""
+    dim = token_dim(shape, name)
+    hidden = int(round(dim * args.ratio))
+    parameters = {**layernorm("norm", dim, present=args.norm), **linear("expand", dim, hidden),
+                  **linear("contract", hidden, dim)}
+    return Footprint(shape, parameters, residual=True)

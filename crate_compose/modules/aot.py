@@ -1,0 +1,64 @@
+"""The modules of :mod:`crate_compose.primitives.aot`: the attention-only transformer step (book eq. 5.3.2).
+
+Their arguments, equations and footprints are declared there; each class's docstring gives
+the update it computes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ..residual import Residual
+from .precision import LayerNorm, float32, softmax
+
+
+class AoT(Residual):
+    """``x + eta * sum_k U_k U_k^T Z phi(Z^T U_k U_k^T Z)`` (book eq. 5.3.2), as a residual step."""
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        head_dim: int,
+        *,
+        variant: Literal["mssa", "mhsa"] = "mssa",
+        phi: Literal["softmax", "threshold"] = "softmax",
+        tau: float = 0.6,
+        scale: float = 1.0,
+        step_size: float = 1.0,
+        norm: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.variant, self.phi = heads, head_dim, variant, phi
+        self.tau, self.scale, self.step_size = tau, scale, step_size
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        if variant == "mssa":
+            self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
+        else:
+            self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=False)  # Q, K, V
+            self.out = nn.Linear(heads * head_dim, dim, bias=False)  # O
+
+    def weights(self, scores: torch.Tensor) -> torch.Tensor:
+        """``phi`` applied to each query's row of scores ``(B, K, n, n)``."""
+        attn = softmax(scores, dim=-1)  # float32 for half builds
+        if self.phi == "threshold":  # h(x) = tau if x > tau else 0 (Theorem 5.1)
+            attn = torch.where(attn > self.tau, torch.full_like(attn, self.tau), torch.zeros_like(attn))
+        return attn
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        u = self.norm(x)  # (B, n, d)
+        if self.variant == "mssa":
+            w = self.subspaces(u).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)  # (B, K, n, p)
+            q = k = v = w
+            back = self.subspaces.weight  # (K*p, d): h @ U^T in rows
+        else:
+            qkv = self.qkv(u).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, K, n, p)
+            back = self.out.weight.t()  # (K*p, d)
+        scores = self.scale * float32(q) @ float32(k).transpose(-1, -2)  # (B, K, n, n), float32 for half builds
+        h = self.weights(scores).to(v.dtype) @ v  # (B, K, n, p)
+        return x, self.step_size * (h.transpose(1, 2).flatten(2) @ back)  # (B, n, d)

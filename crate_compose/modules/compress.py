@@ -1,0 +1,100 @@
+"""The modules of :mod:`crate_compose.primitives.compress`: MSSA, the compression step (003 eq. 10-12, 115).
+
+Their arguments, equations and footprints are declared there; each class's docstring gives
+the update it computes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..decoding import DecodingError, Growing, causal_attention
+from ..residual import Residual
+from .precision import LayerNorm
+
+if TYPE_CHECKING:
+    from ..primitives.compress import SubspaceAttentionArgs
+
+
+class MSSA(Residual):
+    """``x + MSSA(LN x | U)``: one step of gradient descent on R^c (003 eq. 10-12, 115).
+
+    Shapes: ``x`` is ``(B, n, d)``; ``U`` maps ``d -> K*p``; heads are ``(B, K, n, p)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        head_dim: int,
+        *,
+        output: Literal["learned", "tied"] = "learned",
+        bias: bool = True,
+        causal: bool = False,
+        step_size: float = 1.0,
+        norm: bool = True,
+        eps: float = 1e-5,
+        kappa: float | None = None,
+        rate_eps: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.causal, self.step_size = heads, head_dim, causal, step_size
+        self.kappa, self.rate_eps = kappa, rate_eps
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.subspaces = nn.Linear(dim, heads * head_dim, bias=False)  # U = [U_1 .. U_K]
+        self.out = nn.Linear(heads * head_dim, dim, bias=bias) if output == "learned" else None
+
+    def heads_of(self, x: torch.Tensor) -> torch.Tensor:
+        """``U_k^T x`` for every head: ``(B, K, n, p)``; ``x`` already normalized."""
+        return self.subspaces(x).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+
+    def attend(self, x: torch.Tensor) -> torch.Tensor:
+        """``concat_k SSA(x | U_k)`` of shape ``(B, n, K*p)``; ``x`` already normalized."""
+        w = self.heads_of(x)  # (B, K, n, p)
+        h = F.scaled_dot_product_attention(w, w, w, is_causal=self.causal)  # softmax(w w^T p^-1/2) w
+        return h.transpose(1, 2).flatten(2)  # (B, n, K*p)
+
+    def decode(self, x: torch.Tensor, cache: Growing | None) -> tuple[torch.Tensor, Growing]:
+        """Causal MSSA on new tokens ``x`` given the cached ``U^T z`` of earlier ones (book eq. 5.3.26-5.3.31):
+        one cache, as query = key = value."""
+        if self.kappa is not None:
+            raise DecodingError("mssa with kappa scales by the number of tokens N, which grows while decoding")
+        cache = cache or Growing()
+        w = self.heads_of(self.norm(x))  # (B, K, s, p)
+        past = cache.extend(w)  # (B, K, t, p), the new tokens included
+        h = causal_attention(w, past, past).transpose(1, 2).flatten(2)
+        return self.combine(x, self.project(h)), cache
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """Back to tokens: the learned output, or (tied) ``eta * h U^T`` in row notation."""
+        if self.out is None:
+            return self.step_size * (h @ self.subspaces.weight)
+        return self.out(h)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        branch = self.project(self.attend(self.norm(x)))
+        if self.kappa is None:
+            return x, branch
+        c = self.kappa * self.head_dim / (x.shape[1] * self.rate_eps**2)  # kappa p / (N eps^2), eq. 10
+        return (1 - c) * x, c * branch
+
+
+def mssa_module(cls: type[MSSA], args: SubspaceAttentionArgs, dim: int, **extra) -> MSSA:
+    """An MSSA-form module of class ``cls`` from spec arguments (checked by the footprint: ``d``
+    divides by ``heads`` when ``head_dim`` is not given)."""
+    return cls(
+        dim,
+        args.heads,
+        args.head_dim or dim // args.heads,
+        output=args.output,
+        bias=args.bias,
+        causal=args.causal,
+        step_size=args.step_size,
+        norm=args.norm,
+        eps=args.eps,
+        **extra,
+    )

@@ -1,0 +1,117 @@
+"""The modules of :mod:`crate_compose.primitives.tost`: ToST's vision parts (XCiT, CaiT).
+
+Their arguments, equations and footprints are declared there; each class's docstring gives
+the update it computes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..residual import Residual
+from .precision import LayerNorm
+
+
+class ConvPatchEmbed(nn.Module):
+    """``(B, C, H, W) -> (B, (H/P)(W/P), d)``: strided 3x3 convolutions (XCiT ``ConvPatchEmbed``)."""
+
+    def __init__(self, channels: int, dim: int, patch_size: int = 16) -> None:
+        super().__init__()
+        widths = [channels] + [dim // 2**i for i in reversed(range(int(math.log2(patch_size))))]  # C, d/8, .., d
+        layers: list[nn.Module] = []
+        for i, (c_in, c_out) in enumerate(zip(widths[:-1], widths[1:])):
+            if i:
+                layers.append(nn.GELU())  # between the convolutions, not after the last
+            layers.append(nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out)))
+        self.proj = nn.Sequential(*layers)  # the authors' layout: proj.0.0 conv, proj.0.1 BN, proj.1 GELU, ...
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.proj(images).flatten(2).transpose(1, 2)  # (B, d, H/P, W/P) -> (B, n, d), row-major grid
+
+
+def fourier_features(grid: tuple[int, int], hidden: int, temperature: float) -> torch.Tensor:
+    """XCiT's sin/cos features ``(2*hidden, H, W)`` in float64: first the y (row) half, then the x half.
+
+    Coordinates are ``1..H`` (``1..W``), divided by ``H + 1e-6`` and scaled by ``2 pi``; feature
+    ``2i`` is ``sin(pos / T^(2i/hidden))`` and ``2i+1`` is ``cos(pos / T^(2i/hidden))``.
+    """
+    h, w = grid
+    scale, eps = 2 * math.pi, 1e-6
+    y = torch.arange(1, h + 1, dtype=torch.float64)[:, None].expand(h, w)  # cumsum of ones over rows
+    x = torch.arange(1, w + 1, dtype=torch.float64)[None, :].expand(h, w)
+    y, x = y / (h + eps) * scale, x / (w + eps) * scale
+    dim_t = temperature ** (2 * (torch.arange(hidden, dtype=torch.float64) // 2) / hidden)  # (hidden,)
+
+    def encode(pos: torch.Tensor) -> torch.Tensor:  # (H, W) -> (hidden, H, W), sin/cos interleaved
+        angles = pos[..., None] / dim_t  # (H, W, hidden)
+        return torch.stack([angles[..., 0::2].sin(), angles[..., 1::2].cos()], dim=-1).flatten(-2).permute(2, 0, 1)
+
+    return torch.cat([encode(y), encode(x)], dim=0)
+
+
+class FourierPositions(nn.Module):
+    """``x + Conv1x1(fourier(grid))``: XCiT's ``PositionalEncodingFourier``, added to ``(B, H*W, d)`` tokens."""
+
+    def __init__(self, dim: int, grid: tuple[int, int], *, hidden: int = 32, temperature: float = 10000.0) -> None:
+        super().__init__()
+        self.token_projection = nn.Conv2d(2 * hidden, dim, kernel_size=1)  # the authors' name
+        # fixed features, kept in float64 and cast where used (so a float64 model gets exact values)
+        self.register_buffer("features", fourier_features(grid, hidden, temperature)[None], persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.token_projection.weight
+        pos = self.token_projection(self.features.to(weight.dtype))  # (1, d, H, W)
+        return x + pos.flatten(2).transpose(1, 2)  # (B, n, d)
+
+
+class ClassAttention(Residual):
+    """``x + [CA(LN x); LN(x)_patches]``: only the class token (token 0) queries (CaiT; XCiT/ToST code).
+
+    XCiT's ``ClassAttention`` returns the normalized patch tokens beside the attended class token,
+    and the block adds that whole output (times LayerScale) to ``x``: the branch keeps them.
+    """
+
+    def __init__(
+        self, dim: int, heads: int, *, qkv_bias: bool = True, norm: bool = True, eps: float = 1e-6
+    ) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads  # d divides by heads (the footprint checks)
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.norm(x)  # (B, n, d)
+        q, k, v = self.qkv(y).unflatten(-1, (3, self.heads, self.head_dim)).permute(2, 0, 3, 1, 4)  # (B, K, n, p)
+        cls = F.scaled_dot_product_attention(q[:, :, :1], k, v)  # (B, K, 1, p): softmax(q_cls k^T / sqrt p) v
+        cls = self.proj(cls.transpose(1, 2).flatten(2))  # (B, 1, d)
+        return x, torch.cat([cls, y[:, 1:]], dim=1)
+
+
+class ClassMLP(Residual):
+    """``y + [MLP(y_cls); 0]`` with ``y = LN(x)`` over all tokens (XCiT's block, ``tokens_norm=True``).
+
+    XCiT's and ToST's code computes ``x_res + cat([gamma2 * mlp(y_cls), y[:, 1:]])`` with
+    ``x_res = y``: the patch tokens come out as ``2 y``. ``patches: doubled`` (default) reproduces
+    that; ``patches: normalized`` passes them as ``y``. LayerScale scales the class token's MLP only.
+    """
+
+    def __init__(
+        self, dim: int, hidden: int, *, doubled: bool = True, norm: bool = True, eps: float = 1e-6
+    ) -> None:
+        super().__init__()
+        self.doubled = doubled
+        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
+        self.expand = nn.Linear(dim, hidden)
+        self.contract = nn.Linear(hidden, dim)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.norm(x)  # (B, n, d)
+        cls = self.contract(F.gelu(self.expand(y[:, :1])))  # (B, 1, d)
+        patches = 2 * y[:, 1:] if self.doubled else y[:, 1:]
+        skip = torch.cat([y[:, :1], patches], dim=1)
+        return skip, torch.cat([cls, torch.zeros_like(y[:, 1:])], dim=1)
