@@ -108,7 +108,7 @@ def test_float64_and_float32_agree(name):
 
 # Input magnitudes far beyond a normalized token stream, per dtype (float16 ends at 65504: its
 # squares overflow from 256 on, so softmax logits, LayerNorm variances and TSSA's statistics must
-# be computed in float32 for these to stay finite; see crate_compose/primitives/precision.py).
+# be computed in float32 for these to stay finite; see crate_compose/modules/precision.py).
 LARGE = {torch.float32: 1e6, torch.bfloat16: 1e4, torch.float16: 1e3}
 HALF_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # relative to max(|float32 output|, 1)
 
