@@ -2,8 +2,8 @@
 
 Timings live in ``benchmarks/startup.py``; these tests check the causes, which do not depend on
 the machine: ``--help`` and bad arguments never import torch; a wrong path or a YAML syntax
-error is reported before torch is imported; ``validate``, ``list`` and ``schema`` never import it
-(the primitives' footprints settle every shipped spec); shape inference on the meta device
+error is reported before torch is imported; ``validate``, ``derive``, ``list`` and ``schema`` never
+import it (the primitives' footprints settle every shipped spec); shape inference on the meta device
 never imports ``torch._dynamo`` (1.6 s of start-up).
 """
 
@@ -63,11 +63,13 @@ def test_a_wrong_path_or_a_syntax_error_is_reported_before_torch_loads(tmp_path)
     assert seen["loaded"] == []
 
 
-def test_validate_never_imports_torch():
-    """Every shipped spec and preset validates through the footprints alone, overrides included."""
+def test_validate_and_derive_never_import_torch():
+    """Every shipped spec validates through the footprints alone, overrides included; a decoder is
+    derived from them too; a step that does not fit is reported from them."""
     seen = _run(*(["validate", spec] for spec in SPECS), ["validate", "crate-tiny", "--set", "sizes.depth=3"],
-                ["validate", "crate-mae-small"])
-    assert seen["statuses"] == [0] * (len(SPECS) + 2), seen["stderr"]
+                ["derive", "crate-mae-small"], ["validate", "specs/crate.yaml", "--set", "sizes.image_size=100"])
+    assert seen["statuses"] == [0] * (len(SPECS) + 2) + [2], seen["stderr"]
+    assert "image size 100x100 is not divisible by patch_size=16" in seen["stderr"]
     assert seen["loaded"] == []
 
 
