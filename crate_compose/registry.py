@@ -42,9 +42,9 @@ primitive: it can never make the tool import code by a dotted path.
 from __future__ import annotations
 
 import inspect
-from types import FunctionType
 from dataclasses import dataclass, field
 from importlib import import_module, metadata
+from types import FunctionType
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
