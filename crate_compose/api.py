@@ -48,8 +48,15 @@ def derive(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
 
 
 def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
-    """Per-step output shapes and parameter counts, without allocating weights."""
+    """Per-step output shapes and parameter counts, without allocating weights: from the
+    footprints when every step has one, else from the steps built on the meta device."""
     resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
+    full = explicit(resolved)
+    walked = walk(full)
+    if walked is not None:
+        from .summary import summarize_walk
+
+        return summarize_walk(full, walked)
     from .builder import build
     from .summary import summarize
 

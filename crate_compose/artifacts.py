@@ -29,7 +29,7 @@ from .errors import Location, Problem, SpecError
 from .files import publish as _publish
 from .files import replace_folder
 from .settings import DIAGRAM_STEM
-from .shapes import tied
+from .footprints import tied
 from .summary import summarize
 from .ties import retie, untie
 

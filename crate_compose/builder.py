@@ -31,6 +31,7 @@ from torch import fx, nn
 from . import budget, loader
 from .errors import Problem, SpecError
 from .derivation import explicit
+from .footprints import node_name
 from .shapes import place
 from .settings import DTYPE_NAMES
 from .spec import Spec
@@ -47,13 +48,6 @@ class InputCast(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(self.anchor.dtype) if x.is_floating_point() else x
-
-
-def _node_name(role: str, layer: int | None, name: str) -> str:
-    if role in ("preprocess", "head"):
-        return name
-    base = name if role == "encoder" else f"{role}_{name}"
-    return base if layer is None else f"{base}_{layer}"
 
 
 def _install(root: nn.Module, target: str, module: nn.Module) -> None:
@@ -122,7 +116,7 @@ def compile_spec(
         _install(root, placed.target, placed.module)
         info = dict(spec_path=placed.path, role=placed.role, layer=placed.layer, part=placed.part,
                     step=placed.step.name, primitive=placed.step.primitive)
-        name = _node_name(placed.role, placed.layer, placed.step.name)
+        name = node_name(placed.role, placed.layer, placed.step.name)
         inputs = (node, *(named[key] for key in placed.consumes))
         if placed.published:  # the step returns (tokens, *published): unpack into named nodes
             outputs = graph.create_node("call_module", placed.target, inputs, name=f"{name}_outputs")

@@ -21,7 +21,7 @@ from pathlib import Path
 import graphviz
 from torch import fx
 
-from . import registry, shapes
+from . import footprints, registry
 from .errors import DiagramError
 from .files import staged, write_atomic
 from .builder import spec_of
@@ -73,7 +73,7 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
     producers: dict[fx.Node, tuple[str, str]] = {}  # fx node -> (drawn key, published value name)
     steps: dict[str, DrawnStep] = {}
     ends = {"input": None, "outputs": [], "modules": {}}  # modules: module path -> drawn key
-    tied = shapes.tied(spec)
+    tied = footprints.tied(spec)
     for node in module.graph.nodes:
         if node.op == "placeholder":
             producers[node] = ("input", "")
@@ -166,7 +166,7 @@ def diagram(
     by_key = {s.key: s for s in steps}
     total = sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
     dot = graphviz.Digraph(spec.name, graph_attr={
-        "rankdir": direction, "label": _title(spec.name, total, mirrored=_is_mirrored(spec), tied=bool(shapes.tied(spec))), "labelloc": "t",
+        "rankdir": direction, "label": _title(spec.name, total, mirrored=_is_mirrored(spec), tied=bool(footprints.tied(spec))), "labelloc": "t",
         "fontname": "Helvetica", "newrank": "true", "nodesep": "0.35", "ranksep": "0.3",
     })
     dot.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="11", margin="0.12,0.05")

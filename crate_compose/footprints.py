@@ -46,6 +46,24 @@ def part_of(path: tuple) -> str | None:
     return path[-2] if isinstance(path[-2], str) and path[-2] in ("pre", "layer", "post") else None
 
 
+def node_name(role: str, layer: int | None, name: str) -> str:
+    """The fx node of a step: ``patch_embed``, ``compress_3``, ``decoder_compress_0``."""
+    if role in ("preprocess", "head"):
+        return name
+    base = name if role == "encoder" else f"{role}_{name}"
+    return base if layer is None else f"{base}_{layer}"
+
+
+def tied(spec: Spec) -> dict[str, str]:
+    """Every tied parameter of ``spec``: ``{its name: the name of the tensor it shares}``, as module
+    paths (``head.lm_head.weight: preprocess.embed.weight``); see :mod:`crate_compose.ties`."""
+    out: dict[str, str] = {}
+    for role, layer, path, step in spec.stages():
+        for own, source in step.tie.items():
+            out[f"{target(role, layer, part_of(path), step.name)}.{own}"] = source
+    return out
+
+
 def start(spec: Spec) -> tuple[Shape, Context]:
     """The per-sample input shape and the build context the first step sees."""
     shape = tuple(spec.input.shape)
@@ -120,8 +138,7 @@ def _footprint(step: Step, shape: Shape, context: Context, named: dict[str, Shap
     if step.layer_scale is not None:
         if not footprint.residual:
             return None
-        footprint = Footprint(footprint.output, {**footprint.parameters, "layer_scale": (shape[-1],)},
-                              footprint.publishes, footprint.residual)
+        footprint = replace(footprint, parameters={**footprint.parameters, "layer_scale": (shape[-1],)})
     return footprint
 
 

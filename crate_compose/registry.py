@@ -113,13 +113,15 @@ class Footprint:
     """What one step does to shapes, computed without building it (see ``footprint`` in the module
     docstring): the per-sample ``output`` shape, the shape of every parameter by its name in the
     module (``norm.weight``, ``subspaces.weight``), the per-sample shapes of the values it
-    ``publishes`` (in the order of the registration), and whether the step is ``residual``
-    (``skip + branch``, so LayerScale applies to it)."""
+    ``publishes`` (in the order of the registration), whether the step is ``residual``
+    (``skip + branch``, so LayerScale applies to it), and which parameters are ``frozen`` (not
+    trained: ``requires_grad`` false)."""
 
     output: Shape
     parameters: dict[str, Shape] = field(default_factory=dict)
     publishes: tuple[Shape, ...] = ()
     residual: bool = False
+    frozen: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,6 @@ META_BATCH = 2  # batch size of the meta tensors used to infer shapes
 Shape = tuple[int, ...]
 
 
-def tied(spec: Spec) -> dict[str, str]:
-    """Every tied parameter of ``spec``: ``{its name: the name of the tensor it shares}``, as module
-    paths (``head.lm_head.weight: preprocess.embed.weight``); see :mod:`crate_compose.ties`."""
-    out: dict[str, str] = {}
-    for role, layer, path, step in spec.stages():
-        for own, source in step.tie.items():
-            out[f"{target(role, layer, part_of(path), step.name)}.{own}"] = source
-    return out
-
-
 def step_seed(seed: int, place: str) -> int:
     """The seed of one step's initial weights: a function of the build seed and the step's place only."""
     digest = hashlib.sha256(f"{seed}/{place}".encode()).digest()
@@ -241,6 +231,7 @@ def _agrees(footprint: registry.Footprint, module: nn.Module, output: torch.Tens
         {name: tuple(p.shape) for name, p in module.named_parameters() if name != "layer_scale"},
         tuple(tuple(value.shape[1:]) for value in published.values()),
         isinstance(module, Residual),
+        frozenset(name for name, p in module.named_parameters() if not p.requires_grad),
     )
     if built != footprint:
         raise RuntimeError(f"primitive {step.primitive!r}: its footprint {footprint} disagrees with the module it "

@@ -1,12 +1,21 @@
-"""A row per step of a built graph: name, primitive, output shape, parameters; and totals."""
+"""A row per step: name, primitive, output shape, parameters; and totals.
+
+From a built graph (:func:`summarize`), or from the primitives' footprints without building
+anything (:func:`summarize_walk`, what ``inspect`` prints when every step has one): the two agree
+to the last parameter, as the tests check on every preset.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from torch import fx
+from .footprints import Walked, node_name, tied
+from .spec import Spec
 
-from . import shapes
+if TYPE_CHECKING:
+    from torch import fx
 
 
 @dataclass
@@ -83,7 +92,7 @@ def _shape(shape: list[int | str]) -> str:
 def summarize(module: fx.GraphModule) -> Summary:
     """Summarize a module built by :func:`crate_compose.build` (shapes come from node metadata)."""
     steps, input_shape, output_shape = [], [], []
-    tied = shapes.tied(module.meta["spec"])
+    ties = tied(module.meta["spec"])
     for node in module.graph.nodes:
         if node.op == "placeholder":
             input_shape = list(node.meta["shape"])
@@ -91,7 +100,7 @@ def summarize(module: fx.GraphModule) -> Summary:
             sub = module.get_submodule(node.target)
             shape = node.meta["shape"] or next(iter(node.users)).meta["shape"]  # tokens of a multi-output step
             own = {f"{node.target}.{name}": p for name, p in sub.named_parameters(remove_duplicate=False)}
-            params = [p for name, p in own.items() if name not in tied]
+            params = [p for name, p in own.items() if name not in ties]
             steps.append(
                 StepRow(
                     name=node.name,
@@ -103,23 +112,42 @@ def summarize(module: fx.GraphModule) -> Summary:
                     output_shape=list(shape),
                     params=sum(p.numel() for p in params),
                     trainable=sum(p.numel() for p in params if p.requires_grad),
-                    tied={name[len(node.target) + 1 :]: tied[name] for name in own if name in tied},
+                    tied={name[len(node.target) + 1 :]: ties[name] for name in own if name in ties},
                 )
             )
             output_shape = list(shape)
     unique = {id(p): p for p in module.parameters()}.values()
     total = sum(p.numel() for p in unique)
-    spec = module.meta["spec"]
+    return _summary(module.meta["spec"], input_shape, output_shape, steps, total,
+                    sum(p.numel() for p in unique if p.requires_grad))
+
+
+def summarize_walk(spec: Spec, walked: list[Walked]) -> Summary:
+    """The summary of ``spec`` (its decoder explicit) from its walk through the footprints
+    (:func:`crate_compose.footprints.walk`), without building it: what :func:`summarize` gives
+    for the built module."""
+    ties = tied(spec)
+    steps = []
+    for w in walked:
+        own = {f"{w.target}.{name}": shape for name, shape in w.footprint.parameters.items()}
+        counted = {name: math.prod(shape) for name, shape in own.items() if name not in ties}
+        frozen = {f"{w.target}.{name}" for name in w.footprint.frozen}
+        steps.append(StepRow(
+            name=f"{node_name(w.role, w.layer, w.step.name)}{'_outputs' if w.footprint.publishes else ''}",
+            module=w.target, role=w.role, layer=w.layer, primitive=w.step.primitive,
+            spec_path=".".join(str(p) for p in w.path), output_shape=["B", *w.footprint.output],
+            params=sum(counted.values()), trainable=sum(n for name, n in counted.items() if name not in frozen),
+            tied={name[len(w.target) + 1:]: ties[name] for name in own if name in ties},
+        ))
+    total = sum(row.params for row in steps)
+    return _summary(spec, ["B", *spec.input.shape], steps[-1].output_shape if steps else ["B", *spec.input.shape],
+                    steps, total, sum(row.trainable for row in steps))
+
+
+def _summary(spec: Spec, input_shape: list, output_shape: list, steps: list[StepRow], total: int,
+             trainable: int) -> Summary:
     reference = None
     if spec.reference is not None:
         reference = dict(spec.reference.model_dump(), deviation=(total - spec.reference.params) / spec.reference.params)
-    return Summary(
-        name=spec.name,
-        input_shape=input_shape,
-        output_shape=output_shape,
-        params_total=total,
-        params_trainable=sum(p.numel() for p in unique if p.requires_grad),
-        steps=steps,
-        reference=reference,
-        notes=list(spec.notes()),
-    )
+    return Summary(name=spec.name, input_shape=input_shape, output_shape=output_shape, params_total=total,
+                   params_trainable=trainable, steps=steps, reference=reference, notes=list(spec.notes()))

@@ -11,7 +11,7 @@ A step's ``tie`` maps one of its own parameters to an earlier step's, by module 
 The builder makes the two names refer to one ``nn.Parameter`` (:func:`apply`), so parameter counts
 count it once, an optimizer updates it once, and moving or casting the model keeps it shared.
 Weights files hold it once, under the source's name (:func:`untie` before saving, :func:`retie`
-after loading; :func:`crate_compose.shapes.tied` lists a spec's ties): safetensors refuses two
+after loading; :func:`crate_compose.footprints.tied` lists a spec's ties): safetensors refuses two
 names for one storage, and one name is the honest layout.
 """
 
@@ -60,7 +60,7 @@ def _parameter(module: nn.Module, name: str, message: str) -> nn.Parameter:
 
 def untie(tensors: dict[str, torch.Tensor], tied: dict[str, str]) -> dict[str, torch.Tensor]:
     """A state dict with each tied tensor once, under its source's name (for saving); ``tied`` is
-    :func:`crate_compose.shapes.tied` of the spec."""
+    :func:`crate_compose.footprints.tied` of the spec."""
     return {name: value for name, value in tensors.items() if name not in tied}
 
 

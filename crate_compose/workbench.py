@@ -37,7 +37,7 @@ from .data import Data, load_data
 from .decoding import decode_bytes, encode_bytes, generate
 from .errors import WorkbenchError
 from .probes import plot_probes, probe, save_probes
-from .shapes import tied
+from .footprints import tied
 from .train import METRIC, Result, Settings, prepare, train
 
 PROBE_SAMPLES = 256

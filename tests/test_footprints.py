@@ -29,6 +29,7 @@ from crate_compose.footprints import parameter_count, walk
 from crate_compose.registry import Context, Footprint
 from crate_compose.residual import Residual
 from crate_compose.shapes import infer, place
+from crate_compose.summary import summarize_walk
 
 WITH_FOOTPRINT = {name: p for name, p in cc.all_primitives().items() if p.footprint is not None}
 BUILTIN = [name for name, p in cc.all_primitives().items() if p.factory.__module__.startswith("crate_compose.")]
@@ -52,7 +53,8 @@ def _built(primitive: registry.Primitive, args, shape, context: Context, consume
         return None
     tokens, *published = out if primitive.publishes else (out,)
     return Footprint(tuple(tokens.shape[1:]), {n: tuple(p.shape) for n, p in module.named_parameters()},
-                     tuple(tuple(v.shape[1:]) for v in published), isinstance(module, Residual))
+                     tuple(tuple(v.shape[1:]) for v in published), isinstance(module, Residual),
+                     frozenset(n for n, p in module.named_parameters() if not p.requires_grad))
 
 
 def _declared(primitive, args, shape, context: Context, consumed: tuple) -> Footprint | None:
@@ -162,8 +164,9 @@ def test_whatever_a_footprint_accepts_builds_as_declared(name):
 
 @pytest.mark.parametrize("name", sorted(cc.presets()))
 def test_the_walk_of_every_preset_is_its_placement(name):
-    """The walk settles every shipped spec, with the shapes placement infers and the parameter
-    count of the built model (tied tensors once): the counts the zoo tests hold to the papers."""
+    """The walk settles every shipped spec, with the shapes placement infers, the parameter count of
+    the built model (tied tensors once: the counts the zoo tests hold to the papers) and the same
+    summary, row by row (trainable counts, ties, reference deviation, notes)."""
     spec = explicit(cc.load_spec(name))
     walked = walk(spec)
     assert walked is not None, f"{name} falls back to the meta device"
@@ -172,6 +175,7 @@ def test_the_walk_of_every_preset_is_its_placement(name):
         [(p.target, p.input_shape, tuple(p.output.shape[1:])) for p in placed]
     model = cc.compile_spec(spec, meta=True)
     assert parameter_count(walked) == sum(p.numel() for p in model.parameters())
+    assert summarize_walk(spec, walked).to_dict() == cc.summarize(model).to_dict()  # what inspect prints
 
 
 SMALL = ["sizes.depth=1", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.image_size=32",

@@ -19,7 +19,7 @@ and judged the way the survey judges them:
 * ``test_resources_in_subprocess`` (``RESOURCE_CASES``): the cases about time and memory, through
   the survey's ``run_case`` (own process, RLIMIT_AS 2 GiB, killed after 20 s), two at a time; the
   peak RSS stays within ``survey.MEMORY_BEYOND_MB`` of a valid run of the same command, measured
-  first (``inspect specs/crate.yaml``, ``build`` and ``train`` of crate-digits).
+  first (a spec placed on the meta device, ``build`` and ``train`` of crate-digits).
 
 Run: ``.venv/bin/python -m pytest -q tests/test_hostile_corpus.py`` (``-k in_process`` or
 ``-k resources`` for one half; ``-k 105`` for one case).
@@ -33,8 +33,6 @@ import json
 import os
 import random
 import re
-import resource
-import signal
 import subprocess
 import sys
 import time
@@ -253,7 +251,7 @@ def _measure_baselines(work: Path) -> dict:
     """One valid run of each command the resource cases use (the survey takes medians of five)."""
     digits = str(survey.DIGITS)
     commands = {
-        "spec": [str(survey.CLI), "inspect", "specs/crate.yaml"],  # placed on meta, as a failing spec may be
+        "spec": [str(survey.PYTHON), "-c", survey.PLACED],  # placed on meta, as a spec may need to be
         "build": [str(survey.CLI), "build", digits, "--out", str(work / "out")],
         "train": [str(survey.CLI), "train", digits, "--steps", "1", "--eval-every", "0", "--no-progress",
                   "--out", str(work / "run")],

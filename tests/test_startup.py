@@ -2,8 +2,8 @@
 
 Timings live in ``benchmarks/startup.py``; these tests check the causes, which do not depend on
 the machine: ``--help`` and bad arguments never import torch; a wrong path or a YAML syntax
-error is reported before torch is imported; ``validate``, ``derive``, ``list`` and ``schema`` never
-import it (the primitives' footprints settle every shipped spec); shape inference on the meta device
+error is reported before torch is imported; ``validate``, ``inspect``, ``derive``, ``list`` and
+``schema`` never import it (the primitives' footprints settle every shipped spec); shape inference on the meta device
 never imports ``torch._dynamo`` (1.6 s of start-up).
 """
 
@@ -63,34 +63,40 @@ def test_a_wrong_path_or_a_syntax_error_is_reported_before_torch_loads(tmp_path)
     assert seen["loaded"] == []
 
 
-def test_validate_and_derive_never_import_torch():
-    """Every shipped spec validates through the footprints alone, overrides included; a decoder is
-    derived from them too; a step that does not fit is reported from them."""
-    seen = _run(*(["validate", spec] for spec in SPECS), ["validate", "crate-tiny", "--set", "sizes.depth=3"],
-                ["derive", "crate-mae-small"], ["validate", "specs/crate.yaml", "--set", "sizes.image_size=100"])
-    assert seen["statuses"] == [0] * (len(SPECS) + 2) + [2], seen["stderr"]
+def test_validate_inspect_and_derive_never_import_torch():
+    """Every shipped spec validates and is inspected through the footprints alone, overrides
+    included; a decoder is derived from them too; a step that does not fit is reported from them."""
+    seen = _run(*(["validate", spec] for spec in SPECS), *(["inspect", spec] for spec in SPECS),
+                ["validate", "crate-tiny", "--set", "sizes.depth=3"], ["derive", "crate-mae-small"],
+                ["validate", "specs/crate.yaml", "--set", "sizes.image_size=100"])
+    assert seen["statuses"] == [0] * (2 * len(SPECS) + 2) + [2], seen["stderr"]
     assert "image size 100x100 is not divisible by patch_size=16" in seen["stderr"]
     assert seen["loaded"] == []
 
 
 def test_shape_inference_never_imports_dynamo():
-    """Every shipped spec is inspected (placed on the meta device) without importing torch._dynamo;
-    the spans that spare it (crate_compose.shapes._meta_without_dynamo) leave no mark behind."""
-    seen = _run(*(["inspect", spec] for spec in SPECS))
-    assert seen["statuses"] == [0] * len(SPECS), seen["stderr"]
-    assert seen["loaded"] == ["torch"]
+    """Every shipped spec is placed on the meta device (as build, render and a spec the footprints
+    cannot settle are) without importing torch._dynamo."""
+    script = f"""
+import sys, crate_compose as cc
+for spec in {SPECS!r}:
+    cc.build(spec, meta=True)
+print([m for m in ("torch", "torch._dynamo") if m in sys.modules])
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "['torch']", done.stdout + done.stderr
 
 
 def test_the_marks_are_removed_after_inference():
     script = """
 import sys, torch, crate_compose as cc
 from crate_compose import shapes
-cc.inspect("specs/crate.yaml")
+cc.build("specs/crate.yaml", meta=True)
 marked = shapes._mark_references()  # all unmarked after inference, so all are marked again here
 assert len(marked) > 50, f"torch wraps its references differently now: {len(marked)} marked"
 for function in marked:
     delattr(function, "__dynamo_disable")
-cc.inspect("specs/crate.yaml")
+cc.build("specs/crate.yaml", meta=True)
 assert not [f for f in marked if hasattr(f, "__dynamo_disable")], "a mark outlived inference"
 print("ok")
 """

@@ -190,7 +190,7 @@ def _positions_footprint(args: PositionsArgs, shape: Shape, context: Context) ->
         _grid(args, shape[0], context)
         if dim % 4:
             raise ValueError(f"sine-cosine positions need d divisible by 4; got d={dim}")
-    return Footprint(shape, {"embedding": (1, *shape)})
+    return Footprint(shape, {"embedding": (1, *shape)}, frozen=frozenset() if args.trainable else {"embedding"})
 
 
 class PixelHeadArgs(Args):
