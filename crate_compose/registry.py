@@ -123,6 +123,12 @@ class Footprint:
     residual: bool = False
     frozen: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:  # shapes given as lists, names as a set or list: one canonical form
+        object.__setattr__(self, "output", tuple(self.output))
+        object.__setattr__(self, "parameters", {name: tuple(s) for name, s in self.parameters.items()})
+        object.__setattr__(self, "publishes", tuple(tuple(s) for s in self.publishes))
+        object.__setattr__(self, "frozen", frozenset(self.frozen))
+
 
 @dataclass(frozen=True)
 class Inverse:

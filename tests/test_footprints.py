@@ -251,6 +251,11 @@ def test_sizes_beyond_the_walks_bound_are_left_to_placement(overrides):
     assert walk(explicit(cc.load_spec("crate-tiny", SMALL + overrides))) is None
 
 
+def test_a_footprint_takes_lists_and_sets_for_tuples_and_frozensets():
+    assert Footprint([4, 8], {"w": [8, 8]}, [[4]], True, ["w"]) == \
+        Footprint((4, 8), {"w": (8, 8)}, ((4,),), True, frozenset({"w"}))
+
+
 def test_parameter_count_counts_a_tie_once():
     walked = walk(cc.load_spec("gpt2-small"))
     untied = sum(math.prod(s) for w in walked for s in w.footprint.parameters.values())
