@@ -207,10 +207,3 @@ def _ties_fit(step: Step, mine: dict[str, Shape], earlier: dict[str, dict[str, S
         if theirs != mine[own]:
             return False
     return True
-
-
-def parameter_count(walked: list[Walked]) -> int:
-    """Parameters of the walked network, each tied tensor once."""
-    tied = {f"{w.target}.{own}" for w in walked for own in w.step.tie}
-    return sum(math.prod(shape) for w in walked for name, shape in w.footprint.parameters.items()
-               if f"{w.target}.{name}" not in tied)

@@ -25,7 +25,7 @@ from pydantic import Field, ValidationError
 import crate_compose as cc
 from crate_compose import registry
 from crate_compose.derivation import explicit
-from crate_compose.footprints import parameter_count, walk
+from crate_compose.footprints import walk
 from crate_compose.registry import Context, Footprint
 from crate_compose.residual import Residual
 from crate_compose.shapes import infer, place
@@ -174,8 +174,9 @@ def test_the_walk_of_every_preset_is_its_placement(name):
     assert [(w.target, w.input_shape, w.footprint.output) for w in walked] == \
         [(p.target, p.input_shape, tuple(p.output.shape[1:])) for p in placed]
     model = cc.compile_spec(spec, meta=True)
-    assert parameter_count(walked) == sum(p.numel() for p in model.parameters())
-    assert summarize_walk(spec, walked).to_dict() == cc.summarize(model).to_dict()  # what inspect prints
+    summary = summarize_walk(spec, walked)  # what inspect prints
+    assert summary.params_total == sum(p.numel() for p in model.parameters())
+    assert summary.to_dict() == cc.summarize(model).to_dict()
 
 
 SMALL = ["sizes.depth=1", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.image_size=32",
@@ -256,7 +257,8 @@ def test_a_footprint_takes_lists_and_sets_for_tuples_and_frozensets():
         Footprint((4, 8), {"w": (8, 8)}, ((4,),), True, frozenset({"w"}))
 
 
-def test_parameter_count_counts_a_tie_once():
-    walked = walk(cc.load_spec("gpt2-small"))
+def test_the_walked_summary_counts_a_tie_once():
+    spec = cc.load_spec("gpt2-small")
+    walked = walk(spec)
     untied = sum(math.prod(s) for w in walked for s in w.footprint.parameters.values())
-    assert untied - parameter_count(walked) == 50257 * 768
+    assert untied - summarize_walk(spec, walked).params_total == 50257 * 768

@@ -61,7 +61,8 @@ from hypothesis import strategies as st
 import crate_compose as cc
 from crate_compose import SpecError, loader
 from crate_compose.derivation import explicit
-from crate_compose.footprints import parameter_count, walk
+from crate_compose.footprints import walk
+from crate_compose.summary import summarize_walk
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -166,7 +167,7 @@ def _walk_agrees(walked: Any, model) -> None:
         outputs = [n.meta["shape"][1:] for n in model.graph.nodes if n.op == "call_module" and n.meta.get("step")
                    and n.meta.get("shape") is not None]
         assert [w.footprint.output for w in walked if not w.footprint.publishes] == [tuple(o) for o in outputs]
-        assert parameter_count(walked) == sum(p.numel() for p in model.parameters())
+        assert summarize_walk(model.meta["spec"], walked).params_total == sum(p.numel() for p in model.parameters())
 
 
 @pytest.fixture(scope="module", autouse=True)

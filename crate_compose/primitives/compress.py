@@ -118,9 +118,9 @@ def subspace_attention_footprint(args: SubspaceAttentionArgs, shape: Shape, name
     """A step of MSSA's form on tokens ``(n, d)``: ``LN(d)``, ``U: d -> K*p`` without bias, and the
     learned output ``K*p -> d`` (none when tied); residual, same shape out."""
     dim = token_dim(shape, name)
-    width = args.heads * head_dim_of(args.heads, args.head_dim, dim)
     parameters = subspace_parameters(args, dim)
     if args.output == "learned":
+        width = parameters["subspaces.weight"][0]  # K*p
         parameters.update(linear("out", width, dim, bias=args.bias))
     return Footprint(shape, parameters, residual=True)
 
