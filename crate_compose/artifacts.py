@@ -41,7 +41,7 @@ class OutputExistsError(FileExistsError):
     """The output directory holds files that are not an earlier build: it is not replaced."""
 
 
-def _replaceable(directory: Path) -> None:
+def replaceable(directory: Path) -> None:
     """Raise unless ``directory`` is missing, empty or an earlier build that may be replaced."""
     if not directory.exists():
         return
@@ -63,7 +63,7 @@ def _written_by_a_build(entry: Path) -> bool:
 def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str] | None = None) -> Path:
     """Write ``module`` to ``directory`` (replaced atomically if it exists). Returns the path."""
     directory = Path(directory).resolve()
-    _replaceable(directory)
+    replaceable(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:

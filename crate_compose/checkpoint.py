@@ -4,16 +4,26 @@ A checkpoint is ``RUN/checkpoints/step-000200/``::
 
     spec.yaml, model.safetensors, code.py, summary.txt   a build (``crate_compose.load`` reads it)
     optimizer.safetensors                               AdamW's moments and step counts, the torch RNG
-    state.json                                          step, run settings, param-group hyper-parameters
+    state.json                                          step, the run's hash, settings, param-group
+                                                        hyper-parameters, metrics rows written so far
 
 Nothing is pickled: tensors go through safetensors, everything else through JSON. A checkpoint is
 written under a temporary name and renamed into place, so a run killed while writing one (even with
 SIGKILL) leaves the previous checkpoint intact and no partial one that could be resumed from.
+
+Before a run resumes from a checkpoint, :func:`verify` checks it as a whole, and nothing is loaded
+or written until it passes: the step agrees with the folder's name, the run's steps and its
+metrics; ``state.json`` has every key with the right type and the run's hash and settings; its
+``spec.yaml`` is the run's; every tensor of the weights, the optimizer state and the RNG state has
+the shape and dtype the model and AdamW give it, and every value is finite. A checkpoint that fails
+is named with the reason and left as it is (never deleted).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -21,16 +31,25 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import fx
 
-from .artifacts import load as load_build
+from .artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
 from .artifacts import save as save_build
-from .errors import SpecError, WorkbenchError
-from .files import replace_folder
+from .builder import spec_of
+from .errors import WorkbenchError
+from .files import replace_folder, save_tensors
+from .footprints import tied
 
 STATE_FILE, OPTIMIZER_FILE = "state.json", "optimizer.safetensors"
-_STEP = re.compile(r"^step-(\d+)$")
+RNG_KEY = "rng.torch"
+MAX_STATE_BYTES = 1_000_000  # state.json is a few kB
+_STEP = re.compile(r"^step-(\d{6,})$")
+ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")  # what torch's AdamW keeps per parameter (amsgrad off)
+
+
+class CheckpointError(WorkbenchError):
+    """A checkpoint that cannot be resumed from; the message names it and what is wrong."""
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
@@ -45,58 +64,222 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, state["param_groups"]
 
 
-def save_checkpoint(
-    run: Path, step: int, model: fx.GraphModule, optimizer: torch.optim.Optimizer, settings: dict[str, Any]
-) -> Path:
+def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torch.optim.Optimizer,
+                    settings: dict[str, Any], *, run_hash: str = "", metrics_rows: int = 0) -> Path:
     """Write ``RUN/checkpoints/step-NNNNNN`` atomically and return it."""
     folder = run / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"step-{step:06d}"
     staging = folder / f".step-{step:06d}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    save_build(model, staging)
-    tensors, groups = _optimizer_tensors(optimizer)
-    tensors["rng.torch"] = torch.get_rng_state()
-    save_file(tensors, staging / OPTIMIZER_FILE)
-    state = {"step": step, "settings": settings, "param_groups": groups}
-    (staging / STATE_FILE).write_text(json.dumps(state, indent=2, default=str))
-    replace_folder(staging, final)
+    try:
+        save_build(model, staging)
+        tensors, groups = _optimizer_tensors(optimizer)
+        tensors[RNG_KEY] = torch.get_rng_state()
+        save_tensors(tensors, staging / OPTIMIZER_FILE)
+        state = {"step": step, "identity": run_hash, "settings": settings, "param_groups": groups,
+                 "metrics_rows": metrics_rows}
+        (staging / STATE_FILE).write_text(json.dumps(state, indent=2, default=str))
+        replace_folder(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return final
 
 
-def latest_checkpoint(run: Path) -> Path | None:
-    """The complete checkpoint with the highest step, or None; partial ones are ignored."""
+def checkpoints(run: Path) -> dict[int, Path]:
+    """Every checkpoint folder of ``run`` by the step its name gives (complete or not), in order."""
     folder = run / "checkpoints"
-    steps = []
+    found = {}
     for entry in folder.iterdir() if folder.is_dir() else []:
         match = _STEP.match(entry.name)
-        if match and (entry / STATE_FILE).is_file() and (entry / OPTIMIZER_FILE).is_file():
-            steps.append((int(match.group(1)), entry))
-    return max(steps)[1] if steps else None
+        if match:
+            found[int(match.group(1))] = entry
+    return dict(sorted(found.items()))
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Load weights, optimizer state and RNG from a checkpoint into ``model`` and ``optimizer``.
-    A checkpoint that cannot be read (edited, truncated) raises :class:`WorkbenchError` naming it."""
+def latest_checkpoint(run: Path) -> Path | None:
+    """The checkpoint with the highest step, or None (whether it is sound is :func:`verify`'s to say)."""
+    found = checkpoints(run)
+    return found[max(found)] if found else None
+
+
+# ---------------------------------------------------------------- verification
+
+
+def verify(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, run_hash: str,
+           spec_text: str, settings: dict[str, Any], steps: int, metrics_rows: list[dict]) -> dict[str, Any]:
+    """Check the checkpoint at ``path`` as a whole against the run (see the module docstring);
+    return its state. Raises :class:`CheckpointError` naming the checkpoint and the first problem."""
     try:
-        weights = load_build(path).state_dict()
-        model.load_state_dict(weights, strict=True)
-        state = json.loads((path / STATE_FILE).read_text())
-        tensors = load_file(path / OPTIMIZER_FILE)
-        torch.set_rng_state(tensors.pop("rng.torch"))
-    except (SpecError, OSError, ValueError, KeyError, RuntimeError, SafetensorError) as error:
-        reason = str(error).splitlines()[-1].strip() if str(error) else type(error).__name__
-        raise WorkbenchError(f"--resume: the checkpoint {path} cannot be read ({reason}); remove it to resume from "
-                             "the one before") from None
+        state = _verified_state(path, optimizer, run_hash, settings, steps, metrics_rows)
+        text = _read_text(path / SPEC_FILE)
+        if text != spec_text:
+            from .runs import spec_difference
+
+            raise ValueError(f"{SPEC_FILE} is not the run's spec ({spec_difference(spec_text, text)})")
+        _verify_weights(path, model)
+        _verify_optimizer(path, model, optimizer, state["step"])
+    except ValueError as error:
+        raise CheckpointError(f"checkpoint {path} cannot be resumed from: {error}") from None
+    return state
+
+
+def _read_text(path: Path, limit: int = 10_000_000) -> str:
+    if not path.is_file():
+        raise ValueError(f"{path.name} is missing" if not path.exists() else f"{path.name} is not a regular file")
+    if path.stat().st_size > limit:
+        raise ValueError(f"{path.name} is {path.stat().st_size:,} bytes, more than a checkpoint's file holds")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path.name} cannot be read ({error})") from None
+
+
+def _verified_state(path: Path, optimizer, run_hash: str, settings: dict, steps: int, rows: list[dict]) -> dict:
+    try:
+        state = json.loads(_read_text(path / STATE_FILE, MAX_STATE_BYTES))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{STATE_FILE} is not JSON ({error})") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{STATE_FILE} is not a JSON object")
+    expected = {"step": int, "identity": str, "settings": dict, "param_groups": list, "metrics_rows": int}
+    for key, kind in expected.items():
+        value = state.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{STATE_FILE}: '{key}' is {_kind(value)}, expected {kind.__name__}")
+    step, named = state["step"], int(_STEP.match(path.name).group(1))
+    if step != named:
+        raise ValueError(f"{STATE_FILE} says step {step}, the folder's name says {named}")
+    if not 1 <= step <= steps:
+        raise ValueError(f"step {step} is outside the run's steps 1..{steps}")
+    if state["identity"] != run_hash:
+        raise ValueError(f"{STATE_FILE} belongs to another run (hash {state['identity'][:12]}, "
+                         f"the run's is {run_hash[:12]})")
+    changed = sorted(k for k in settings if state["settings"].get(k) != settings[k])
+    if changed:
+        key = changed[0]
+        raise ValueError(f"{STATE_FILE}: settings.{key} is {state['settings'].get(key)!r}, the run's is "
+                         f"{settings[key]!r}")
+    _verify_metrics(state["metrics_rows"], step, rows)
+    _verify_groups(state["param_groups"], optimizer.state_dict()["param_groups"])
+    return state
+
+
+def _kind(value: Any) -> str:
+    return "missing" if value is None else f"{type(value).__name__} {json.dumps(value)[:40]}"
+
+
+def _verify_metrics(count: int, step: int, rows: list[dict]) -> None:
+    """The metrics file holds the rows written up to this checkpoint, the last of them at or before it."""
+    if count < 0:
+        raise ValueError(f"{STATE_FILE}: metrics_rows is {count}")
+    if len(rows) < count:
+        raise ValueError(f"metrics.jsonl has {len(rows)} rows, the checkpoint was written after {count}")
+    if count and not (isinstance(rows[count - 1].get("step"), int) and rows[count - 1]["step"] <= step):
+        raise ValueError(f"metrics.jsonl row {count} is at step {rows[count - 1].get('step')!r}, after the "
+                         f"checkpoint's step {step}")
+
+
+def _verify_groups(saved: list, current: list[dict]) -> None:
+    """Param groups: the optimizer's own keys and parameter lists, its hyper-parameters, a finite lr."""
+    if len(saved) != len(current):
+        raise ValueError(f"{STATE_FILE}: {len(saved)} param groups, the optimizer has {len(current)}")
+    for index, (group, own) in enumerate(zip(saved, current)):
+        if not isinstance(group, dict) or set(group) != set(own):
+            keys = sorted(group) if isinstance(group, dict) else _kind(group)
+            raise ValueError(f"{STATE_FILE}: param group {index} has keys {keys}, AdamW's are {sorted(own)}")
+        lr = group["lr"]
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr < 0:
+            raise ValueError(f"{STATE_FILE}: param group {index}: lr is {lr!r}")
+        own = json.loads(json.dumps(own, default=str))  # as saved: tuples become lists
+        for key in sorted(own):
+            if key != "lr" and group[key] != own[key]:
+                raise ValueError(f"{STATE_FILE}: param group {index}: {key} is {group[key]!r}, the run's is "
+                                 f"{own[key]!r}")
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ValueError(f"{path.name} is missing")
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise ValueError(f"{path.name} is not a readable safetensors file ({str(error)[:200]})") from None
+
+
+def _verify_weights(path: Path, model: torch.nn.Module) -> None:
+    if not (path / WEIGHTS_FILE).is_file():
+        raise ValueError(f"{WEIGHTS_FILE} is missing")
+    tensors = read_weights(path / WEIGHTS_FILE, tied(spec_of(model)))
+    expected = model.state_dict()
+    mismatch = first_mismatch(expected, tensors)
+    if mismatch:
+        raise ValueError(f"{WEIGHTS_FILE}: {mismatch}")
+    for name, tensor in tensors.items():
+        if tensor.dtype != expected[name].dtype:
+            raise ValueError(f"{WEIGHTS_FILE}: {name} is {tensor.dtype}, the run's is {expected[name].dtype}")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ValueError(f"{WEIGHTS_FILE}: {name} holds NaN or infinite values")
+
+
+def _verify_optimizer(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """AdamW's state: for each parameter either nothing (it never had a gradient) or a step count in
+    1..step and two moments of the parameter's shape and dtype, all finite; the torch RNG state."""
+    tensors = _read_tensors(path / OPTIMIZER_FILE)
+    rng = tensors.pop(RNG_KEY, None)
+    reference = torch.get_rng_state()
+    if rng is None or rng.dtype != reference.dtype or rng.shape != reference.shape:
+        found = "missing" if rng is None else f"{rng.dtype} {tuple(rng.shape)}"
+        raise ValueError(f"{OPTIMIZER_FILE}: {RNG_KEY} is {found}, torch's RNG state is {reference.dtype} "
+                         f"{tuple(reference.shape)}")
+    groups = optimizer.param_groups
+    parameters = dict(enumerate(itertools.chain.from_iterable(group["params"] for group in groups)))
+    names = {id(p): n for n, p in model.named_parameters()}
+    seen = set()
+    for index, parameter in parameters.items():
+        present = [k for k in ADAMW_STATE if f"{index}.{k}" in tensors]
+        if present and len(present) != len(ADAMW_STATE):
+            missing = sorted(set(ADAMW_STATE) - set(present))
+            raise ValueError(f"{OPTIMIZER_FILE}: {index}.{missing[0]} is missing ({names.get(id(parameter))})")
+        for key in present:
+            seen.add(f"{index}.{key}")
+            _check_moment(tensors[f"{index}.{key}"], key, index, parameter, names.get(id(parameter)), step)
+    extra = sorted(set(tensors) - seen)
+    if extra:
+        raise ValueError(f"{OPTIMIZER_FILE}: {extra[0]} is not a tensor AdamW keeps for this model")
+
+
+def _check_moment(tensor: torch.Tensor, key: str, index: int, parameter: torch.Tensor, name: str, step: int) -> None:
+    label = f"{OPTIMIZER_FILE}: {index}.{key} ({name})"
+    if key == "step":
+        if tensor.shape != () or not tensor.is_floating_point():
+            raise ValueError(f"{label} is {tensor.dtype} {tuple(tensor.shape)}, a step count is a float scalar")
+        count = float(tensor)
+        if not (math.isfinite(count) and count == int(count) and 1 <= count <= step):
+            raise ValueError(f"{label} counts {count:g} steps, outside 1..{step}")
+        return
+    if tensor.shape != parameter.shape or tensor.dtype != parameter.dtype:
+        raise ValueError(f"{label} is {tensor.dtype} {tuple(tensor.shape)}, the parameter is {parameter.dtype} "
+                         f"{tuple(parameter.shape)}")
+    if not torch.isfinite(tensor).all() or (key == "exp_avg_sq" and (tensor < 0).any()):
+        raise ValueError(f"{label} holds NaN, infinite or (a second moment) negative values")
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load weights, optimizer state and RNG from a checkpoint :func:`verify` has passed."""
+    model.load_state_dict(read_weights(path / WEIGHTS_FILE, tied(spec_of(model))), strict=True)
+    state = json.loads((path / STATE_FILE).read_text())
+    tensors = load_file(path / OPTIMIZER_FILE)
+    torch.set_rng_state(tensors.pop(RNG_KEY))
     entries: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)
         entries.setdefault(int(index), {})[name] = value
     optimizer.load_state_dict({"state": entries, "param_groups": state["param_groups"]})
-    return state
 
 
 def prune_partial(run: Path) -> None:
-    """Remove checkpoints a killed run left half-written."""
+    """Remove checkpoints a killed run left half-written (never a complete one)."""
     for entry in (run / "checkpoints").glob(".step-*.partial"):
         shutil.rmtree(entry, ignore_errors=True)

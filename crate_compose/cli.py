@@ -1,7 +1,16 @@
 """The ``crate-compose`` command: a thin layer over the Python API (:mod:`crate_compose`).
 
-Exit status: 0 on success, 2 for a bad spec or bad arguments (every problem listed, each located),
-1 when the output cannot be written.
+Exit status:
+
+* 0 on success (and for a finished run resumed with its own steps: nothing to do);
+* 2 for a bad spec, bad arguments, data, a checkpoint or a grid that cannot be used, or a resume that
+  would change the run (every problem listed, each located);
+* 1 when an output cannot be written (a full disk, a read-only folder): the path is named, and
+  earlier outputs are left intact;
+* 3 when another process is writing into the folder (its process id is named);
+* 130 on Ctrl-C.
+
+Under torchrun only rank 0 prints.
 
 Only the standard library and torch-free modules load at start-up (``crate_compose`` itself loads
 its names on first use): ``--help`` and argument errors answer before torch is imported, and
@@ -11,10 +20,12 @@ its names on first use): ``--help`` and argument errors answer before torch is i
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
@@ -22,7 +33,7 @@ import crate_compose as cc
 
 from .errors import DiagramError, PluginError, SpecError, WorkbenchError
 from .files import write_atomic
-from .settings import DIAGRAM_STEM, DTYPE_NAMES, FORMATS, TASKS, Settings
+from .settings import AUGMENTATIONS, DIAGRAM_STEM, DTYPE_NAMES, FORMATS, MAX_IMAGE_SIZE, TASKS, Settings
 
 EPILOG = """examples:
   crate-compose build specs/mae.yaml --render          build CRATE-MAE-Base and draw it
@@ -195,7 +206,10 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(train)
     _run_arguments(train)
     train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
-    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint "
+                       "(options not given are the run's; anything that would change the run is refused)")
+    train.add_argument("--resume-from", type=COUNT, default=None, metavar="STEP",
+                       help="continue from the checkpoint at STEP; later checkpoints are moved to superseded/")
     _memory_argument(train)
 
     probe = command("probe", help="measure each step's own objective layer by layer, trained against untrained")
@@ -213,7 +227,7 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(generate)
     generate.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
                           "(without: the untrained network)")
-    generate.add_argument("--prompt", required=True, help="the text to continue (its UTF-8 bytes are the tokens)")
+    generate.add_argument("--prompt", required=True, help="the text to continue: its bytes are the tokens (UTF-8, or the bytes as typed when they are not)")
     generate.add_argument("--tokens", type=COUNT, default=None,
                           help="new tokens (bytes) to sample (default: as many as the context has room for)")
     generate.add_argument("--temperature", type=_number(float, 0, what="a number"), default=0.8, help="sampling temperature; 0: greedy (0.8)")
@@ -237,29 +251,35 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a training run (train and ablate)."""
+    """The options of a training run (train and ablate). Each defaults to None, meaning "not given":
+    :func:`_settings` fills it from the run being resumed, else from :class:`Settings`."""
     default = Settings()
-    parser.add_argument("--task", choices=TASKS, default=default.task, help="classify (cross-entropy), mae "
-                        "(masked reconstruction) or lm (next-token cross-entropy)")
-    parser.add_argument("--data", default=default.data,
-                        help="digits, photos, subspaces, text or folder:PATH (default: digits)")
-    parser.add_argument("--steps", type=COUNT, default=default.steps, help=f"optimizer steps (default: {default.steps})")
-    parser.add_argument("--batch-size", type=COUNT, default=default.batch_size, help="global batch size (default: 64)")
-    parser.add_argument("--lr", type=RATE, default=default.lr, help="peak learning rate of AdamW (default: 1e-3)")
-    parser.add_argument("--weight-decay", type=_number(float, 0, what="a number"), default=default.weight_decay, help="AdamW weight decay (0.05)")
-    parser.add_argument("--warmup", type=NONNEGATIVE, default=None, help="linear warm-up steps (default: 5%% of the steps)")
-    parser.add_argument("--seed", type=SEED, default=default.seed, help="seed of the weights, data order and masks")
-    parser.add_argument("--eval-every", type=NONNEGATIVE, default=default.eval_every, help="evaluate every N steps (0: at the end)")
-    parser.add_argument("--log-every", type=COUNT, default=default.log_every, help="log the loss every N steps (10)")
-    parser.add_argument("--checkpoint-every", type=NONNEGATIVE, default=default.checkpoint_every,
-                        help="checkpoint every N steps (0: at the end)")
-    parser.add_argument("--image-size", type=COUNT, default=None, help="resize images to this side")
-    parser.add_argument("--augment", choices=["none", "shift"], default=default.augment,
-                        help="shift: move each training image by up to one pixel (default: none)")
-    parser.add_argument("--label-smoothing", type=PROBABILITY, default=default.label_smoothing,
-                        help="label smoothing of the cross-entropy (default: 0)")
+    option = functools.partial(parser.add_argument, default=None)
+    option("--task", choices=TASKS, help="classify (cross-entropy), mae (masked reconstruction) or lm "
+           f"(next-token cross-entropy) (default: {default.task})")
+    option("--data", help="digits, photos, subspaces, text or folder:PATH (default: digits)")
+    option("--steps", type=COUNT, help=f"optimizer steps (default: {default.steps})")
+    option("--batch-size", type=COUNT, help=f"global batch size (default: {default.batch_size})")
+    option("--lr", type=RATE, help=f"peak learning rate of AdamW (default: {default.lr:g})")
+    option("--weight-decay", type=_number(float, 0, what="a number"),
+           help=f"AdamW weight decay (default: {default.weight_decay:g})")
+    option("--warmup", type=NONNEGATIVE, help="linear warm-up steps (default: 5%% of the steps)")
+    option("--seed", type=SEED, help="seed of the weights, data order and masks (default: 0)")
+    option("--eval-every", type=NONNEGATIVE, help="evaluate every N steps (default: 0, at the end)")
+    option("--log-every", type=COUNT, help=f"log the loss every N steps (default: {default.log_every})")
+    option("--checkpoint-every", type=NONNEGATIVE, help="checkpoint every N steps (default: 0, at the end)")
+    option("--image-size", type=_number(int, 1, MAX_IMAGE_SIZE, what="a whole number"),
+           help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    option("--augment", choices=AUGMENTATIONS, help="shift: move each training image by up to one pixel "
+           "(default: none)")
+    option("--label-smoothing", type=PROBABILITY, help="label smoothing of the cross-entropy (default: 0)")
     parser.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, ... (default: cpu)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress (without a terminal, progress is a plain line every tenth of the run)")
+
+
+RUN_OPTIONS = ("task", "data", "steps", "batch_size", "lr", "weight_decay", "warmup", "seed", "eval_every",
+               "log_every", "checkpoint_every", "image_size", "augment", "label_smoothing")
 
 
 def _notes(spec) -> None:
@@ -319,23 +339,39 @@ def _derive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(task=args.task, data=args.data, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                    weight_decay=args.weight_decay, warmup=args.warmup, seed=args.seed, eval_every=args.eval_every,
-                    log_every=args.log_every, checkpoint_every=args.checkpoint_every, image_size=args.image_size,
-                    augment=args.augment, label_smoothing=args.label_smoothing)
+def _settings(args: argparse.Namespace, base: dict | None = None) -> Settings:
+    """The run settings: the options given, the rest from ``base`` (a resumed run's) or the defaults."""
+    values = {**asdict(Settings()), **(base or {})}
+    values.update({name: getattr(args, name) for name in RUN_OPTIONS if getattr(args, name, None) is not None})
+    return Settings(**{k: v for k, v in values.items() if k in Settings.__dataclass_fields__})
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .train import train
+    from .runs import read
+    from .train import default_run, train
 
-    result = train(args.spec, _settings(args), overrides=args.overrides, out=args.out, resume=args.resume,
-                   device=args.device, progress=args.progress, memory_limit=args.memory_limit)
-    scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+    resume = args.resume or args.resume_from is not None
+    out = args.out or default_run(args.spec, args.overrides)
+    base = read(out).settings() if resume and out.is_dir() and read(out) is not None else None
+    result = train(args.spec, _settings(args, base), overrides=args.overrides, out=out, resume=resume,
+                   resume_from=args.resume_from, device=args.device, progress=args.progress,
+                   memory_limit=args.memory_limit)
+    if not _rank_zero():
+        return 0
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, (int, float)))
+    if result.already_finished:
+        print(f"{result.run} is finished: {result.steps:,} steps" + (f", {scores}" if scores else "") +
+              f". Nothing was changed; pass --steps N (more than {result.steps:,}) to train it longer")
+        return 0
     print(f"trained {result.params:,} parameters for {result.steps} steps in {result.seconds:.0f} s: "
           f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
-    print(f"wrote {result.run}/: spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/")
+    print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/")
     return 0
+
+
+def _rank_zero() -> bool:
+    """Under torchrun only rank 0 prints (its RANK variable); one process is rank 0."""
+    return os.environ.get("RANK", "0") in ("", "0")
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -349,15 +385,17 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from .workbench import generate_text
+    from .generation import generate_text
 
     if args.weights is None:
         print("note: no --weights: sampling from the untrained network", file=sys.stderr)
-    text, count, seconds = generate_text(args.spec, args.prompt, weights=args.weights, overrides=args.overrides,
-                                  tokens=args.tokens, temperature=args.temperature, top_k=args.top_k or None,
-                                  seed=args.seed, cache=args.cache, device=args.device)
-    print(args.prompt + text)
-    print(f"({count} tokens in {seconds:.2f} s, {'cached' if args.cache else 'recomputed'})", file=sys.stderr)
+    result = generate_text(args.spec, args.prompt, weights=args.weights, overrides=args.overrides,
+                           tokens=args.tokens, temperature=args.temperature, top_k=args.top_k or None,
+                           seed=args.seed, cache=args.cache, device=args.device)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"  # a pipe or terminal that is not UTF-8: '?'
+    print(result.text.encode(encoding, "replace").decode(encoding))
+    print(f"({result.tokens} tokens in {result.seconds:.2f} s, {'cached' if args.cache else 'recomputed'})",
+          file=sys.stderr)
     return 0
 
 
@@ -424,15 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cc.load_plugins(args.plugins)
         return COMMANDS[args.command](args)
-    except SpecError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except PluginError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except WorkbenchError as error:  # a run that cannot start (task, data, resume), said in one line
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (SpecError, PluginError, WorkbenchError) as error:  # bad input, a refused run: located, one per line
+        return _refuse(f"error: {error}", getattr(error, "exit_status", 2))
     except DiagramError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -440,10 +471,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")
         return 0
     except OSError as error:
-        print(f"error: cannot write output: {error}", file=sys.stderr)
-        return 1
+        return _refuse(f"error: cannot write output: {error}", 1, local=True)
     except KeyboardInterrupt:
         return 130
+
+
+def _refuse(message: str, status: int, *, local: bool = False) -> int:
+    """Print ``message`` and return ``status``. Under torchrun the other ranks reach the same refusal
+    (every check is made alike, or shared by rank 0), so only rank 0 prints it; an error of one
+    process alone (``local``) is printed by that process, with its rank."""
+    if _rank_zero():
+        print(message, file=sys.stderr)
+    elif local:
+        print(f"rank {os.environ.get('RANK')}: {message}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ generated from a seed, or read from a folder the user already has on disk.
     (photo, top, left) of every crop.
 
 ``subspaces``
-    The mixture of low-rank Gaussians of book eq. 5.3.1 (DESIGN section 3), generated from
-    ``seed``: K orthonormal subspaces U_k of dimension p in R^d (d = K*p by default); a sample
+    The mixture of low-rank Gaussians of book eq. 5.3.1, generated from ``seed``: K orthonormal
+    subspaces U_k of dimension p in R^d (K, p, n and d follow the spec's sizes ``subspaces``,
+    ``subspace_dim``, ``tokens`` and ``d`` where it declares them; else 3, 16, 48 and K*p); a sample
     is a set of n tokens, token i of group k being ``U_k a_i + sum_{j != k} U_j e_ij`` with
     ``a_i ~ N(0, I_p)`` and ``e_ij ~ N(0, delta^2 I_p)``. Groups are balanced (token i is in
     group i mod K before a per-sample shuffle of the token order). Input shape (n, d); the
@@ -148,19 +149,27 @@ def spec_overrides(data: Data, spec: Any) -> list[str]:
     (``data.sizes``) is set where the spec declares a size of that name, so the rest of the spec
     follows: images fix ``channels``, ``classes`` (labeled data only) and ``image_size`` (square
     images only; other images set ``input.shape`` alone); token sets fix ``tokens``, ``d``,
-    ``subspaces`` and ``subspace_dim``. Sizes the spec does not declare are left alone, and a value
-    the spec already has is not repeated (any override makes the loader name the spec a variant),
-    so a spec written for the data gets ``[]``.
+    ``subspaces`` and ``subspace_dim`` (:func:`load_subspaces` generates the sizes the spec
+    declares, so these differ only where K, p, n or d were given). Sizes the spec does not declare
+    are left alone, and a value the spec already has is not repeated (any override makes the loader
+    name the spec a variant), so a spec written for the data gets ``[]``.
     """
+    declared = _declared_sizes(spec)
     if isinstance(spec, dict):
-        declared, shape = spec.get("sizes") or {}, (spec.get("input") or {}).get("shape")
+        shape = (spec.get("input") or {}).get("shape")
     else:
-        declared, shape = getattr(spec, "sizes", {}), getattr(getattr(spec, "input", None), "shape", None)
+        shape = getattr(getattr(spec, "input", None), "shape", None)
     out = []
     if shape != list(data.input_shape):
         out.append(f"input.shape=[{', '.join(str(size) for size in data.input_shape)}]")
     out += [f"sizes.{k}={v}" for k, v in data.sizes.items() if k in declared and declared[k] != v]
     return out
+
+
+def _declared_sizes(spec: Any) -> dict:
+    """The sizes ``spec`` declares (a loaded Spec or a spec mapping; {} for None)."""
+    sizes = spec.get("sizes") if isinstance(spec, dict) else getattr(spec, "sizes", None)
+    return sizes if isinstance(sizes, dict) else {}
 
 
 # ---------------------------------------------------------------- helpers
@@ -334,23 +343,40 @@ def sample_tokens(
     return tokens, labels
 
 
+SUBSPACE_DEFAULTS = {"subspaces": 3, "subspace_dim": 16, "tokens": 48}  # K, p, n when neither given nor declared
+
+
 def load_subspaces(
     *,
     seed: int = 0,
-    K: int = 3,
-    p: int = 16,
-    n: int = 48,
+    K: int | None = None,
+    p: int | None = None,
+    n: int | None = None,
     delta: float = 0.1,
     d: int | None = None,
     train_count: int = 1024,
     test_count: int = 256,
+    spec: Any = None,
 ) -> Data:
-    """Token sets from K orthonormal p-dimensional subspaces of R^d (book eq. 5.3.1), seeded."""
-    d = K * p if d is None else d
+    """Token sets from K orthonormal p-dimensional subspaces of R^d (book eq. 5.3.1), seeded.
+
+    The data follows the spec it is for: K, p, n and d that are not given are the spec's sizes
+    ``subspaces``, ``subspace_dim``, ``tokens`` and ``d`` where it declares them (so
+    ``specs/aot-subspaces.yaml`` gets the K = 3 subspaces of dimension 32 in R^96 it was written
+    for, and :func:`spec_overrides` changes nothing), else 3, 16, 48 and K*p.
+    """
+    declared = {k: v for k, v in _declared_sizes(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+    sizes = {**SUBSPACE_DEFAULTS, **declared}
+    K = sizes["subspaces"] if K is None else K
+    p = sizes["subspace_dim"] if p is None else p
+    n = sizes["tokens"] if n is None else n
+    d = sizes.get("d", K * p) if d is None else d
     if min(K, p, n, train_count, test_count) < 1 or d < K * p or delta < 0:
+        named = ", ".join(f"{k}={v}" for k, v in declared.items() if k in (*SUBSPACE_DEFAULTS, "d"))
         raise DataError(
             f"subspaces: need K, p, n, counts >= 1, delta >= 0 and d >= K*p; got K={K}, p={p}, n={n}, "
             f"d={d}, delta={delta}, counts={train_count}/{test_count}"
+            + (f" (from the spec's sizes {named})" if named else "")
         )
     generator = torch.Generator().manual_seed(seed)
     U = random_subspaces(d, K, p, generator)
@@ -555,7 +581,9 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
     ignore it);
     ``image_size`` applies to image sets only. Options per set: digits ``split_seed``; photos
     ``train_crops``, ``test_crops``; subspaces ``K``, ``p``, ``n``, ``delta``, ``d``,
-    ``train_count``, ``test_count``; folder ``split_seed``.
+    ``train_count``, ``test_count``; folder ``split_seed``. Sets that take ``spec`` fit themselves
+    to it: text takes windows of its context, subspaces the sizes it declares (``K``, ``p``, ``n``,
+    ``d`` given here win).
     """
     if name.startswith("folder:"):
         loader, args = load_folder, (name[len("folder:") :],)
@@ -575,6 +603,6 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
         raise DataError(f"data set '{name}' does not take {', '.join(unknown)}; it takes: {takes}")
     if "seed" in accepted:
         given["seed"] = seed
-    if "spec" in accepted:  # sets that fit themselves to the spec (text: windows of its context)
+    if "spec" in accepted:  # sets that fit themselves to the spec (text: its context; subspaces: its sizes)
         given["spec"] = spec
     return loader(*args, **given)

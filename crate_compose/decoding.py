@@ -198,21 +198,43 @@ def generate(
     return sequence
 
 
-def encode_bytes(text: str) -> torch.Tensor:
-    """UTF-8 bytes of ``text`` as token ids ``(1, n)`` (the byte-level vocabulary of 256)."""
-    return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long)
+def encode_bytes(text: str | bytes) -> torch.Tensor:
+    """The bytes of ``text`` as token ids ``(1, n)`` (the byte-level vocabulary of 256).
+
+    ``bytes`` are taken as they are; a ``str`` as UTF-8, except the characters U+DC80-U+DCFF that
+    Python's ``surrogateescape`` makes of bytes that are not UTF-8 (in ``sys.argv``, file names):
+    they are given back as those bytes, so a prompt typed in another encoding keeps its bytes. A
+    lone surrogate that stands for no byte raises :class:`DecodingError`.
+    """
+    if isinstance(text, str):
+        try:
+            text = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as error:
+            raise DecodingError(f"the text holds a lone surrogate {text[error.start]!r} at character {error.start}, "
+                                "which no UTF-8 bytes encode") from None
+    return torch.tensor([list(text)], dtype=torch.long)
+
+
+def ids_to_bytes(ids: torch.Tensor) -> bytes:
+    """Token ids ``(n,)`` as bytes; an id beyond a byte (a vocabulary over 256) becomes 0xFF, never UTF-8."""
+    return bytes(i if 0 <= i < 256 else 0xFF for i in ids.tolist())
 
 
 def decode_bytes(ids: torch.Tensor) -> str:
     """Token ids back to text; ids beyond a byte and invalid UTF-8 show as U+FFFD."""
-    return bytes(i if i < 256 else 0xFF for i in ids.tolist()).decode("utf-8", errors="replace")
+    return ids_to_bytes(ids).decode("utf-8", errors="replace")
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> torch.Tensor:
+    """One token per row: the most likely at ``temperature`` 0, else a draw from ``softmax(logits / T)``
+    among the ``top_k`` most likely. The division is made in float64 on logits less their maximum, so
+    every scaled logit is at most 0 and the most likely token's is exactly 0: however small ``T`` is
+    (``1e-300``), nothing overflows, and the draw tends to the greedy choice."""
     if temperature <= 0:
         return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
+    logits = logits.double()
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits.float(), dim=-1), 1, generator=generator)
+    scaled = (logits - logits.amax(-1, keepdim=True)) / temperature
+    return torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator)

@@ -75,6 +75,31 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
         staging.write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
+def save_tensors(tensors: dict, path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` as safetensors at ``path`` through a temporary sibling. safetensors reports a
+    failed write as its own error type; it is raised as the ``OSError`` it is (ENOSPC for a full disk,
+    EROFS for a read-only one), naming ``path``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    with staged(path) as staging:
+        try:
+            save_file(tensors, staging, metadata=metadata)
+        except SafetensorError as error:
+            raise _os_error(str(error), path) from None
+
+
+def _os_error(message: str, path: Path) -> OSError:
+    """The OSError a library's message describes (``... Os { code: 28, ... }``), naming ``path``."""
+    import errno
+    import re
+
+    found = re.search(r"code: (\d+)", message)
+    number = int(found.group(1)) if found else (errno.ENOSPC if "No space left" in message else errno.EIO)
+    return OSError(number, os.strerror(number), str(path))
+
+
 def _flush(path: Path) -> None:
     with open(path, "rb") as handle:
         os.fsync(handle.fileno())

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import registry, yamlread, zoo
 from .errors import Location, Problem, SpecError, did_you_mean, format_path, one_of
-from .spec import MAX_STEPS, PARTS, REFERENCE, Spec
+from .spec import MAX_STEPS, PARTS, REFERENCE, Derive, Spec, Stack
 
 KeyPath = tuple[str | int, ...]
 
@@ -437,15 +437,19 @@ def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, 
     problems = []
     for item in error.errors():
         loc = tuple(item["loc"])
+        tag = None  # the decoder's form: "stack" (written out) or "derive"
         if loc[:1] == ("decoder",) and loc[1:2] in (("stack",), ("derive",)):
-            loc = loc[:1] + loc[2:]  # drop pydantic's union tag
+            tag, loc = loc[1], loc[:1] + loc[2:]  # drop pydantic's union tag
         if prefix == () and loc[:1] == ("sizes",) and len(loc) == 3:
             loc = loc[:2]  # drop pydantic's union member (int, float, bool, str): one problem per size
             item = dict(item, type="size_type", msg="a size is a number, a flag or a string")
         path = prefix + loc
         kind = item["type"]
-        if kind == "extra_forbidden":
-            known = _fields_at(model, loc[:-1])
+        if kind == "extra_forbidden" and tag and len(loc) == 2 and _other_form(tag, loc[1]):
+            if not any(p.message == BOTH_FORMS for p in problems):  # once, at the first key of the other form
+                problems.append(Problem(BOTH_FORMS, path, source.locate(path)))
+        elif kind == "extra_forbidden":
+            known = list(Derive.model_fields) if tag == "derive" and len(loc) == 2 else _fields_at(model, loc[:-1])
             message = f"unknown key '{loc[-1]}'; {one_of(known)}" if known else f"unknown key '{loc[-1]}'"
             problems.append(Problem(message, path, source.locate(path), did_you_mean(str(loc[-1]), known)))
         elif kind == "missing":
@@ -456,6 +460,16 @@ def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, 
             message = f"{item['msg'].removeprefix('Value error, ')}; found {shown}{source.origin(path)}"
             problems.append(Problem(message, path, source.locate(path)))
     return problems
+
+
+BOTH_FORMS = ("a decoder is either derived (derive: inverse, form) or written as a stack (depth, layer, pre, post), "
+              "not both")
+
+
+def _other_form(tag: str, key: Any) -> bool:
+    """A decoder key that belongs to the form the decoder is not (``depth`` beside ``derive``; ``form`` in a stack)."""
+    other = Stack if tag == "derive" else Derive
+    return key in other.model_fields
 
 
 def _fields_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
@@ -613,11 +627,13 @@ def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
     else:
         source = load_source(ref)
     problems: list[Problem] = []
+    declared = [str(name) for name in _sizes(source.data)]
     for i, assignment in enumerate(overrides):  # every bad override is reported, not only the first
         try:
             apply_override(source, assignment, i)
         except SpecError as error:
             problems.extend(error.problems)
+    problems += _unused_new_sizes(source, declared)
     if problems:
         raise SpecError(problems)
     keys = [parse_key_path(a.partition("=")[0].strip()) for a in overrides]
@@ -632,6 +648,37 @@ def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
         if "description" not in given and isinstance(description, str):
             source.data["description"] = f"{description} Variant: {'; '.join(changing)}.".strip()
     return resolve(source)
+
+
+def _sizes(data: Any) -> dict:
+    """The raw ``sizes`` mapping of spec data ({} when missing or not a mapping; validation reports that)."""
+    sizes = data.get("sizes") if isinstance(data, dict) else None
+    return sizes if isinstance(sizes, dict) else {}
+
+
+def _unused_new_sizes(source: Source, declared: list[str]) -> list[Problem]:
+    """A size that overrides create and nothing references (``--set sizes.deph=6``, a misspelled
+    ``depth``) would change nothing but the variant's name: refused at its ``--set``, with the
+    closest declared size. A new size another override references (``${name}``) is kept."""
+    used = {match.group(1).strip() for path in _references(source.data)
+            for match in REFERENCE.finditer(_at(source.data, path))}
+    problems = []
+    for name in _sizes(source.data):
+        if str(name) not in declared and str(name) not in used:
+            path = ("sizes", name)
+            spec = source.data.get("name")
+            message = f"no size '{name}' in spec '{spec}'" if isinstance(spec, str) else f"no size '{name}' in the spec"
+            hint = (did_you_mean(str(name), declared)
+                    or f"nothing uses ${{{name}}}; sizes declared: {', '.join(declared) or 'none'}")
+            problems.append(Problem(message, path, source.locate(path), hint))
+    return problems
+
+
+def _at(data: Any, path: KeyPath) -> Any:
+    """The value at ``path`` in raw spec data."""
+    for part in path:
+        data = data[part]
+    return data
 
 
 def _yaml_value(text: str) -> Any:

@@ -172,6 +172,7 @@ class Primitive:
     example: Example | None = None
     measure: "Measure" = None
     footprint: Callable[..., Footprint] | None = None
+    plugin: str | None = None  # the plug-in that registered it (``--plugin my_steps.py``); None: built in or imported
 
     @property
     def measures(self) -> "tuple[Objective, ...]":
@@ -210,6 +211,7 @@ class Primitive:
 _REGISTRY: dict[str, Primitive] = {}
 _PLUGINS_LOADED = False
 _PLUGIN_FAILURES: list[str] = []  # entry points that failed: reported on every look-up, not only the first
+_LOADING: str | None = None  # the plug-in being imported, recorded on the primitives it registers
 ENTRY_POINT_GROUP = "crate_compose.primitives"
 
 
@@ -246,7 +248,10 @@ def primitive(
 
     def register(factory: Factory) -> Factory:
         if name in _REGISTRY and _origin(_REGISTRY[name].factory) != _origin(factory):
-            raise ValueError(f"primitive {name!r} is already registered by {_origin(_REGISTRY[name].factory)}")
+            held = _REGISTRY[name]
+            owner = "a built-in primitive" if held.factory.__module__.startswith("crate_compose.") else held.plugin
+            raise ValueError(f"primitive {name!r} is already registered by {_origin(held.factory)}"
+                             f"{f' ({owner})' if owner else ''}; register yours under another name")
         _REGISTRY[name] = Primitive(
             name=name,
             factory=factory,
@@ -262,6 +267,7 @@ def primitive(
             example=example,
             measure=measure,
             footprint=footprint,
+            plugin=_LOADING,
         )
         return factory
 
@@ -278,12 +284,11 @@ def _load() -> dict[str, Primitive]:
     import_module("crate_compose.primitives")  # registers the built-in primitives
 
     if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True  # first: a plug-in that looks up primitives while imported must not recurse
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                entry.load()
-            except Exception as error:  # a broken plugin must not look like a crash of this tool
-                _PLUGIN_FAILURES.append(f"{entry.name} ({entry.value}): {type(error).__name__}: {error}")
-        _PLUGINS_LOADED = True
+            failure = _import_plugin(f"{entry.name} ({entry.value})", entry.load)
+            if failure:
+                _PLUGIN_FAILURES.append(failure)
     if _PLUGIN_FAILURES:
         raise PluginError("primitive plugins failed to load: " + "; ".join(_PLUGIN_FAILURES))
     return _REGISTRY
@@ -293,32 +298,72 @@ def load_plugins(names: list[str] | tuple[str, ...]) -> None:
     """Import the user's own primitive modules, named on the command line (``--plugin``).
 
     A name is a module on the Python path (``my_lab.steps``; the working directory included) or a
-    ``.py`` file. Only the user chooses plugins: a spec can never make the tool import code.
+    ``.py`` file. Only the user chooses plugins: a spec can never make the tool import code. The
+    built-in primitives are registered first, so a plug-in that reuses a built-in name is refused
+    (the plug-in, not the built-in, is in error). Whatever a plug-in's import raises, ``sys.exit``
+    included, becomes one :class:`PluginError` naming the plug-in and the line of its code that failed.
     """
+    if not names:
+        return
+    _load()
+    failures = [failure for name in names if (failure := _import_plugin(f"--plugin {name}", _importer(name)))]
+    if failures:
+        raise PluginError("; ".join(failures))
+
+
+def _importer(name: str) -> Callable[[], Any]:
+    """A function importing the plug-in ``name`` (a ``.py`` file or a module name) under ``plugin`` names."""
     import importlib.util
     import sys
     from pathlib import Path
 
-    failures = []
-    for name in names:
-        try:
-            if name.endswith(".py") or "/" in name:
-                path = Path(name)
-                if not path.is_file():
-                    raise FileNotFoundError(f"no such file: {path}")
-                module_name = f"crate_compose_plugin_{path.stem}"
-                spec = importlib.util.spec_from_file_location(module_name, path)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[module_name] = module
-                spec.loader.exec_module(module)
-            else:
-                if "" not in sys.path and "." not in sys.path:
-                    sys.path.insert(0, "")
-                import_module(name)
-        except Exception as error:  # the user's code: report it, do not crash with its traceback
-            failures.append(f"--plugin {name}: {type(error).__name__}: {error}")
-    if failures:
-        raise PluginError("; ".join(failures))
+    def from_file() -> None:
+        path = Path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"no such file: {path}")
+        module_name = f"crate_compose_plugin_{path.stem}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+
+    def from_path() -> None:
+        if "" not in sys.path and "." not in sys.path:
+            sys.path.insert(0, "")
+        import_module(name)
+
+    return from_file if name.endswith(".py") or "/" in name else from_path
+
+
+def _import_plugin(label: str, load: Callable[[], Any]) -> str | None:
+    """Run ``load`` (a plug-in's import), registering its primitives as from ``label``; ``None`` when it
+    succeeds, else one line: the line of the plug-in's code that failed (when the traceback reaches
+    it), the plug-in, and what went wrong."""
+    global _LOADING
+    _LOADING = label
+    try:
+        load()
+    except SystemExit as stop:  # the plug-in's own exit must not end this tool silently with its status
+        return f"{_where(stop)}{label}: the plug-in called sys.exit({stop.code!r}) while being imported"
+    except Exception as error:  # the user's code: report it, do not crash with its traceback
+        message = " ".join(str(error).split())
+        return f"{_where(error)}{label}: {type(error).__name__}: {message}"
+    finally:
+        _LOADING = None
+    return None
+
+
+def _where(error: BaseException) -> str:
+    """``FILE:LINE: ``, the innermost line of the traceback outside crate-compose and Python's own
+    library (the import system included): the plug-in's line that failed."""
+    import sysconfig
+    import traceback
+    from pathlib import Path
+
+    ours, stdlib = (str(Path(__file__).parent), "<frozen"), sysconfig.get_path("stdlib")
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(ours)
+              and not (f.filename.startswith(stdlib) and "site-packages" not in f.filename)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
 
 
 def all_primitives() -> dict[str, Primitive]:

@@ -216,16 +216,20 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
                 published = dict(zip(primitive.publishes, values))
                 named.update(published)
             if primitive.footprint is not None:
-                _agrees(primitive.footprint(args, shape, before, *consumed), module, output, published, step)
+                _agrees(primitive.footprint(args, shape, before, *consumed), module, output, published, step,
+                        primitive, spec, path)
             yield Placed(role, layer, part, path, step, primitive, place_name, module, shape,
                          list(primitive.consumes), output, published, tally.bytes)
             value, shape = output, tuple(output.shape[1:])
 
 
 def _agrees(footprint: registry.Footprint, module: nn.Module, output: torch.Tensor,
-            published: dict[str, torch.Tensor], step: Step) -> None:
+            published: dict[str, torch.Tensor], step: Step, primitive: registry.Primitive, spec: Spec,
+            path: tuple) -> None:
     """The module built and run agrees with its primitive's footprint (shapes, parameters, form);
-    ``validate`` trusts footprints, so a disagreement is a bug of the primitive's declaration."""
+    ``validate`` trusts footprints, so a disagreement is a bug of the primitive's declaration, reported
+    as a spec problem at the step that names it, with the plug-in that registered it (docs/primitives.md,
+    "A footprint: shapes without torch")."""
     built = registry.Footprint(
         tuple(output.shape[1:]),
         {name: tuple(p.shape) for name, p in module.named_parameters() if name != "layer_scale"},
@@ -234,8 +238,15 @@ def _agrees(footprint: registry.Footprint, module: nn.Module, output: torch.Tens
         frozenset(name for name, p in module.named_parameters() if not p.requires_grad),
     )
     if built != footprint:
-        raise RuntimeError(f"primitive {step.primitive!r}: its footprint {footprint} disagrees with the module it "
-                           f"builds, {built} (a bug in the primitive's declaration)")
+        differs = "; ".join(f"{name} {getattr(footprint, name)!r} declared, {getattr(built, name)!r} built"
+                            for name in ("output", "parameters", "publishes", "residual", "frozen")
+                            if getattr(footprint, name) != getattr(built, name))
+        origin = primitive.plugin or primitive.factory.__module__
+        message = (f"step '{step.name}' ({step.primitive}, from {origin}): the primitive's footprint disagrees with "
+                   f"the module it builds: {differs}")
+        where = (*path, "primitive")
+        hint = "a bug in the primitive's declaration, not the spec"
+        raise SpecError([Problem(message, where, spec.locate(where), hint)])
 
 
 def _first_line(error: Exception) -> str:

@@ -23,13 +23,16 @@ equals the single-process update on the whole batch. Only rank 0 writes files.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
 import io
 import json
 import math
 import os
+import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -37,15 +40,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import budget, checkpoint, loader
+from . import budget, checkpoint, loader, locks, runs
+from .artifacts import replaceable
 from .artifacts import save as save_build
-from .files import write_atomic
+from .budget import human
 from .builder import compile_spec
-from .errors import WorkbenchError
+from . import data as data_module
 from .data import Data, load_data
-from .objectives import masked_reconstruction_loss, patch_size_of
+from .errors import SpecError, WorkbenchError
+from .files import writable, write_atomic
 from .modules.embed import patchify
-from .settings import AUGMENTATIONS, METRIC, TASKS, Settings
+from .objectives import masked_reconstruction_loss, patch_size_of
+from .progress import bar as progress_bar
+from .settings import AUGMENTATIONS, METRIC, TASKS, Settings, settings_problems
 from .shapes import step_seed
 
 EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
@@ -61,6 +68,11 @@ class Result:
     metrics: dict[str, float] = field(default_factory=dict)
     params: int = 0
     seconds: float = 0.0
+    already_finished: bool = False  # resumed with the steps it had finished: nothing was trained or written
+
+    def to_dict(self) -> dict[str, Any]:
+        """What result.json holds."""
+        return {k: v for k, v in asdict(self).items() if k != "already_finished"}
 
 
 class TrainError(WorkbenchError):
@@ -111,11 +123,52 @@ class _Distributed:
         if self.active and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
+    def check_batch(self, batch_size: int) -> None:
+        """Every process takes an equal share of every global batch (checked before anything starts)."""
+        if batch_size % self.world:
+            error = TrainError(f"--batch-size {batch_size} is not divisible by the {self.world} processes of "
+                               f"torchrun; give a multiple of {self.world}")
+            error.shared = True
+            raise error
+
     def shard(self, indices: torch.Tensor) -> torch.Tensor:
-        if len(indices) % self.world:
-            raise TrainError(f"batch size {len(indices)} is not divisible by the {self.world} processes")
         per = len(indices) // self.world
         return indices[self.rank * per : (self.rank + 1) * per]
+
+    def agree(self, action):
+        """Run ``action`` on rank 0 and give every process its result, or raise its error everywhere
+        (the other ranks raise a :class:`SharedError` with the same message and exit status)."""
+        outcome: list[Any] = [None]
+        error: BaseException | None = None
+        if self.rank == 0:
+            try:
+                outcome = [("ok", action())]
+            except (WorkbenchError, SpecError, OSError) as caught:
+                error = caught
+                outcome = [("error", f"{caught}", _exit_status(caught))]
+        if self.active:
+            torch.distributed.broadcast_object_list(outcome, src=0)
+        if error is not None:
+            raise error
+        if outcome[0][0] == "error":
+            raise SharedError(outcome[0][1], outcome[0][2])
+        return outcome[0][1]
+
+
+class SharedError(WorkbenchError):
+    """Rank 0's refusal as another process of the same torchrun sees it (printed by rank 0 only)."""
+
+    shared = True
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def _exit_status(error: BaseException) -> int:
+    if isinstance(error, OSError):
+        return 1
+    return getattr(error, "exit_status", 2)
 
 
 def shift(images: torch.Tensor, generator: torch.Generator, most: int = 1) -> torch.Tensor:
@@ -143,6 +196,10 @@ def _check(task: str, spec, data: Data, settings: Settings) -> None:
         raise TrainError(f"unknown augmentation '{settings.augment}'; expected one of: {', '.join(AUGMENTATIONS)}")
     if settings.augment == "shift" and len(data.input_shape) != 3:
         raise TrainError(f"augment 'shift' moves images; data set '{data.name}' is not images")
+    if data.task_hint == "tokens":  # no task has a loss for token sets: say so once, not a hint per task
+        raise TrainError(f"data set '{data.name}' holds token sets labeled per token, which no task trains on "
+                         f"(classify: labeled images; mae: images, with a mask step; lm: text); measure spec "
+                         f"'{spec.name}' on it with crate-compose probe")
     if (task == "lm") != (data.task_hint == "lm"):
         raise TrainError(f"task '{task}' does not fit data set '{data.name}'; --task lm goes with --data text")
     if task == "lm":
@@ -211,19 +268,19 @@ def _evaluate_lm(model: nn.Module, data: Data, device: torch.device) -> dict[str
 
 
 class _Metrics:
-    """Rows appended to metrics.jsonl and metrics.csv; a resumed run first drops rows after its checkpoint."""
+    """Rows appended to metrics.jsonl and metrics.csv; a resumed run first keeps only the rows its
+    checkpoint was written after (``keep``, counted in the checkpoint's state)."""
 
     FIELDS = ("step", "kind", "loss", "lr", "seconds", "test_accuracy", "test_loss", "test_masked_mse",
               "test_mean_patch_mse", "test_bits_per_byte", "test_unigram_loss")
 
-    def __init__(self, run: Path, keep_until: int, enabled: bool) -> None:
+    def __init__(self, run: Path, keep: int, enabled: bool) -> None:
         self.enabled = enabled
         self.jsonl, self.csv = run / "metrics.jsonl", run / "metrics.csv"
+        self.count = keep
         if not enabled:
             return
-        rows = []
-        if keep_until and self.jsonl.exists():
-            rows = [row for row in _rows(self.jsonl.read_text()) if row["step"] <= keep_until]
+        rows = _rows(self.jsonl.read_text())[:keep] if keep and self.jsonl.exists() else []
         write_atomic(self.jsonl, "".join(json.dumps(row) + "\n" for row in rows))
         table = io.StringIO()
         writer = csv.DictWriter(table, self.FIELDS)
@@ -232,6 +289,7 @@ class _Metrics:
         write_atomic(self.csv, table.getvalue())
 
     def add(self, row: dict[str, Any]) -> None:
+        self.count += 1
         if not self.enabled:
             return
         with open(self.jsonl, "a") as handle:
@@ -251,6 +309,40 @@ def _rows(text: str) -> list[dict[str, Any]]:
     return rows
 
 
+def fingerprint(data: Data) -> str:
+    """SHA-256 of what a data set holds: its tensors (built-in sets), or the relative path and size of
+    every file (folders), so a run resumed on other data is refused."""
+    digest = hashlib.sha256(data.name.encode())
+    for split in (data.train, data.test):
+        files = getattr(split, "files", None)
+        tensors = getattr(split, "tensors", None) or [getattr(split, name) for name in ("inputs", "targets", "tokens")
+                                                       if isinstance(getattr(split, name, None), torch.Tensor)]
+        if files is not None:
+            for path, label in zip(files, split.labels):
+                digest.update(f"{path}\0{_size(path)}\0{label}\n".encode())
+            digest.update(repr(getattr(split, "size", "")).encode())
+        for tensor in tensors:
+            digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
+            digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        digest.update(str(len(split)).encode())
+    return digest.hexdigest()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def verify_data(data: Data) -> None:
+    """Before the first step: every file of a folder data set is an image that can be read (see
+    :func:`crate_compose.data.verify`); in-memory sets have nothing to check."""
+    check = getattr(data_module, "verify", None)
+    if check is not None:
+        check(data)
+
+
 def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0):
     """Load the spec and the data, the spec's input size set from the data (text: windows of the
     spec's context)."""
@@ -260,6 +352,11 @@ def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size:
     return (loader.load(spec_ref, [*fit, *overrides]) if fit else spec), data
 
 
+def default_run(spec_ref, overrides: Iterable[str] = ()) -> Path:
+    """``runs/<spec name>``: the spec named as written with its overrides (before it is fitted to the data)."""
+    return Path("runs") / loader.load(spec_ref, list(overrides)).name
+
+
 def train(
     spec_ref,
     settings: Settings,
@@ -267,6 +364,7 @@ def train(
     overrides: Iterable[str] = (),
     out: str | Path | None = None,
     resume: bool = False,
+    resume_from: int | None = None,
     device: str = "cpu",
     progress: bool = True,
     memory_limit: str | float | None = None,
@@ -275,55 +373,243 @@ def train(
 
     Before anything is allocated, the weights, AdamW's state and one batch's activations are
     estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.budget`)
-    raises :class:`~crate_compose.budget.ResourceError` with the estimate and the limit.
+    raises :class:`~crate_compose.budget.ResourceError` with the estimate and the limit. Before the
+    first step, the run folder is locked and checked (:mod:`crate_compose.runs`): a new run needs a
+    folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
+    the run recorded there only when nothing that defines it differs, from a checkpoint that
+    :func:`crate_compose.checkpoint.verify` passes. A finished run resumed with the same steps is
+    returned as it is (``Result.already_finished``), nothing written.
     """
     overrides = list(overrides)
+    _check_settings(settings)
     spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed)
     _check(settings.task, spec, data, settings)
-    run = Path(out) if out is not None else Path("runs") / spec.name
     dist = _Distributed()
+    dist.check_batch(settings.batch_size)
+    run = Path(out) if out is not None else default_run(spec_ref, overrides)
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
     budget.check_training(spec, max(1, settings.batch_size // dist.world), str(device), memory_limit)
     dist.start(device)
-    writer = dist.rank == 0
     try:
-        return _loop(spec, data, settings, run, resume, device, dist, writer, progress)
+        with contextlib.ExitStack() as stack:
+            opening = _Opening(run, spec, data, settings, resume or resume_from is not None, resume_from, dist, device)
+            plan = dist.agree(lambda: opening.open(stack))
+            if plan.finished is not None:
+                return plan.finished
+            return _loop(opening, plan, stack, progress)
     finally:
         dist.stop()
 
 
-def _loop(spec, data, settings, run, resume, device, dist, writer, progress) -> Result:
-    model = compile_spec(spec, seed=settings.seed, device=device, memory_limit="none")  # checked in train()
-    patch = patch_size_of(model) if settings.task == "mae" else None
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2]
-    other = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim < 2]
-    optimizer = torch.optim.AdamW(
+def _check_settings(settings: Settings) -> None:
+    problems = settings_problems(settings)
+    if problems:
+        raise TrainError("; ".join(f"{name}: {message}" for name, message in problems))
+
+
+@dataclass
+class _Plan:
+    """What rank 0 decided after checking the run folder, shared with every process."""
+
+    settings: Settings
+    start: int = 0
+    checkpoint: str | None = None
+    metrics_rows: int = 0
+    record: runs.Record | None = None
+    finished: Result | None = None
+
+
+class _Opening:
+    """Rank 0's checks of a run folder before the first step (:meth:`open`), and the model they need."""
+
+    def __init__(self, run: Path, spec, data: Data, settings: Settings, resume: bool, resume_from: int | None,
+                 dist: "_Distributed", device: torch.device) -> None:
+        self.run, self.spec, self.data, self.dist, self.device = run, spec, data, dist, device
+        self.resume, self.resume_from = resume, resume_from
+        self.spec_text = loader.dump(spec)
+        self.settings = settings
+        self.model = compile_spec(spec, seed=settings.seed, device=device, memory_limit="none")  # checked in train()
+        self.optimizer = _adamw(self.model, settings)
+
+    def identity(self, settings: Settings) -> dict[str, Any]:
+        from . import __version__
+
+        return runs.identity(self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__)
+
+    def open(self, stack: contextlib.ExitStack) -> _Plan:
+        run = self.run
+        if run.exists() and not run.is_dir():
+            raise TrainError(f"{run} exists and is not a folder: give a folder for the run (--out)")
+        foreign = runs.foreign_entries(run)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise TrainError(f"{run} holds files that are not a crate-compose run ({shown}); it is left alone: "
+                             "choose another --out")
+        created = not run.exists()
+        stack.enter_context(locks.hold(run, "train into"))
+        try:
+            plan = self._plan(runs.read(run))
+            if plan.finished is None:
+                self._prepare_folder(plan)
+        except BaseException:
+            if created:
+                shutil.rmtree(run, ignore_errors=True)  # only the lock was written there
+            raise
+        return plan
+
+    def _plan(self, record: runs.Record | None) -> _Plan:
+        run, settings = self.run, self.settings
+        if record is None:
+            if self.resume:
+                raise TrainError(f"--resume: {run} holds no run to resume (no {runs.RUN_FILE}); "
+                                 "leave out --resume to start one")
+            if any((run / name).is_file() for name in ("spec.yaml", "metrics.jsonl")) or \
+                    any((run / name).is_dir() for name in ("checkpoints", "final")):
+                raise TrainError(f"{run} holds a run without a {runs.RUN_FILE} (written by an earlier crate-compose): "
+                                 "it cannot be checked, so it is neither resumed nor replaced; choose another --out")
+            settings = replace(settings, warmup=runs.warmup_of(settings))
+            return _Plan(settings, record=runs.new_record(self.identity(settings), settings))
+        if not self.resume:
+            raise TrainError(f"{run} already holds a run ({record.steps:,} steps, {_reached(run)}): pass --resume "
+                             "to continue it, or choose another --out")
+        if settings.warmup is None:  # the warm-up the run started with, whatever its steps are now
+            settings = replace(settings, warmup=record.identity["settings"].get("warmup"))
+        changes = runs.differences(record.identity, self.identity(settings))
+        if changes:
+            recorded = (run / "spec.yaml").read_text() if (run / "spec.yaml").is_file() else ""
+            raise runs.RunMismatch(runs.mismatch_message(run, changes, runs.spec_difference(recorded, self.spec_text)))
+        if settings.steps < record.steps:
+            raise runs.RunMismatch(f"--resume: steps: {record.steps:,} in the run, {settings.steps:,} now; a run's "
+                                   "steps can grow, never shrink (a shorter run is another run: choose another --out)")
+        finished = _finished_result(run, record.steps)
+        if finished is not None and settings.steps == record.steps and self.resume_from is None:
+            finished.already_finished = True
+            return _Plan(settings, finished=finished)
+        record.steps = settings.steps
+        record.cadence = {k: getattr(settings, k) for k in runs.CADENCE}
+        return self._from_checkpoint(_Plan(settings, record=record))
+
+    def _from_checkpoint(self, plan: _Plan) -> _Plan:
+        found = checkpoint.checkpoints(self.run)
+        if self.resume_from is not None and self.resume_from not in found:
+            listed = ", ".join(map(str, found)) or "none"
+            raise TrainError(f"--resume-from {self.resume_from}: {self.run} has no checkpoint at that step "
+                             f"(checkpoints: {listed})")
+        step = self.resume_from if self.resume_from is not None else max(found, default=None)
+        if step is None:
+            return plan  # killed before its first checkpoint: the same run from step 0
+        rows = _rows(_read_metrics(self.run))
+        trajectory = {k: v for k, v in asdict(plan.settings).items() if k not in (*runs.CADENCE, "steps")}
+        try:
+            state = checkpoint.verify(found[step], self.model, self.optimizer, run_hash=plan.record.hash,
+                                      spec_text=self.spec_text, settings=trajectory, steps=plan.settings.steps,
+                                      metrics_rows=rows)
+        except checkpoint.CheckpointError as error:
+            earlier = [s for s in found if s < step]
+            hint = (f"; resume from an earlier one with --resume-from STEP ({', '.join(map(str, earlier))})"
+                    if earlier else "; there is no earlier checkpoint: start a new run with another --out")
+            raise checkpoint.CheckpointError(f"{error}. Nothing was changed{hint}") from None
+        plan.start, plan.checkpoint, plan.metrics_rows = step, str(found[step]), state["metrics_rows"]
+        return plan
+
+    def _prepare_folder(self, plan: _Plan) -> None:
+        """Every check that could fail later, then the record: nothing is learned late."""
+        run = self.run
+        for name in ("checkpoints", "final", "probes"):
+            if (run / name).exists() and not (run / name).is_dir():
+                raise TrainError(f"{run / name} is a file where the run keeps a folder; move it away")
+        for name in ("spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", runs.RUN_FILE):
+            writable(run / name)
+        if (run / "final").is_dir():
+            replaceable(run / "final")
+        verify_data(self.data)
+        self._check_disk(plan)
+        if self.resume_from is not None:
+            _supersede(run, plan.start)
+        checkpoint.prune_partial(run) if (run / "checkpoints").is_dir() else None
+        runs.note_start(plan.record, plan.start, self.dist.world, str(self.device))
+        write_atomic(run / "spec.yaml", self.spec_text)
+        runs.write(run, plan.record)
+
+    def _check_disk(self, plan: _Plan) -> None:
+        """Free space for every checkpoint still to come and the final build, at their known size."""
+        settings = plan.settings
+        weights = sum(p.numel() * p.element_size() for p in self.model.state_dict().values())
+        each = weights * (1 + len(ADAMW_MOMENTS)) + 200_000  # weights, AdamW's moments, the small files
+        every = settings.checkpoint_every
+        count = 1 + (len(range(plan.start + 1, settings.steps)) // every if every else 0)
+        needed = count * each + weights + 1_000_000
+        free = shutil.disk_usage(self.run).free
+        if needed > free:
+            raise TrainError(f"{self.run}: {count} checkpoint{'s' * (count != 1)} of {human(each)} and the final "
+                             f"build need about {human(needed)}; the disk has {human(free)} free (free space, "
+                             "checkpoint less often with --checkpoint-every, or choose another --out)")
+
+
+ADAMW_MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+def _adamw(model: nn.Module, settings: Settings) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    other = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return torch.optim.AdamW(
         [{"params": decay, "weight_decay": settings.weight_decay}, {"params": other, "weight_decay": 0.0}],
         lr=settings.lr,
     )
-    start = 0
-    if resume:
-        latest = checkpoint.latest_checkpoint(run)
-        if latest is None:
-            raise TrainError(f"--resume: no complete checkpoint in {run / 'checkpoints'}")
-        state = checkpoint.load_checkpoint(latest, model, optimizer)
-        saved = {k: v for k, v in state["settings"].items()}
-        if saved != asdict(settings):
-            changed = sorted(k for k in saved if saved[k] != asdict(settings).get(k))
-            raise TrainError(f"--resume: the run in {run} was started with other settings ({', '.join(changed)})")
-        start = state["step"]
-    elif writer and (run / "checkpoints").exists() and checkpoint.latest_checkpoint(run) is not None:
-        raise TrainError(f"{run} already holds a run: pass --resume to continue it, or choose another --out")
-    if writer:
-        run.mkdir(parents=True, exist_ok=True)
-        checkpoint.prune_partial(run) if (run / "checkpoints").exists() else None
-        write_atomic(run / "spec.yaml", loader.dump(spec))
-    metrics = _Metrics(run, start, writer)
+
+
+def _reached(run: Path) -> str:
+    found = checkpoint.checkpoints(run)
+    return f"checkpoint at step {max(found):,}" if found else "no checkpoint yet"
+
+
+def _read_metrics(run: Path) -> str:
+    path = run / "metrics.jsonl"
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def _finished_result(run: Path, steps: int) -> Result | None:
+    """The result of a finished run (result.json, final/ and its last checkpoint), else None."""
+    path = run / "result.json"
+    if not (path.is_file() and (run / "final").is_dir() and steps in checkpoint.checkpoints(run)):
+        return None
+    try:
+        content = json.loads(path.read_text())
+        return Result(**{k: v for k, v in content.items() if k in Result.__dataclass_fields__})
+    except (OSError, ValueError, TypeError):
+        return None  # a damaged result: the run is finished again from its last checkpoint
+
+
+def _supersede(run: Path, step: int) -> None:
+    """Move what came after checkpoint ``step`` aside into ``RUN/superseded/<time>/`` (never deleted)."""
+    later = [path for s, path in checkpoint.checkpoints(run).items() if s > step]
+    ends = [run / name for name in ("final", "result.json") if (run / name).exists()]
+    if not later and not ends:
+        return
+    aside = run / "superseded" / time.strftime("%Y%m%d-%H%M%S")
+    (aside / "checkpoints").mkdir(parents=True, exist_ok=True)
+    for path in later:
+        path.rename(aside / "checkpoints" / path.name)
+    for path in ends:
+        path.rename(aside / path.name)
+    if (run / "metrics.jsonl").is_file():
+        shutil.copy2(run / "metrics.jsonl", aside / "metrics.jsonl")
+
+
+def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress: bool) -> Result:
+    run, data, dist, device = opening.run, opening.data, opening.dist, opening.device
+    settings, model, optimizer = plan.settings, opening.model, opening.optimizer
+    writer = dist.rank == 0
+    patch = patch_size_of(model) if settings.task == "mae" else None
+    if plan.checkpoint is not None:
+        checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer)
+    metrics = _Metrics(run, plan.metrics_rows, writer)
     net = torch.nn.parallel.DistributedDataParallel(model) if dist.active else model
     model.train()
-    bar = _progress(settings.steps, start, enabled=progress and writer)
+    bar = stack.enter_context(contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer)))
     began, loss_value, evaluation = time.perf_counter(), float("nan"), {}
-    for step in range(start + 1, settings.steps + 1):
+    for step in range(plan.start + 1, settings.steps + 1):
         indices = dist.shard(batch_indices(step, len(data.train), settings))
         x, y = _batch(data.train, indices)
         if settings.augment == "shift":
@@ -341,6 +627,8 @@ def _loop(spec, data, settings, run, resume, device, dist, writer, progress) -> 
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
         loss_value = _global_mean(loss.detach(), dist)
+        if not math.isfinite(loss_value):
+            raise _diverged(run, step, loss_value)
         if step % settings.log_every == 0 or step == settings.steps:
             metrics.add({"step": step, "kind": "train", "loss": loss_value, "lr": lr_at(step, settings),
                          "seconds": round(time.perf_counter() - began, 3)})
@@ -352,14 +640,32 @@ def _loop(spec, data, settings, run, resume, device, dist, writer, progress) -> 
             metrics.add({"step": step, "kind": "eval", **evaluation})
             bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
-            checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings))
-    bar.close()
+            checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings), run_hash=plan.record.hash,
+                                       metrics_rows=metrics.count)
     params = sum(p.numel() for p in model.parameters())
     result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began)
     if writer:
         save_build(model, run / "final", extra={"seed": str(settings.seed), "steps": str(settings.steps)})
-        write_atomic(run / "result.json", json.dumps(asdict(result), indent=2))
+        write_atomic(run / "result.json", json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False) + "\n")
     return result
+
+
+def _diverged(run: Path, step: int, loss: float) -> TrainError:
+    found = [s for s in checkpoint.checkpoints(run) if s < step]
+    kept = f"its checkpoints up to step {max(found):,} are intact" if found else "no checkpoint was written"
+    error = TrainError(f"the loss is {loss} at step {step:,}: the run diverged and was stopped ({kept}); "
+                       "lower --lr or raise --warmup, and start a new run with another --out")
+    error.shared = True
+    return error
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: a value that is not finite is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 def _global_mean(value: torch.Tensor, dist: _Distributed) -> float:
@@ -368,10 +674,3 @@ def _global_mean(value: torch.Tensor, dist: _Distributed) -> float:
         torch.distributed.all_reduce(value)
         value /= dist.world
     return value.item()
-
-
-def _progress(total: int, initial: int, *, enabled: bool):
-    """A tqdm progress bar with the running loss (tqdm: a well-kept bar that degrades to plain lines)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True, leave=True)

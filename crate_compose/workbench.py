@@ -20,7 +20,6 @@ import io
 import itertools
 import json
 import statistics
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
@@ -34,7 +33,6 @@ from .artifacts import load as load_build
 from .files import write_atomic
 from .builder import compile_spec, spec_of
 from .data import Data, load_data
-from .decoding import decode_bytes, encode_bytes, generate
 from .errors import WorkbenchError
 from .probes import plot_probes, probe, save_probes
 from .footprints import tied
@@ -98,40 +96,6 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
     if broken:  # a diverged run: every measure would be NaN, and the probes' logdet cannot be taken
         raise WorkbenchError(f"--weights {folder}: {broken} holds NaN or infinite values (a diverged run?)")
     model.load_state_dict(tensors)
-
-
-def generate_text(
-    spec_ref,
-    prompt: str,
-    *,
-    weights: str | Path | None = None,
-    overrides: Iterable[str] = (),
-    tokens: int | None = None,
-    temperature: float = 0.8,
-    top_k: int | None = 40,
-    seed: int = 0,
-    cache: bool = True,
-    device: str = "cpu",
-) -> tuple[str, int, float]:
-    """Continue ``prompt`` (UTF-8 bytes as tokens) with a byte-level language model; returns the
-    continuation, the number of new tokens and the seconds it took. ``tokens`` defaults to the room left in the context.
-    Without ``weights`` the network is untrained."""
-    spec = loader.load(spec_ref, overrides)
-    model = compile_spec(spec, seed=seed)
-    if weights is not None:
-        load_weights(model, Path(weights))
-    model = model.to(device)
-    ids = encode_bytes(prompt).to(device)
-    vocab = model(ids[:, :1])["output"].shape[-1]
-    if vocab < 256 and int(ids.max()) >= vocab:
-        raise WorkbenchError(f"spec '{spec.name}' has a vocabulary of {vocab}: too small for byte-level text")
-    if tokens is None:
-        tokens = spec.input.shape[0] - ids.shape[1]
-        if tokens < 1:
-            raise WorkbenchError(f"the prompt ({ids.shape[1]} bytes) fills the context of {spec.input.shape[0]} tokens")
-    began = time.perf_counter()
-    out = generate(model, ids, tokens, temperature=temperature, top_k=top_k, seed=seed, cache=cache)
-    return decode_bytes(out[0, ids.shape[1] :].cpu()), tokens, time.perf_counter() - began
 
 
 def probe_table(runs: dict[str, list[dict]]) -> str:

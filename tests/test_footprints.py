@@ -220,8 +220,11 @@ def test_a_footprint_that_disagrees_with_its_module_is_caught_when_placed(unregi
     unregistered.append("halve_wrongly")
     spec = cc.load_spec("crate-tiny", SMALL + ["encoder.layer.sparsify.primitive=halve_wrongly",
                                                "encoder.layer.sparsify.args={}"])
-    with pytest.raises(RuntimeError, match="footprint .* disagrees with the module it builds"):
+    with pytest.raises(cc.SpecError, match=r"--set #7 .*: encoder.layer\[1\].primitive: step 'sparsify' "
+                       r"\(halve_wrongly, from test_footprints\): the primitive's footprint disagrees with the module it "
+                       r"builds: output \(17, 16\) declared, \(17, 32\) built") as caught:
         cc.build(spec, meta=True)
+    assert caught.value.problems[0].path == ("encoder", "layer", 1, "primitive")  # the --set naming it
 
 
 def _messages(run) -> str:

@@ -202,7 +202,8 @@ def test_override_a_primitive_by_step_name():
     ],
 )
 def test_override_values_are_yaml(override, where, value):
-    node = data(cc.load_spec("crate-tiny", [override]))
+    uses = [f"description=size ${{{where[1]}}}"] if where[0] == "sizes" else []  # a size an override creates is used
+    node = data(cc.load_spec("crate-tiny", [override, *uses]))
     for part in where:
         node = node[part]
     assert node == value and type(node) is type(value)

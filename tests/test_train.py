@@ -75,10 +75,10 @@ def test_a_second_run_into_the_same_folder_needs_resume(tmp_path, capsys):
     assert cli.main(_run_args(out, 5)) == 0
     assert cli.main(_run_args(out, 5)) == 2
     assert "pass --resume" in capsys.readouterr().err
-    assert cli.main(_run_args(out, 6, "--resume")) == 2  # other settings than the run was started with
-    assert "started with other settings (steps)" in capsys.readouterr().err
+    assert cli.main([*_run_args(out, 5, "--resume"), "--lr", "0.01"]) == 2  # another run
+    assert "settings.lr: 0.001 in the run, 0.01 now" in capsys.readouterr().err
     assert cli.main(_run_args(tmp_path / "empty", 5, "--resume")) == 2
-    assert "no complete checkpoint" in capsys.readouterr().err
+    assert "holds no run to resume" in capsys.readouterr().err
 
 
 def test_bad_task_or_data_is_one_line(tmp_path, capsys):
