@@ -15,19 +15,16 @@ anybody's files.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import fx
 
 from . import loader
 from .builder import compile_spec, spec_of
 from .errors import Location, Problem, SpecError
-from .files import publish as _publish
-from .files import replace_folder
+from .files import naming, save_tensors, staged_folder, write_atomic
 from .settings import DIAGRAM_STEM
 from .footprints import tied
 from .summary import summarize
@@ -61,25 +58,21 @@ def _written_by_a_build(entry: Path) -> bool:
 
 
 def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str] | None = None) -> Path:
-    """Write ``module`` to ``directory`` (replaced atomically if it exists). Returns the path."""
-    directory = Path(directory).resolve()
+    """Write ``module`` to ``directory`` (replaced atomically if it exists). Returns the path.
+
+    A file that cannot be written (a full disk, a read-only folder) raises an ``OSError`` naming it
+    as the caller gave the folder (``out/x/model.safetensors``); nothing is left behind and an earlier
+    build is left as it was (:func:`crate_compose.files.staged_folder`)."""
+    given = Path(directory)
+    directory = given.resolve()
     replaceable(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
-        (staging / SPEC_FILE).write_text(loader.dump(spec_of(module)))
-        state = untie(module.state_dict(), tied(spec_of(module)))  # a tied tensor once, under its source's name
-        tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-        save_file(tensors, staging / WEIGHTS_FILE, metadata={"format": "pt", **(extra or {})})
-        (staging / CODE_FILE).write_text(module.code.lstrip() + "\n")
-        (staging / SUMMARY_FILE).write_text(summarize(module).table() + "\n")
-        _publish(staging, 0o777)  # mkdtemp (and safetensors) make private files; a build is ordinary
-        for entry in staging.iterdir():
-            _publish(entry, 0o666)
-        replace_folder(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    state = untie(module.state_dict(), tied(spec_of(module)))  # a tied tensor once, under its source's name
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    with naming(given, directory), staged_folder(directory) as staging:
+        write_atomic(staging / SPEC_FILE, loader.dump(spec_of(module)))
+        save_tensors(tensors, staging / WEIGHTS_FILE, metadata={"format": "pt", **(extra or {})})
+        write_atomic(staging / CODE_FILE, module.code.lstrip() + "\n")
+        write_atomic(staging / SUMMARY_FILE, summarize(module).table() + "\n")
     return directory
 
 

@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -70,7 +72,9 @@ import torch
 from torch.utils.data import Dataset
 
 from . import corpus
+from .budget import human, resolve_limit
 from .errors import WorkbenchError
+from .settings import MAX_IMAGE_SIZE
 
 __all__ = [
     "Data", "DataError", "FolderImages", "Tensors", "load_data", "load_digits", "load_folder", "load_photos",
@@ -208,8 +212,31 @@ def _stratified_split(
 
 
 def _check_size(image_size: int | None, where: str) -> None:
-    if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
-        raise DataError(f"{where}: image_size must be a positive integer; got {image_size!r}")
+    """Refuse an image side that is not a whole number in [1, MAX_IMAGE_SIZE] (``--image-size 100000``),
+    before anything is allocated."""
+    if image_size is not None and (not isinstance(image_size, int) or isinstance(image_size, bool)
+                                   or not 1 <= image_size <= MAX_IMAGE_SIZE):
+        raise DataError(f"{where}: image_size must be a whole number in [1, {MAX_IMAGE_SIZE}]; got {image_size!r}")
+
+
+Limit = tuple[float | None, str]  # bytes (None: no limit) and where the limit came from (budget.resolve_limit)
+
+
+def _check_memory(needed: float, what: str, limit: Limit, hint: str) -> None:
+    """Raise :class:`DataError` when ``needed`` bytes are over the memory limit: ``what`` would take
+    ``needed``, with the limit, where it came from, and ``hint``."""
+    bound, source = limit
+    if bound is not None and needed > bound:
+        raise DataError(f"{what} would take about {human(needed)} in memory, over the memory limit of "
+                        f"{human(bound)} ({source}); {hint}, or set --memory-limit")
+
+
+def _check_in_memory(where: str, count: int, shape: tuple[int, ...], copies: int, limit: Limit) -> None:
+    """Refuse a data set held in memory whose ``count`` float32 inputs of ``shape`` (``copies`` of
+    them alive at once while it is made) would not fit, before allocating (digits at 20000x20000)."""
+    needed = float(count) * math.prod(shape) * 4 * copies
+    _check_memory(needed, f"{where}: {count:,} images of {'x'.join(map(str, shape))}", limit,
+                  "give a smaller --image-size")
 
 
 # ---------------------------------------------------------------- digits

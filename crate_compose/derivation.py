@@ -8,8 +8,8 @@ decoder starts, the others (the encoder's ``post`` and ``pre`` steps, the class 
 embedding) are undone around the decoder layers in reverse order.
 
 Two forms, chosen by ``decoder: {derive: inverse, form: ...}``: ``code`` (default) computes what
-the authors' CRATE-MAE code computes; ``listing3`` is paper 001's Listing 3 (see DESIGN.md and
-``docs/spec.md``). A rule may differ per form (:meth:`Inverse.form`).
+the authors' CRATE-MAE code computes; ``listing3`` is paper 001's Listing 3 (see ``docs/spec.md``,
+Derived decoders). A rule may differ per form (:meth:`Inverse.form`).
 
 This module knows each primitive's inverse only through the registry; it never creates fx nodes.
 Loading a spec never derives: the builder does, when it compiles.

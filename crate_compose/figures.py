@@ -23,7 +23,7 @@ from torch import fx
 
 from . import footprints, registry
 from .errors import DiagramError
-from .files import staged, write_atomic
+from .files import writable, write_atomic
 from .builder import spec_of
 from .settings import FORMATS
 
@@ -304,8 +304,9 @@ def render(
             "(install: apt-get install graphviz)"
         )
     target = path.with_suffix(f".{format}")
-    with staged(target) as staging:
-        result = subprocess.run(["dot", f"-T{format}", "-o", str(staging)], input=source.encode(), capture_output=True)
-        if result.returncode != 0:
-            raise DiagramError(f"Graphviz dot failed: {result.stderr.decode().strip()}")
+    writable(target)  # refused before dot runs
+    result = subprocess.run(["dot", f"-T{format}"], input=source.encode(), capture_output=True)
+    if result.returncode != 0:
+        raise DiagramError(f"Graphviz dot failed: {result.stderr.decode().strip()}")
+    write_atomic(target, result.stdout)  # dot draws to a pipe: a full disk is ours to report, naming target
     return target, None

@@ -10,6 +10,11 @@ old output or the new one, never a mix, plus at worst a temporary ``.NAME.*`` si
 A destination that exists and is not a regular file (a device such as ``/dev/full``, a FIFO, a
 socket) is refused rather than replaced. Files get the permissions an ordinary file gets under
 the umask (a temporary file is created private).
+
+A write that fails (a full disk, ENOSPC; a read-only folder, EROFS; EACCES) raises an ``OSError``
+that names the output, not the temporary name (:func:`naming`; safetensors' own error type is
+turned into the ``OSError`` it reports), after removing the temporary file or folder: the old
+output is left as it was.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import functools
 import os
+import re
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -52,21 +60,97 @@ def writable(path: Path, *, folder: bool = False) -> None:
 @contextlib.contextmanager
 def staged(path: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling of ``path`` to write (by any writer: safetensors, Graphviz,
-    matplotlib); on success it is flushed and renamed to ``path``, on failure removed."""
+    matplotlib); on success it is flushed and renamed to ``path``, on failure removed. An ``OSError``
+    on the way (a full disk, a read-only folder) names ``path`` (:func:`naming`)."""
     path = Path(path)
     writable(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".partial", dir=path.parent)
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".partial", dir=path.parent)
     os.close(handle)
     staging = Path(name)
     try:
-        yield staging
-        _flush(staging)
-        publish(staging, 0o666)  # mkstemp makes it private
-        staging.replace(path)
+        with naming(path, staging):
+            yield staging
+            _flush(staging)
+            publish(staging, 0o666)  # mkstemp makes it private
+            staging.replace(path)
     except BaseException:
         staging.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def staged_folder(folder: str | Path) -> Iterator[Path]:
+    """Yield a temporary sibling folder to fill in place of ``folder`` (a build, a checkpoint); on
+    success its files get the permissions ordinary files get and it replaces ``folder`` in one step
+    (:func:`replace_folder`), on failure it is removed. An ``OSError`` names the file it met at its
+    place in ``folder`` (``[Errno 28] No space left on device: 'out/x/model.safetensors'``), not at
+    the temporary name, so write the files by :func:`write_atomic` or :func:`save_tensors`, which name
+    the file they write."""
+    folder = Path(folder)
+    with naming(folder):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name[:100]}.", suffix=".partial", dir=folder.parent))
+    try:
+        with naming(folder, staging):
+            yield staging
+            publish(staging, 0o777)  # mkdtemp (and safetensors) make private files
+            for entry in staging.iterdir():
+                publish(entry, 0o666)
+            replace_folder(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def naming(path: str | Path, staging: str | Path | None = None) -> Iterator[None]:
+    """Raise an ``OSError`` of the block as one that names what was being written: its errno and
+    reason, and ``path`` instead of no name (``write`` gives none) or a temporary one. With
+    ``staging`` (a temporary file or folder that stands for ``path``), a name inside it is given at its
+    place in ``path``; without, every name is ``path``. safetensors' report of a failed write
+    (``SafetensorError: ... No space left on device (os error 28)``) becomes the ``OSError`` it is.
+    An ``OSError`` without an errno (a message of ours, :func:`writable`) is left as it is."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror, _named(error.filename, Path(path), staging)) from None
+    except Exception as error:
+        number = _errno_of(str(error)) if _is_safetensors_error(error) else None
+        if number is None:
+            raise
+        raise OSError(number, os.strerror(number), _named(None, Path(path), staging)) from None
+
+
+def _named(filename: str | bytes | None, path: Path, staging: str | Path | None) -> str:
+    """The name an error reports: ``filename`` with the ``staging`` prefix put back to ``path``."""
+    if staging is None or filename is None:
+        return str(path)
+    filename, staging = os.fsdecode(filename), str(staging)
+    if filename == staging or filename.startswith(staging + os.sep):
+        return str(path) + filename[len(staging):]
+    return filename
+
+
+def _is_safetensors_error(error: BaseException) -> bool:
+    module = sys.modules.get("safetensors")  # not loaded: the error cannot be one of its
+    kind = getattr(module, "SafetensorError", None)
+    return kind is not None and isinstance(error, kind)
+
+
+def _errno_of(message: str) -> int | None:
+    """The errno a library's message reports (``(os error 28)``, ``Os { code: 28, ... }``, or the
+    reason's words), or None when it reports no failed system call."""
+    found = re.search(r"\(os error (\d+)\)|code: (\d+)", message)
+    if found:
+        return int(found.group(1) or found.group(2))
+    words = {"No space left": errno.ENOSPC, "Read-only file system": errno.EROFS,
+             "Permission denied": errno.EACCES, "Disk quota exceeded": errno.EDQUOT}
+    return next((number for text, number in words.items() if text in message),
+                errno.EIO if "I/O error" in message else None)
 
 
 def write_atomic(path: str | Path, content: str | bytes) -> None:
@@ -78,26 +162,11 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
 def save_tensors(tensors: dict, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` as safetensors at ``path`` through a temporary sibling. safetensors reports a
     failed write as its own error type; it is raised as the ``OSError`` it is (ENOSPC for a full disk,
-    EROFS for a read-only one), naming ``path``."""
-    from safetensors import SafetensorError
+    EROFS for a read-only one), naming ``path`` (:func:`naming`)."""
     from safetensors.torch import save_file
 
-    path = Path(path)
     with staged(path) as staging:
-        try:
-            save_file(tensors, staging, metadata=metadata)
-        except SafetensorError as error:
-            raise _os_error(str(error), path) from None
-
-
-def _os_error(message: str, path: Path) -> OSError:
-    """The OSError a library's message describes (``... Os { code: 28, ... }``), naming ``path``."""
-    import errno
-    import re
-
-    found = re.search(r"code: (\d+)", message)
-    number = int(found.group(1)) if found else (errno.ENOSPC if "No space left" in message else errno.EIO)
-    return OSError(number, os.strerror(number), str(path))
+        save_file(tensors, staging, metadata=metadata)
 
 
 def _flush(path: Path) -> None:
@@ -118,7 +187,11 @@ def replace_folder(staging: Path, folder: Path) -> None:
         aside = Path(tempfile.mkdtemp(prefix=f".{folder.name[:100]}.", suffix=".old", dir=folder.parent))
         aside.rmdir()
         folder.rename(aside)
-        staging.rename(folder)
+        try:
+            staging.rename(folder)
+        except BaseException:
+            aside.rename(folder)  # the old one back: an earlier output stays intact
+            raise
         staging = aside
     shutil.rmtree(staging, ignore_errors=True)  # now the old contents
 

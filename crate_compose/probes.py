@@ -7,7 +7,7 @@ where the step has a natural starting point, on that point too: ``Reading.before
 direction the step claims to move it (``"down"`` or ``"up"``). :func:`probe` runs a built model
 once with forward hooks and returns one row per step, layer and measure.
 
-The measures (DESIGN section 3; tokens are rows, ``Z`` of shape ``(B, n, d)``):
+The measures (``docs/workbench.md``, Probe; tokens are rows, ``Z`` of shape ``(B, n, d)``):
 
 * :func:`coding_rate`: ``R^c(Z | U) = 1/2 sum_k logdet(I + a (U_k^T Z)^T (U_k^T Z))`` (003 eq. 7),
   ``a = p / (N eps^2)`` in the papers' form; the authors' measuring tool (CRATE repository,

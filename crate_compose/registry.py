@@ -286,7 +286,7 @@ def _load() -> dict[str, Primitive]:
     if not _PLUGINS_LOADED:
         _PLUGINS_LOADED = True  # first: a plug-in that looks up primitives while imported must not recurse
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            failure = _import_plugin(f"{entry.name} ({entry.value})", entry.load)
+            failure = _import_plugin(f"{entry.name} ({getattr(entry, 'value', '?')})", entry.load)
             if failure:
                 _PLUGIN_FAILURES.append(failure)
     if _PLUGIN_FAILURES:
@@ -312,7 +312,8 @@ def load_plugins(names: list[str] | tuple[str, ...]) -> None:
 
 
 def _importer(name: str) -> Callable[[], Any]:
-    """A function importing the plug-in ``name`` (a ``.py`` file or a module name) under ``plugin`` names."""
+    """A function importing the plug-in ``name``: a ``.py`` file (as the module ``crate_compose_plugin_<stem>``)
+    or a module on the Python path."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -323,6 +324,8 @@ def _importer(name: str) -> Callable[[], Any]:
             raise FileNotFoundError(f"no such file: {path}")
         module_name = f"crate_compose_plugin_{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None:
+            raise ImportError(f"{path} is not a Python file (give a .py file or a module name)")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)

@@ -642,6 +642,10 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
             checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings), run_hash=plan.record.hash,
                                        metrics_rows=metrics.count)
+    if plan.start == settings.steps:  # its last checkpoint, but result.json or final/ was lost: finish it again
+        loss_value = next((r["loss"] for r in reversed(_rows(_read_metrics(run))) if r.get("kind") == "train"),
+                          float("nan"))
+        evaluation = evaluate(model, settings.task, data, settings, patch) if writer else {}
     params = sum(p.numel() for p in model.parameters())
     result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began)
     if writer:

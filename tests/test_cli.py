@@ -43,7 +43,7 @@ ZOO_PARAMS = {
     "vit-small": 22_050_664,
     # language models: the head tied to the token embedding, counted once
     "gpt2-small": 124_439_808,
-    "causal-crate-base": 60_665_088,  # 38,597,376 + 786,432 + 12 x 1,773,312 + 1,536 (DESIGN.md section 2)
+    "causal-crate-base": 60_665_088,  # 38,597,376 + 786,432 + 12 x 1,773,312 + 1,536 (docs/language.md)
     "tost-lm-base": 110_467_728,
     # byte-level laptop variants, counted by hand: embedding 256x128 + positions 128x128 = 49,152, final LN 256
     "causal-crate-bytes": 248_576,  # + 4 x (LN 256 + U 16,384 + out 16,512 + LN 256 + D 16,384)

@@ -69,7 +69,7 @@ def test_every_preset_runs_forward_on_a_small_input(preset):
     assert out["output"].shape[1:] == tuple(expected)
 
 
-EXACT = {  # the counts the issue and DESIGN.md give exactly
+EXACT = {  # the counts the papers give exactly (README.md, docs/language.md)
     "tost-tiny": 5_769_328, "tost-small": 22_589_944, "vit-tiny": 5_717_416, "vit-small": 22_050_664,
     "crate-alpha-base16": 72_328_936,
 }

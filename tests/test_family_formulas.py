@@ -1,6 +1,6 @@
 """The optimization-step families beyond CRATE's two steps, each checked against its formula written out here.
 
-Every expected value is an independent implementation of DESIGN.md section 1-2 / the papers' equations
+Every expected value is an independent implementation of the papers' equations (docs/primitives.md)
 (explicit loops over heads, einsum, the papers' column form where it differs from the code's row form), in
 float64 against the module's own (randomized) weights, to 1e-10. Modules are built through the registry
 (``registry.get(name).build(args, shape, context)``), never through a spec. Beyond the formulas:

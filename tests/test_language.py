@@ -61,7 +61,7 @@ def _x(shape, seed=5):
 
 
 def test_causal_tssa_is_tosts_running_sums():
-    """Transcribed from book exercise 5.6 / DESIGN section 1, position by position."""
+    """Transcribed from book exercise 5.6 (ToST's statistics as running sums), position by position."""
     heads, n, d = 3, 9, 12
     step = _step("tssa", {"heads": heads, "causal": True}, tokens=n, dim=d)
     with torch.no_grad():
@@ -370,3 +370,66 @@ def test_a_derived_spec_keeps_its_ties(tmp_path):
     assert model.encoder.norm.bias is model.preprocess.patch_embed.project.bias
     row = next(r for r in cc.summarize(model).steps if r.module == "encoder.norm")
     assert row.params == model.encoder.norm.weight.numel() and row.tied == {"bias": "preprocess.patch_embed.project.bias"}
+
+
+# ----------------------------------------------------------------------------------------- generate: hostile requests
+
+TINY = ["--set", "sizes.context=16", "--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.depth=1"]
+
+
+def test_generate_refuses_a_spec_that_is_no_language_model(capsys):
+    code, out, err = _run(capsys, "generate", "specs/crate-digits.yaml", "--prompt", "hi")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert ("error: spec 'crate-digits' is not a language model (input [1, 8, 8], float32); generate takes a spec "
+            "whose input is token ids") in err
+
+
+def test_a_prompt_that_is_not_utf8_keeps_its_bytes(tmp_path):
+    """A real process: argv holds the bytes 0xff 0xfe, which Python decodes with surrogateescape."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from crate_compose.generation import generate_text
+
+    result = generate_text("causal-crate-bytes", "\udcff\udcfe", overrides=TINY[1::2], tokens=3)
+    assert result.prompt == b"\xff\xfe" and len(result.continuation) == 3 and result.text.startswith("\ufffd\ufffd")
+    exe = str(Path(sys.executable).with_name("crate-compose"))
+    run = subprocess.run([exe, "generate", "causal-crate-bytes", "--prompt", b"\xff\xfe", "--tokens", "3", *TINY],
+                         capture_output=True, timeout=120)
+    assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr
+    assert run.stdout.startswith("\ufffd\ufffd".encode()) and run.stdout.endswith(b"\n")  # stdout is a pipe here
+    with pytest.raises(DecodingError, match="lone surrogate '\\\\ud800' at character 1"):
+        encode_bytes("a\ud800")
+
+
+def test_a_tiny_temperature_is_greedy_decoding(capsys):
+    model = cc.build("causal-crate-bytes", overrides=SMALL, seed=2)
+    prompt = torch.randint(0, 40, (2, 5), generator=torch.Generator().manual_seed(1))
+    greedy = generate(model, prompt, 12, temperature=0.0)
+    for temperature in (1e-300, 5e-324, 1e-30):
+        assert torch.equal(generate(model, prompt, 12, temperature=temperature, seed=4), greedy), temperature
+    code, tiny, err = _run(capsys, "generate", "causal-crate-bytes", "--prompt", "def ", "--temperature", "1e-300",
+                           *TINY)
+    assert code == 0 and "Traceback" not in err
+    _, zero, _ = _run(capsys, "generate", "causal-crate-bytes", "--prompt", "def ", "--temperature", "0", *TINY)
+    assert tiny == zero
+
+
+def test_generate_checks_the_vocabulary_before_the_model_runs(tmp_path, capsys, monkeypatch):
+    from crate_compose import generation
+
+    small = [*TINY, "--set", "sizes.vocab=100"]
+    assert _run(capsys, "build", "causal-crate-bytes", *small, "--out", tmp_path / "vocab100")[0] == 0
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: pytest.fail("the model ran"))
+    code, out, err = _run(capsys, "generate", "causal-crate-bytes", *small, "--weights", tmp_path / "vocab100",
+                          "--prompt", "aé")  # é is the bytes 0xc3 0xa9
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "error: prompt byte 1 is 195 (0xc3); spec 'causal-crate-bytes." in err
+    assert "has a vocabulary of 100 tokens (0-99), too small for this byte-level text" in err
+    code, _, err = _run(capsys, "generate", "causal-crate-bytes", *TINY, "--weights", tmp_path / "vocab100",
+                        "--prompt", "a")  # weights of another vocabulary than the spec's
+    assert code == 2 and "do not fit the spec" in err and "Traceback" not in err
+    untied = ["--set", "head.lm_head.tie={}", "--set", "preprocess.embed.args.vocab=100"]
+    code, _, err = _run(capsys, "generate", "causal-crate-bytes", *TINY, *untied, "--prompt", "a")
+    assert code == 2 and "samples among 256 tokens but its embedding takes 100" in err

@@ -70,7 +70,7 @@ def test_derived_decoder_layer_equals_listing_3(dtype, tol):
 # --------------------------------------------------------------- an independent transcription of the authors' code
 
 class AuthorsDecoderLayer(ListingDecoderLayer):
-    """The authors' CRATE-MAE decoder block: the residual adds back the un-normalized y (DESIGN section 1)."""
+    """The authors' CRATE-MAE decoder block: the residual adds back the un-normalized y (docs/spec.md)."""
 
     def forward(self, x):
         y = self.f_linear(self.ln1(x))
@@ -78,7 +78,7 @@ class AuthorsDecoderLayer(ListingDecoderLayer):
 
 
 class AuthorsCrateMAE(torch.nn.Module):
-    """CRATE-MAE as the authors' code computes it (DESIGN section 2), masking ratio 0: strided-conv patch
+    """CRATE-MAE as the authors' code computes it (docs/spec.md), masking ratio 0: strided-conv patch
     embedding with bias and no LayerNorm, class token, fixed sine-cosine positions added once, CRATE encoder
     layers, LN(eps 1e-6); derived decoder layers with the un-normalized residual, LN(eps 1e-6), pixel head,
     class token dropped. Weights are copied from a built model; the formulas are written here."""
@@ -170,14 +170,14 @@ def test_derive_cli_writes_a_spec_that_builds(tmp_path, capsys):
 @pytest.mark.parametrize("preset, authors, d", [("crate-mae-small", 25_405_824, 576), ("crate-mae-base", 44_638_464, 768)])
 def test_mae_presets_count_the_authors_code_less_its_unused_tensors(preset, authors, d):
     summary = cc.inspect(preset)
-    unused_decoder_embedding = d * d + d  # defined by the authors' code, never used (DESIGN section 2)
+    unused_decoder_embedding = d * d + d  # defined by the authors' code, never used (specs/mae.yaml's note)
     unused_decoder_positions = 197 * d  # a frozen sine-cosine table the code defines and never adds
     assert summary.params_total == authors - unused_decoder_embedding - unused_decoder_positions
     assert summary.reference["params"] == authors and not summary.reference["exact"]
     assert "Linear(d, d)" in summary.reference["note"]
     assert summary.params_total - summary.params_trainable == 197 * d  # the encoder's sine-cosine table
     listing = cc.inspect(preset, ["decoder.form=listing3"])  # positions added again where the decoder starts
-    assert listing.params_total == authors - unused_decoder_embedding  # 25,073,472 and 44,047,872 (DESIGN)
+    assert listing.params_total == authors - unused_decoder_embedding  # 25,073,472 and 44,047,872 (specs/mae.yaml)
 
 
 @pytest.mark.parametrize("spec", ["crate-mae-base", "mae-drop"])

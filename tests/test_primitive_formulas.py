@@ -1,4 +1,4 @@
-"""Each step of a built CRATE layer computes the formula of DESIGN.md section 1, written out here by hand.
+"""Each step of a built CRATE layer computes its paper's formula (docs/primitives.md), written out here by hand.
 
 The built model is used only through ``build`` and ``get_submodule``; the expected values are computed from
 the formulas (tokens as rows, ``x`` of shape (B, n, d)) with explicit LayerNorm and softmax. All parameters

@@ -126,3 +126,95 @@ def test_schema_and_listings_show_updates_as_text(capsys):
     dictionary = cc.all_primitives()["dictionary"]
     assert dictionary.update_for({"norm": False}) == "E · Z" and dictionary.update_for({}) == "E · LN Z"
     assert cc.all_primitives()["mssa"].update_for({}) == "(depends on its arguments)"  # heads is required
+
+
+# ---------------------------------------------------------------- plug-ins that misbehave: one located line, exit 2
+
+CLASH = """\
+import crate_compose as cc
+from torch import nn
+
+@cc.primitive("ista", kind="sparsify", objective="o", equation="e", update="u", description="d")
+def ista(args, shape):
+    return nn.Identity()
+"""
+
+EXIT = """\
+import sys
+sys.exit(7)
+"""
+
+WRONG_FOOTPRINT = """\
+import crate_compose as cc
+from torch import nn
+
+def footprint(args, shape, context):
+    return cc.Footprint(shape, {"weight": (3,)})  # the module below has no parameter
+
+@cc.primitive("identity_wrong_footprint", kind="sparsify", objective="o", equation="e", update="Z",
+              description="d", footprint=footprint)
+def identity(args, shape):
+    return nn.Identity()
+"""
+
+
+@pytest.fixture
+def plugin_file(tmp_path, monkeypatch):
+    """Write a plug-in file; the modules and primitives it leaves behind are removed after the test."""
+    import sys
+
+    def write(name, text):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        monkeypatch.delitem(sys.modules, f"crate_compose_plugin_{name}", raising=False)  # restored after
+        return path
+
+    before = set(registry._REGISTRY)
+    yield write
+    for name in set(registry._REGISTRY) - before:
+        registry._REGISTRY.pop(name)
+
+
+def test_a_plugin_reusing_a_built_in_name_is_refused_at_its_line(plugin_file, capsys):
+    path = plugin_file("clash", CLASH)
+    code = crate_compose_cli_main(["validate", "specs/crate-digits.yaml", "--plugin", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: {path}:4: --plugin {path}: ValueError: primitive 'ista' is already registered by "
+                          "crate_compose.primitives.")
+    assert "(a built-in primitive); register yours under another name" in err
+    assert registry.get("ista").factory.__module__.startswith("crate_compose.primitives")  # the built-in stays
+
+
+def test_a_plugin_calling_sys_exit_is_reported_not_obeyed(plugin_file, capsys):
+    path = plugin_file("quits", EXIT)
+    code = crate_compose_cli_main(["list", "primitives", "--plugin", str(path)])  # returns: no SystemExit escapes
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err == f"error: {path}:2: --plugin {path}: the plug-in called sys.exit(7) while being imported\n"
+
+
+def test_an_entry_point_calling_sys_exit_is_a_plugin_error(monkeypatch):
+    class Quits:
+        name, value = "quits", "quits_pkg.steps"
+
+        def load(self):
+            raise SystemExit(3)
+
+    monkeypatch.setattr(registry, "_PLUGINS_LOADED", False)
+    monkeypatch.setattr(registry, "_PLUGIN_FAILURES", [])
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [Quits()])
+    with pytest.raises(registry.PluginError, match=r"quits \(quits_pkg.steps\): the plug-in called sys.exit\(3\)"):
+        cc.all_primitives()
+
+
+def test_a_plugin_footprint_that_disagrees_with_its_module_is_located_at_the_step(plugin_file, tmp_path, capsys):
+    path = plugin_file("wrong_footprint", WRONG_FOOTPRINT)
+    swap = "encoder.layer.sparsify.primitive=identity_wrong_footprint"
+    code = crate_compose_cli_main(["build", "specs/crate-digits.yaml", "--plugin", str(path), "--set", swap,
+                                   "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "out").exists()
+    assert (f"--set #1 '{swap}': encoder.layer[1].primitive: step 'sparsify' (identity_wrong_footprint, from "
+            f"--plugin {path}): the primitive's footprint disagrees with the module it builds: parameters "
+            "{'weight': (3,)} declared, {} built (a bug in the primitive's declaration, not the spec)") in err

@@ -261,3 +261,13 @@ def test_a_log_gets_plain_lines_not_a_redrawn_bar(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("step ")]
     assert 10 <= len(lines) <= 12 and "step 300/300 (100%)" in result.stderr
     assert len(result.stderr) < 2_000
+
+
+def test_a_finished_run_whose_result_was_lost_is_finished_again(finished, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    expected = json.loads((run / "result.json").read_text())
+    (run / "result.json").write_text("{not json")
+    assert cli.main(_args(run, "--resume")) == 0, capsys.readouterr().err
+    again = json.loads((run / "result.json").read_text())
+    assert again["metrics"] == expected["metrics"] and again["train_loss"] == expected["train_loss"]

@@ -684,3 +684,54 @@ def test_command_line_exits_2_without_a_traceback(tmp_path):
     assert f"{bad}:17:14: encoder.layer[0].args.heads: unknown size '${{heds}}'" in err1
     assert "--set #1 'sizes.d': an override is written path=value" in err2
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- overrides that create sizes; decoder forms
+
+
+def test_an_override_creating_a_size_nothing_uses_is_refused_at_the_set(capsys):
+    code, out, err = run_cli(capsys, "validate", "specs/crate-digits.yaml", "--set", "sizes.deph=6")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert ("--set #1 'sizes.deph=6': sizes.deph: no size 'deph' in spec 'crate-digits' (did you mean 'depth'?)"
+            in err)
+    code, _, err = run_cli(capsys, "validate", "specs/crate-digits.yaml", "--set", "sizes.zzz=4")
+    assert code == 2 and "no size 'zzz' in spec 'crate-digits' (nothing uses ${zzz}; sizes declared: " in err
+
+
+def test_a_new_size_another_override_uses_is_kept():
+    spec = cc.load_spec("specs/crate-digits.yaml", ["sizes.h=4", "encoder.layer.compress.args.heads=${h}"])
+    assert spec.sizes["h"] == 4 and spec.encoder.layer[0].args["heads"] == 4
+    assert cc.load_spec("specs/crate-digits.yaml", ["sizes.depth=3"]).sizes["depth"] == 3  # a declared size
+
+
+DERIVED_AND_WRITTEN = FULL.replace("head:", """\
+decoder:
+  derive: inverse
+  depth: 2
+  layer:
+    - {name: back, primitive: dictionary}
+head:""")
+
+
+def test_a_decoder_both_derived_and_written_says_so_once(tmp_path, capsys):
+    path = write(tmp_path, DERIVED_AND_WRITTEN)
+    line = DERIVED_AND_WRITTEN.splitlines().index("  derive: inverse") + 2  # the depth after it
+    code, _, err = run_cli(capsys, "validate", str(path))
+    assert code == 2 and "Traceback" not in err and "unknown key" not in err
+    assert err.startswith("error: 1 problem in the spec:\n")
+    assert (f"{path}:{line}:3: decoder.depth: a decoder is either derived (derive: inverse, form) or written as a "
+            "stack (depth, layer, pre, post), not both") in err
+    typo = write(tmp_path, FULL.replace("head:", "decoder: {derive: inverse, frm: code}\nhead:"), "typo.yaml")
+    code, _, err = run_cli(capsys, "validate", str(typo))
+    assert code == 2 and "decoder.frm: unknown key 'frm'; expected one of: derive, form (did you mean 'form'?)" in err
+
+
+def test_references_cite_the_projects_own_documents(capsys):
+    """``inspect`` shows where a reference count comes from: a paper, or a document this repository has."""
+    code, out, _ = run_cli(capsys, "inspect", "causal-crate-base")
+    assert code == 0 and "counted in docs/language.md" in out and (ROOT / "docs" / "language.md").is_file()
+    missing = "DES" + "IGN"  # a design note outside the repository
+    cited = [str(path.relative_to(ROOT)) for folder in ("crate_compose", "docs", "specs", "zoo", "tests")
+             for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".md", ".yaml")
+             and missing in path.read_text(encoding="utf-8", errors="replace")]
+    assert cited == []
