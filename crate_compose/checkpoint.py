@@ -38,7 +38,7 @@ from .artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
 from .artifacts import save as save_build
 from .builder import spec_of
 from .errors import WorkbenchError
-from .files import replace_folder, save_tensors
+from .files import save_tensors, staged_folder, write_atomic
 from .footprints import tied
 
 STATE_FILE, OPTIMIZER_FILE = "state.json", "optimizer.safetensors"
@@ -67,23 +67,15 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
 def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torch.optim.Optimizer,
                     settings: dict[str, Any], *, run_hash: str = "", metrics_rows: int = 0) -> Path:
     """Write ``RUN/checkpoints/step-NNNNNN`` atomically and return it."""
-    folder = run / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"step-{step:06d}"
-    staging = folder / f".step-{step:06d}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+    final = run / "checkpoints" / f"step-{step:06d}"
+    with staged_folder(final) as staging:  # an OSError names the file at its place in the checkpoint
         save_build(model, staging)
         tensors, groups = _optimizer_tensors(optimizer)
         tensors[RNG_KEY] = torch.get_rng_state()
         save_tensors(tensors, staging / OPTIMIZER_FILE)
         state = {"step": step, "identity": run_hash, "settings": settings, "param_groups": groups,
                  "metrics_rows": metrics_rows}
-        (staging / STATE_FILE).write_text(json.dumps(state, indent=2, default=str))
-        replace_folder(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        write_atomic(staging / STATE_FILE, json.dumps(state, indent=2, default=str))
     return final
 
 

@@ -77,6 +77,7 @@ NONNEGATIVE = _number(int, 0, what="a whole number")
 SEED = _number(int, 0, 2**63 - 1, what="a seed")  # torch seeds are 64-bit
 RATE = _number(float, 0, low_open=True, what="a number")  # > 0
 PROBABILITY = _number(float, 0, 1, high_open=True, what="a number")  # [0, 1)
+IMAGE_SIZE = _number(int, 1, MAX_IMAGE_SIZE, what="a whole number")  # --image-size 100000 is refused here
 
 
 def _device(text: str) -> str:
@@ -219,9 +220,10 @@ def parser() -> argparse.ArgumentParser:
     probe.add_argument("--data", default="digits", help="data set to probe on (default: digits)")
     probe.add_argument("--samples", type=COUNT, default=256, help="test inputs to measure on (default: 256)")
     probe.add_argument("--seed", type=SEED, default=0, help="seed of the untrained network (default: 0)")
-    probe.add_argument("--image-size", type=COUNT, default=None, help="resize images to this side")
-    probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png "
-                       "(default: WEIGHTS/probes, or probes/<spec name>)")
+    probe.add_argument("--image-size", type=IMAGE_SIZE, default=None,
+                       help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png, never inside a build "
+                       "(default: RUN/probes/final or RUN/probes/step-N for a run's weights, else probes/<spec name>)")
 
     generate = command("generate", help="continue a text prompt with a byte-level language model (cached decoding)")
     _spec_arguments(generate)
@@ -268,8 +270,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     option("--eval-every", type=NONNEGATIVE, help="evaluate every N steps (default: 0, at the end)")
     option("--log-every", type=COUNT, help=f"log the loss every N steps (default: {default.log_every})")
     option("--checkpoint-every", type=NONNEGATIVE, help="checkpoint every N steps (default: 0, at the end)")
-    option("--image-size", type=_number(int, 1, MAX_IMAGE_SIZE, what="a whole number"),
-           help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    option("--image-size", type=IMAGE_SIZE, help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     option("--augment", choices=AUGMENTATIONS, help="shift: move each training image by up to one pixel "
            "(default: none)")
     option("--label-smoothing", type=PROBABILITY, help="label smoothing of the cross-entropy (default: 0)")

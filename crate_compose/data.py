@@ -47,7 +47,16 @@ generated from a seed, or read from a folder the user already has on disk.
     80/20 split (``split_seed``). Images are read lazily (on access) with Pillow, converted to
     RGB, resized (bilinear) to ``image_size`` x ``image_size`` (default: the images' own size
     when they all share one) and standardized per channel with statistics estimated on up to
-    512 train images (a sample fixed by ``split_seed``). Unreadable files are named when read.
+    512 train images (a sample fixed by ``split_seed``, read one at a time). Unreadable files are
+    named when read. Every image is checked from its header before it is decoded: one whose decoding
+    would go over the memory limit, or past Pillow's decompression-bomb threshold (a PNG of a few kB
+    can hold 13000x13000 pixels), is refused naming the file and its size. :func:`verify`, which
+    ``train`` calls before its first step, reads every file's header and decodes every test image.
+
+Memory: ``image_size`` is at most ``settings.MAX_IMAGE_SIZE`` (8192), and a set held in memory
+(digits, photos) whose resized images would go over the memory limit (``memory_limit``, as
+:func:`crate_compose.budget.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
+the memory available) is refused with the estimate before anything is allocated.
 
 Targets (the second item of every sample) are consistent across sets: an int64 class index for
 labeled images, ``-1`` for unlabeled images (photos), an int64 tensor of shape (n,) of group
@@ -59,13 +68,14 @@ there); ``crate-compose train SPEC --data digits`` uses it to size the spec's in
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -77,8 +87,9 @@ from .errors import WorkbenchError
 from .settings import MAX_IMAGE_SIZE
 
 __all__ = [
-    "Data", "DataError", "FolderImages", "Tensors", "load_data", "load_digits", "load_folder", "load_photos",
-    "load_subspaces", "load_text", "names", "random_subspaces", "read_image", "sample_tokens", "spec_overrides",
+    "Data", "DataError", "FolderImages", "Tensors", "image_header", "load_data", "load_digits", "load_folder",
+    "load_photos", "load_subspaces", "load_text", "names", "random_subspaces", "read_image", "sample_tokens",
+    "spec_overrides", "verify",
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
@@ -190,6 +201,20 @@ def _channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return flat.mean(1).float(), flat.std(1).clamp_min(1e-6).float()
 
 
+def _streamed_stats(split: FolderImages, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_channel_stats` of the images ``indices`` of ``split``, read one at a time (sums in
+    float64), so that the sample never lies in memory at once."""
+    total, squares, count = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), 0
+    for index in indices:
+        pixels = split.raw(index).double().reshape(3, -1)
+        total += pixels.sum(1)
+        squares += pixels.square().sum(1)
+        count += pixels.shape[1]
+    mean = total / count
+    variance = (squares - count * mean.square()) / max(count - 1, 1)
+    return mean.float(), variance.clamp_min(0).sqrt().clamp_min(1e-6).float()
+
+
 def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
     """Bilinear resize of (N, C, H, W) images to size x size."""
     if images.shape[-2:] == (size, size):
@@ -222,12 +247,12 @@ def _check_size(image_size: int | None, where: str) -> None:
 Limit = tuple[float | None, str]  # bytes (None: no limit) and where the limit came from (budget.resolve_limit)
 
 
-def _check_memory(needed: float, what: str, limit: Limit, hint: str) -> None:
+def _check_memory(needed: float, what: str, limit: Limit, hint: str, held: str = "in memory") -> None:
     """Raise :class:`DataError` when ``needed`` bytes are over the memory limit: ``what`` would take
-    ``needed``, with the limit, where it came from, and ``hint``."""
+    ``needed`` (``held``), with the limit, where it came from, and ``hint``."""
     bound, source = limit
     if bound is not None and needed > bound:
-        raise DataError(f"{what} would take about {human(needed)} in memory, over the memory limit of "
+        raise DataError(f"{what} would take about {human(needed)} {held}, over the memory limit of "
                         f"{human(bound)} ({source}); {hint}, or set --memory-limit")
 
 
@@ -242,12 +267,18 @@ def _check_in_memory(where: str, count: int, shape: tuple[int, ...], copies: int
 # ---------------------------------------------------------------- digits
 
 
-def load_digits(*, image_size: int | None = None, split_seed: int = 0) -> Data:
-    """scikit-learn's 8x8 digits: 1,437 train / 360 test (stratified, fixed by ``split_seed``)."""
+def load_digits(*, image_size: int | None = None, split_seed: int = 0,
+                memory_limit: str | float | None = None) -> Data:
+    """scikit-learn's 8x8 digits: 1,437 train / 360 test (stratified, fixed by ``split_seed``). Resized
+    digits that would not fit in ``memory_limit`` (:func:`crate_compose.budget.resolve_limit`) are
+    refused before they are made."""
     from sklearn.datasets import load_digits as sklearn_digits
 
     _check_size(image_size, "digits")
     bunch = sklearn_digits()
+    side = image_size or bunch.images.shape[-1]
+    # alive at once at the peak: the resized set, the standardized one, and the train split's statistics
+    _check_in_memory("digits", len(bunch.images), (1, side, side), 5, resolve_limit(memory_limit))
     images = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
     labels = torch.tensor(bunch.target, dtype=torch.int64)
     if image_size is not None:
@@ -303,7 +334,8 @@ def _random_crops(regions: list[torch.Tensor], size: int, count: int, seed: int)
 
 
 def load_photos(
-    *, image_size: int | None = None, seed: int = 0, train_crops: int = 4096, test_crops: int = 512
+    *, image_size: int | None = None, seed: int = 0, train_crops: int = 4096, test_crops: int = 512,
+    memory_limit: str | float | None = None,
 ) -> Data:
     """Random crops of scikit-learn's sample photos: train from the left 75%, test from the right 25%.
 
@@ -312,6 +344,7 @@ def load_photos(
     """
     size = 32 if image_size is None else image_size
     _check_size(size, "photos")
+    _check_in_memory("photos", train_crops + test_crops, (3, size, size), 2, resolve_limit(memory_limit))
     regions = _photo_regions()
     narrowest = min(min(region.shape[-2:]) for pair in regions for region in pair)
     if size > narrowest:
@@ -425,10 +458,11 @@ def load_subspaces(
 
 
 class FolderImages(Dataset):
-    """Image files read on access: RGB, resized to ``size`` (H, W), standardized per channel."""
+    """Image files read on access: RGB, resized to ``size`` (H, W), standardized per channel. Every
+    read checks the file's header against ``limit`` (the memory limit, :func:`read_image`) first."""
 
-    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int]):
-        self.files, self.labels, self.size = files, labels, size
+    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int], limit: Limit = (None, "")):
+        self.files, self.labels, self.size, self.limit = files, labels, size, limit
         self.mean = torch.zeros(3)
         self.std = torch.ones(3)
 
@@ -437,38 +471,90 @@ class FolderImages(Dataset):
 
     def raw(self, index: int) -> torch.Tensor:
         """Image ``index`` as a (3, H, W) float tensor in [0, 1], resized, not standardized."""
-        return read_image(self.files[index], self.size)
+        return read_image(self.files[index], self.size, self.limit)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         image = self.raw(index)
         return (image - self.mean.view(3, 1, 1)) / self.std.view(3, 1, 1), self.labels[index]
 
 
-def read_image(path: Path, size: tuple[int, int] | None = None) -> torch.Tensor:
-    """An image file as a (3, H, W) float32 tensor in [0, 1], resized (bilinear) to ``size`` = (H, W)."""
+def read_image(path: Path, size: tuple[int, int] | None = None, limit: Limit = (None, "")) -> torch.Tensor:
+    """An image file as a (3, H, W) float32 tensor in [0, 1], resized (bilinear) to ``size`` = (H, W).
+    Its header is checked before it is decoded (:func:`_check_header`): an image that would not fit
+    in ``limit``, or a decompression bomb, is refused without being decoded."""
     from PIL import Image
 
-    try:
-        with Image.open(path) as opened:
-            image = opened.convert("RGB")
-            if size is not None and image.size != (size[1], size[0]):
-                image = image.resize((size[1], size[0]), Image.BILINEAR)
-            pixels = np.asarray(image, dtype=np.uint8)
-    except (OSError, ValueError, SyntaxError) as error:
-        raise DataError(f"{path}: cannot read the image ({error})") from None
+    with _opened(path, size, limit) as opened:
+        image = opened.convert("RGB")
+        if size is not None and image.size != (size[1], size[0]):
+            image = image.resize((size[1], size[0]), Image.BILINEAR)
+        pixels = np.asarray(image, dtype=np.uint8)
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1).float() / 255.0
 
 
-def _image_size_of(path: Path) -> tuple[int, int]:
-    """(H, W) of an image file, from its header."""
+def image_header(path: Path, size: tuple[int, int] | None = None, limit: Limit = (None, "")) -> tuple[int, int]:
+    """(H, W) of an image file from its header alone, checked as :func:`read_image` checks it (to be
+    resized to ``size``, within ``limit``); nothing is decoded."""
+    with _opened(path, size, limit) as opened:
+        width, height = opened.size
+    return height, width
+
+
+@contextlib.contextmanager
+def _opened(path: Path, size: tuple[int, int] | None, limit: Limit) -> Iterator[Any]:
+    """``path`` opened with Pillow, which reads the header only, and checked (:func:`_check_header`)
+    before the block decodes it. Whatever goes wrong while it is read is a :class:`DataError` naming
+    the file: Pillow's decompression-bomb error and warning, a file that is not an image, a truncated one."""
     from PIL import Image
 
     try:
-        with Image.open(path) as opened:
-            width, height = opened.size
-    except (OSError, ValueError, SyntaxError) as error:
+        with warnings.catch_warnings():  # the threshold is checked with the file and its size named
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            opened = Image.open(path)
+        with opened:
+            _check_header(path, opened.size, opened.mode, size, limit)
+            yield opened
+    except DataError:
+        raise
+    except Image.DecompressionBombError as error:  # twice the threshold: Pillow refuses it itself
+        raise DataError(f"{path}: refused as a decompression bomb: {error}") from None
+    except (OSError, ValueError, SyntaxError, MemoryError) as error:
         raise DataError(f"{path}: cannot read the image ({error})") from None
-    return height, width
+
+
+DECODED_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}  # else 4 (RGB is RGBX)
+RESIZED_BYTES = 40  # per output pixel: RGBX, its array, a copy, float32 and the scaled float32 (3 + 3 + 3 + 12 + 12)
+
+
+def _check_header(path: Path, pixels: tuple[int, int], mode: str, size: tuple[int, int] | None, limit: Limit) -> None:
+    """Refuse an image from its header (``pixels`` = (W, H), Pillow's ``mode``) before it is decoded:
+    when decoding it (in its own mode, then as RGB, which Pillow keeps in 4 bytes a pixel) and making
+    the float32 tensor of ``size`` = (H, W) (its own size when None) would go over the memory
+    ``limit``, or when it has more pixels than Pillow's decompression-bomb threshold
+    (``PIL.Image.MAX_IMAGE_PIXELS``: a PNG of 48 kB can hold 13000x13000 pixels, 1.6 GB decoded)."""
+    from PIL import Image
+
+    width, height = pixels
+    out = size or (height, width)
+    needed = float(width) * height * (DECODED_BYTES.get(mode, 4) + 4) + float(out[0]) * out[1] * RESIZED_BYTES
+    _check_memory(needed, f"{path}: {width}x{height} pixels", limit, "make the image smaller", held="decoded")
+    bomb = Image.MAX_IMAGE_PIXELS
+    if bomb is not None and width * height > bomb:
+        raise DataError(f"{path}: {width}x{height} pixels ({width * height:,}) is over Pillow's decompression-bomb "
+                        f"limit of {bomb:,} pixels; it is not decoded (make the image smaller)")
+
+
+def verify(data: Data) -> None:
+    """Check a data set before the first training step, so that nothing is learned late: for images
+    read from a folder, every train and test file's header is read and checked (:func:`image_header`:
+    an image, within the memory limit and Pillow's decompression-bomb threshold), and every test
+    image is decoded (a truncated test file is named now, not when the run is evaluated at its end).
+    Train images are only checked from their headers, which is fast. In-memory sets have nothing to
+    check. Raises :class:`DataError` naming the first bad file."""
+    for split, decode in ((data.train, False), (data.test, True)):
+        if isinstance(split, FolderImages):
+            for path in split.files:
+                (read_image if decode else image_header)(path, split.size, split.limit)
 
 
 def scan_classes(root: Path) -> tuple[list[str], list[list[Path]]]:
@@ -515,11 +601,12 @@ def _folder_splits(root: Path, split_seed: int) -> tuple[list[str], Files, Files
     return classes, pick(train), pick(test)
 
 
-def _common_size(root: Path, files: list[Path]) -> tuple[int, int]:
-    """The (H, W) every image shares (read from headers), else a DataError asking for image_size."""
-    first = _image_size_of(files[0])
+def _common_size(root: Path, files: list[Path], limit: Limit) -> tuple[int, int]:
+    """The (H, W) every image shares (read from headers, each checked against ``limit``), else a
+    DataError asking for image_size."""
+    first = image_header(files[0], None, limit)
     for path in files[1:]:
-        if _image_size_of(path) != first:
+        if image_header(path, None, limit) != first:
             raise DataError(
                 f"{root}: images differ in size ({files[0].name} is {first[1]}x{first[0]}, {path.name} is not); "
                 "give image_size to resize them"
@@ -527,20 +614,25 @@ def _common_size(root: Path, files: list[Path]) -> tuple[int, int]:
     return first
 
 
-def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: int = 0) -> Data:
+def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: int = 0,
+                memory_limit: str | float | None = None) -> Data:
     """Images in class folders (PATH/<class>/<file>), read lazily; see the module docstring.
 
     Deterministic: the 80/20 split (when there is no train/test layout) and the images sampled for
-    the channel statistics depend on ``split_seed`` only.
+    the channel statistics depend on ``split_seed`` only. Every image is checked from its header
+    before it is decoded, against ``memory_limit`` (:func:`crate_compose.budget.resolve_limit`) and
+    Pillow's decompression-bomb threshold (:func:`read_image`); :func:`verify` checks them all.
     """
     root = Path(path).expanduser()
     _check_size(image_size, str(root))
+    limit = resolve_limit(memory_limit)
     classes, (train_files, train_labels), (test_files, test_labels) = _folder_splits(root, split_seed)
-    size = (image_size, image_size) if image_size else _common_size(root, train_files + test_files)
-    train, test = FolderImages(train_files, train_labels, size), FolderImages(test_files, test_labels, size)
+    size = (image_size, image_size) if image_size else _common_size(root, train_files + test_files, limit)
+    train = FolderImages(train_files, train_labels, size, limit)
+    test = FolderImages(test_files, test_labels, size, limit)
     generator = torch.Generator().manual_seed(split_seed)
     sample = torch.randperm(len(train), generator=generator)[:STATS_SAMPLE].tolist()
-    mean, std = _channel_stats(torch.stack([train.raw(i) for i in sample]))
+    mean, std = _streamed_stats(train, sample)
     for split in (train, test):
         split.mean, split.std = mean, std
     square = {"image_size": size[0]} if size[0] == size[1] else {}
@@ -601,7 +693,8 @@ def names() -> list[str]:
     return [*LOADERS, "folder:PATH"]
 
 
-def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: Any = None, **options: Any) -> Data:
+def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: Any = None,
+              memory_limit: str | float | None = None, **options: Any) -> Data:
     """Load the data set ``name`` (see the module docstring); ``options`` go to its loader.
 
     ``seed`` drives every random draw that is not a fixed split (digits and folders have none, so
@@ -610,7 +703,9 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
     ``train_crops``, ``test_crops``; subspaces ``K``, ``p``, ``n``, ``delta``, ``d``,
     ``train_count``, ``test_count``; folder ``split_seed``. Sets that take ``spec`` fit themselves
     to it: text takes windows of its context, subspaces the sizes it declares (``K``, ``p``, ``n``,
-    ``d`` given here win).
+    ``d`` given here win). ``memory_limit`` (``--memory-limit``; default as
+    :func:`crate_compose.budget.resolve_limit`) bounds the image sets: digits and photos resized past
+    it, and a folder's images checked from their headers, are refused before they are decoded.
     """
     if name.startswith("folder:"):
         loader, args = load_folder, (name[len("folder:") :],)
@@ -632,4 +727,6 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
         given["seed"] = seed
     if "spec" in accepted:  # sets that fit themselves to the spec (text: its context; subspaces: its sizes)
         given["spec"] = spec
+    if "memory_limit" in accepted:  # image sets: refused before they are allocated or decoded
+        given.setdefault("memory_limit", memory_limit)
     return loader(*args, **given)

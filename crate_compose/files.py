@@ -63,21 +63,31 @@ def staged(path: str | Path) -> Iterator[Path]:
     matplotlib); on success it is flushed and renamed to ``path``, on failure removed. An ``OSError``
     on the way (a full disk, a read-only folder) names ``path`` (:func:`naming`)."""
     path = Path(path)
+    staging = _temporary(path)
+    try:
+        with naming(path, staging):
+            yield staging
+            _ready(staging)
+            staging.replace(path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+
+
+def _temporary(path: Path) -> Path:
+    """A new, empty temporary sibling of ``path`` (which must be writable); an error names ``path``."""
     writable(path)
     with naming(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".partial", dir=path.parent)
     os.close(handle)
-    staging = Path(name)
-    try:
-        with naming(path, staging):
-            yield staging
-            _flush(staging)
-            publish(staging, 0o666)  # mkstemp makes it private
-            staging.replace(path)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
+    return Path(name)
+
+
+def _ready(staging: Path) -> None:
+    """A written temporary file flushed to disk, with the permissions of an ordinary file."""
+    _flush(staging)
+    publish(staging, 0o666)  # mkstemp makes it private
 
 
 @contextlib.contextmanager
@@ -155,8 +165,31 @@ def _errno_of(message: str) -> int | None:
 
 def write_atomic(path: str | Path, content: str | bytes) -> None:
     """Write ``content`` (text or bytes) to ``path`` through a temporary sibling: never a half-written file."""
-    with staged(path) as staging:
-        staging.write_bytes(content if isinstance(content, bytes) else content.encode())
+    write_together({Path(path): content})
+
+
+def write_together(contents: dict[Path, str | bytes]) -> list[Path]:
+    """Write several files (``{path: text or bytes}``) so that either all of them are new or none is
+    (a table and its figure): each is written to a temporary sibling and flushed, and only when all
+    are written are they renamed into place, which needs no disk space. A failure before that (a full
+    disk) names the file it met (:func:`naming`), removes every temporary file and leaves every old
+    file as it was. Returns the paths."""
+    paths = [Path(path) for path in contents]
+    stagings: list[Path] = []
+    try:
+        for path, content in zip(paths, contents.values()):
+            stagings.append(_temporary(path))
+            with naming(path, stagings[-1]):
+                stagings[-1].write_bytes(content if isinstance(content, bytes) else content.encode())
+                _ready(stagings[-1])
+        for path, staging in zip(paths, stagings):
+            with naming(path, staging):
+                staging.replace(path)
+    except BaseException:
+        for staging in stagings:
+            staging.unlink(missing_ok=True)
+        raise
+    return paths
 
 
 def save_tensors(tensors: dict, path: str | Path, metadata: dict[str, str] | None = None) -> None:

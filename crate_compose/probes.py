@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .files import write_atomic
+from .files import write_atomic, write_together
 from . import registry
 
 __all__ = [
@@ -55,11 +55,14 @@ __all__ = [
     "lasso",
     "plot_probes",
     "probe",
+    "probes_json",
+    "probes_png",
     "save_probes",
     "snr",
     "sparsity",
     "subspace_residual",
     "variational_rate",
+    "write_probes",
 ]
 
 Direction = Literal["down", "up"]
@@ -456,6 +459,22 @@ def _snr_heads(subspaces: torch.Tensor, labels: torch.Tensor) -> int:
 
 def save_probes(rows: Sequence[dict] | dict[str, Sequence[dict]], path: str | Path) -> Path:
     """Write probe rows (or ``{run: rows}``) as JSON, atomically (temporary file, then rename)."""
+    write_atomic(path, probes_json(rows))
+    return Path(path)
+
+
+def write_probes(runs: dict[str, Sequence[dict]], folder: str | Path, *, title: str | None = None) -> tuple[Path, Path]:
+    """Write ``folder/probes.json`` (:func:`save_probes`) and ``folder/probes.png`` (:func:`plot_probes`)
+    as a pair: both new or neither (:func:`crate_compose.files.write_together`). The figure is drawn
+    before anything is written; a full disk names the file and leaves an earlier pair as it was."""
+    folder = Path(folder)
+    table, figure = folder / "probes.json", folder / "probes.png"
+    write_together({table: probes_json(runs), figure: probes_png(runs, title=title)})
+    return table, figure
+
+
+def probes_json(rows: Sequence[dict] | dict[str, Sequence[dict]]) -> str:
+    """Probe rows (or ``{run: rows}``) as JSON text, NaN written as null."""
 
     def clean(value):  # JSON has no NaN: write null
         if isinstance(value, float) and not math.isfinite(value):
@@ -466,9 +485,7 @@ def save_probes(rows: Sequence[dict] | dict[str, Sequence[dict]], path: str | Pa
             return [clean(v) for v in value]
         return value
 
-    text = json.dumps(clean(rows if isinstance(rows, dict) else list(rows)), indent=1)
-    write_atomic(path, text)
-    return Path(path)
+    return json.dumps(clean(rows if isinstance(rows, dict) else list(rows)), indent=1)
 
 
 _ARROW = {"down": "↓", "up": "↑"}
@@ -481,7 +498,18 @@ def plot_probes(
     measures: Iterable[str] | None = None,
     title: str | None = None,
 ) -> Path:
-    """Plot probe rows in the style of 003 Fig. 3-4 and write a PNG atomically; returns ``path``.
+    """Plot probe rows in the style of 003 Fig. 3-4 and write a PNG atomically; returns ``path``."""
+    write_atomic(path, probes_png(runs, measures=measures, title=title))
+    return Path(path)
+
+
+def probes_png(
+    runs: dict[str, Sequence[dict]],
+    *,
+    measures: Iterable[str] | None = None,
+    title: str | None = None,
+) -> bytes:
+    """The figure of :func:`plot_probes` as PNG bytes.
 
     ``runs``: ``{"trained": rows, "untrained": rows, ...}`` (rows from :func:`probe`). One panel per
     measure (default: every measure present, in order; e.g. ``["coding_rate", "l0_density"]`` for
@@ -539,8 +567,7 @@ def plot_probes(
         figure.suptitle(title)
     image = io.BytesIO()
     figure.savefig(image, format="png", dpi=120)
-    write_atomic(path, image.getvalue())
-    return Path(path)
+    return image.getvalue()
 
 
 _LABELS = {

@@ -45,10 +45,10 @@ from .artifacts import replaceable
 from .artifacts import save as save_build
 from .budget import human
 from .builder import compile_spec
-from . import data as data_module
 from .data import Data, load_data
+from .data import verify as verify_data
 from .errors import SpecError, WorkbenchError
-from .files import writable, write_atomic
+from .files import naming, writable, write_atomic
 from .modules.embed import patchify
 from .objectives import masked_reconstruction_loss, patch_size_of
 from .progress import bar as progress_bar
@@ -292,9 +292,9 @@ class _Metrics:
         self.count += 1
         if not self.enabled:
             return
-        with open(self.jsonl, "a") as handle:
-            handle.write(json.dumps(row) + "\n")
-        with open(self.csv, "a", newline="") as handle:
+        with naming(self.jsonl), open(self.jsonl, "a") as handle:
+            handle.write(json.dumps(_finite(row), allow_nan=False) + "\n")
+        with naming(self.csv), open(self.csv, "a", newline="") as handle:
             csv.DictWriter(handle, self.FIELDS).writerow(row)
 
 
@@ -335,19 +335,12 @@ def _size(path: Path) -> int:
         return -1
 
 
-def verify_data(data: Data) -> None:
-    """Before the first step: every file of a folder data set is an image that can be read (see
-    :func:`crate_compose.data.verify`); in-memory sets have nothing to check."""
-    check = getattr(data_module, "verify", None)
-    if check is not None:
-        check(data)
-
-
-def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0):
+def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
+            memory_limit: str | float | None = None):
     """Load the spec and the data, the spec's input size set from the data (text: windows of the
-    spec's context)."""
+    spec's context); images over ``memory_limit`` are refused from their headers."""
     spec = loader.load(spec_ref, overrides)
-    data = load_data(data_name, image_size=image_size, seed=seed, spec=spec)
+    data = load_data(data_name, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
     fit = data.spec_overrides(spec)  # [] for a spec written for this data
     return (loader.load(spec_ref, [*fit, *overrides]) if fit else spec), data
 
@@ -382,7 +375,7 @@ def train(
     """
     overrides = list(overrides)
     _check_settings(settings)
-    spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed)
+    spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed, memory_limit)
     _check(settings.task, spec, data, settings)
     dist = _Distributed()
     dist.check_batch(settings.batch_size)
@@ -522,7 +515,7 @@ class _Opening:
             writable(run / name)
         if (run / "final").is_dir():
             replaceable(run / "final")
-        verify_data(self.data)
+        verify_data(self.data)  # every image's header, every test image decoded
         self._check_disk(plan)
         if self.resume_from is not None:
             _supersede(run, plan.start)

@@ -19,6 +19,7 @@ import csv
 import io
 import itertools
 import json
+import re
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,13 +29,14 @@ import torch
 import yaml
 
 from . import loader
-from .artifacts import first_mismatch, read_weights
+from .artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
 from .artifacts import load as load_build
-from .files import write_atomic
+from .files import writable, write_atomic
 from .builder import compile_spec, spec_of
 from .data import Data, load_data
 from .errors import WorkbenchError
-from .probes import plot_probes, probe, save_probes
+from .locks import hold
+from .probes import plot_probes, probe, save_probes, write_probes
 from .footprints import tied
 from .train import METRIC, Result, Settings, prepare, train
 
@@ -64,8 +66,11 @@ def probe_run(
     image_size: int | None = None,
 ) -> tuple[Path, Path, dict[str, list[dict]]]:
     """Probe ``spec_ref`` (its input size set from the data) untrained, and trained with ``weights``
-    (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png."""
+    (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png into ``out``
+    (default: :func:`probe_folder`), both new or neither (:func:`crate_compose.probes.write_probes`),
+    holding the folder's lock (:func:`crate_compose.locks.hold`: another writer exits 3)."""
     spec, data = prepare(spec_ref, data_name, overrides, image_size, seed)
+    folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     inputs, extra = _probe_inputs(data, samples)
     runs: dict[str, list[dict]] = {}
     if weights is not None:
@@ -73,11 +78,43 @@ def probe_run(
         load_weights(trained, Path(weights))
         runs["trained"] = probe(trained, inputs, **extra)
     runs["untrained"] = probe(compile_spec(spec, seed=seed), inputs, **extra)
-    folder = Path(out) if out is not None else (Path(weights) / "probes" if weights else Path("probes") / spec.name)
-    table = save_probes(runs, folder / "probes.json")
     title = f"{spec.name} on {data_name}: " + (" vs ".join(runs))
-    figure = plot_probes(runs, folder / "probes.png", title=title)
+    with hold(folder, "write probes into"):
+        table, figure = write_probes(runs, folder, title=title)
     return table, figure, runs
+
+
+CHECKPOINT = re.compile(r"step-\d+")  # RUN/checkpoints/step-NNNNNN
+
+
+def probe_folder(weights: str | Path | None, spec_name: str, out: str | Path | None = None) -> Path:
+    """Where ``probe`` writes: ``out`` when given; for a run's weights, ``RUN/final`` or a checkpoint
+    ``RUN/checkpoints/step-N``, the run's ``RUN/probes/final`` or ``RUN/probes/step-N`` (never inside
+    the build: ``train --resume`` takes ``final/`` only when it holds a build and nothing else); for
+    other weights, or none, ``probes/<spec name>``. Refused: a folder inside a build (a folder holding
+    model.safetensors and spec.yaml), a file where the folder goes (:class:`WorkbenchError`), and a
+    probes.json or probes.png that is not a regular file (``OSError``, as every output)."""
+    named = Path(weights or "")
+    named = named.resolve() if weights is not None and named.name in ("", "..") else named
+    if out is not None:
+        folder = Path(out)
+    elif weights is not None and named.name == "final":
+        folder = named.parent / "probes" / "final"
+    elif weights is not None and named.parent.name == "checkpoints" and CHECKPOINT.fullmatch(named.name):
+        folder = named.parent.parent / "probes" / named.name
+    else:
+        folder = Path("probes") / spec_name
+    where = f"--out {folder}" if out is not None else str(folder)
+    resolved = folder.resolve()
+    for place in (resolved, *resolved.parents):
+        if (place / WEIGHTS_FILE).is_file() and (place / SPEC_FILE).is_file():
+            raise WorkbenchError(f"{where} is inside the build {place}: probes are never written into a build "
+                                 "(train --resume would refuse its final/); choose a folder outside it")
+    if folder.exists() and not folder.is_dir():
+        raise WorkbenchError(f"{where} exists and is not a folder: give a folder for probes.json and probes.png")
+    for name in ("probes.json", "probes.png"):
+        writable(folder / name)
+    return folder
 
 
 def load_weights(model: torch.nn.Module, folder: Path) -> None:

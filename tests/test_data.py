@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ from PIL import Image
 
 from crate_compose import data as D
 from crate_compose.loader import load
+
+DIGITS = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +255,126 @@ def test_digits_batch_runs_through_a_built_model(digits):
 def test_import_does_not_load_matplotlib():
     code = "import sys, crate_compose.data; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------- bounds: image sizes, bombs, broken files
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory):
+    """A PNG of 13000x13000 black pixels: a few hundred kB on disk, 169 MB as 8-bit pixels, several GB
+    on the way to float32."""
+    path = tmp_path_factory.mktemp("bomb") / "huge.png"
+    Image.new("L", (13000, 13000)).save(path, optimize=True)
+    return path
+
+
+def small_images(root, names=("cats", "dogs"), count=4, side=8):
+    rng = np.random.default_rng(0)
+    for name in names:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+
+
+@pytest.fixture
+def never_decoded(monkeypatch):
+    """Fail the test if Pillow decodes an image of more than 10^7 pixels."""
+    from PIL import ImageFile
+
+    load = ImageFile.ImageFile.load
+
+    def guarded(self):
+        assert self.size[0] * self.size[1] <= 10**7, f"decoded {self.size}"
+        return load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", guarded)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_decompression_bomb_is_refused_from_its_header(tmp_path, bomb, never_decoded, split):
+    import time
+
+    small_images(tmp_path / "train")
+    small_images(tmp_path / "test", count=2)
+    target = tmp_path / split / "cats" / "huge.png"
+    shutil.copy(bomb, target)
+    started = time.perf_counter()
+    with pytest.raises(D.DataError) as raised:
+        data = D.load_data(f"folder:{tmp_path}", image_size=8, memory_limit="1GB")  # the stats sample reads train
+        D.verify(data)  # the test split is checked here, before a run's first step
+    message = str(raised.value)
+    assert message.startswith(f"{target}: 13000x13000 pixels") and "\n" not in message, message
+    assert "decompression-bomb limit" in message or "over the memory limit of 1.0 GB" in message
+    assert time.perf_counter() - started < 5
+
+
+def test_an_image_over_the_memory_limit_is_refused_with_its_size(tmp_path, never_decoded):
+    small_images(tmp_path)
+    target = tmp_path / "dogs" / "wide.png"
+    Image.new("L", (3000, 3000)).save(target)
+    with pytest.raises(D.DataError, match=r"wide.png: 3000x3000 pixels would take about .* decoded, over the "
+                       r"memory limit of 10.0 MB \(--memory-limit\)"):
+        D.load_data(f"folder:{tmp_path}", memory_limit="10MB")  # every header is read for the common size
+    with pytest.raises(D.DataError, match="wide.png: 3000x3000 pixels"):
+        D.read_image(target, (8, 8), (10e6, "--memory-limit"))
+    assert D.read_image(target, (8, 8), (None, "none")).shape == (3, 8, 8)  # within the bomb threshold: read
+
+
+def test_image_sizes_past_the_bound_or_the_memory_limit_are_refused_before_allocating(capsys):
+    import time
+
+    from crate_compose.cli import main
+
+    started = time.perf_counter()
+    with pytest.raises(D.DataError, match=r"digits: image_size must be a whole number in \[1, 8192\]; got 100000"):
+        D.load_data("digits", image_size=100000)
+    with pytest.raises(D.DataError, match=r"digits: 1,797 images of 1x8192x8192 would take about 2.4 TB in memory, "
+                       r"over the memory limit of 1.0 GB \(--memory-limit\); give a smaller --image-size"):
+        D.load_data("digits", image_size=8192, memory_limit="1GB")
+    with pytest.raises(D.DataError, match="photos: 4,608 images of 3x64x64 would take"):
+        D.load_data("photos", image_size=64, memory_limit="10MB")
+    for command in ("train", "probe"):
+        with pytest.raises(SystemExit) as exited:
+            main([command, DIGITS, "--image-size", "100000"])
+        assert exited.value.code == 2
+        assert "--image-size: 100000: must be in [1, 8192]" in capsys.readouterr().err
+    assert time.perf_counter() - started < 5
+
+
+def truncated(path):
+    """Cut an image file to half its bytes: its header reads, its pixels do not."""
+    content = path.read_bytes()
+    path.write_bytes(content[: len(content) // 2])
+
+
+def test_verify_names_a_truncated_test_image_and_passes_sound_sets(tmp_path, digits):
+    small_images(tmp_path / "train", side=32)
+    small_images(tmp_path / "test", count=2, side=32)
+    data = D.load_data(f"folder:{tmp_path}", image_size=8)
+    D.verify(data)
+    D.verify(digits)  # in memory: nothing to check
+    victim = tmp_path / "test" / "dogs" / "1.png"
+    truncated(victim)
+    data = D.load_data(f"folder:{tmp_path}", image_size=8)  # test images are not read when loading
+    with pytest.raises(D.DataError, match=rf"^{victim}: cannot read the image \(.*truncated"):
+        D.verify(data)
+    victim.write_bytes(b"not an image")
+    with pytest.raises(D.DataError, match=rf"^{victim}: cannot read the image"):
+        D.verify(data)
+
+
+def test_train_names_a_truncated_test_image_before_the_first_step(tmp_path, capsys):
+    from crate_compose.cli import main
+
+    small_images(tmp_path / "images" / "train", side=32)
+    small_images(tmp_path / "images" / "test", count=2, side=32)
+    victim = tmp_path / "images" / "test" / "cats" / "0.png"
+    truncated(victim)
+    sets = [arg for o in ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1") for arg in ("--set", o)]
+    code = main(["train", DIGITS, *sets, "--data", f"folder:{tmp_path / 'images'}",
+                 "--image-size", "8", "--steps", "2", "--batch-size", "4", "--no-progress",
+                 "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{victim}: cannot read the image" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoints").exists()

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -444,3 +446,76 @@ def test_importing_crate_compose_does_not_import_matplotlib():
     code = "import sys, crate_compose, crate_compose.probes; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_the_table_and_the_figure_are_written_both_or_neither(tiny, tmp_path, monkeypatch):
+    import errno
+
+    runs = {"model": probes.probe(tiny, torch.randn(2, 3, 32, 32))}
+    table, figure = probes.write_probes(runs, tmp_path, title="first")
+    earlier = (table.read_bytes(), figure.read_bytes())
+    assert json.loads(earlier[0]) == json.loads(probes.probes_json(runs)) and earlier[1].startswith(b"\x89PNG")
+    write_bytes = Path.write_bytes
+
+    def full(self, data):  # the figure meets a full disk after the table is written
+        if self.name.startswith(".probes.png."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_bytes(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    changed = {"model": [{**r, "value": r["value"] + 1} for r in runs["model"]]}
+    with pytest.raises(OSError, match=rf"No space left on device: '{figure}'"):
+        probes.write_probes(changed, tmp_path, title="second")
+    assert (table.read_bytes(), figure.read_bytes()) == earlier  # neither is new
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probes.json", "probes.png"]
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="no runs"):  # a figure that cannot be drawn: nothing is written
+        probes.write_probes({}, tmp_path)
+    assert (table.read_bytes(), figure.read_bytes()) == earlier
+    probes.write_probes(changed, tmp_path, title="second")
+    assert table.read_bytes() != earlier[0] and figure.read_bytes() != earlier[1]  # both new
+
+
+def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, monkeypatch):
+    from crate_compose.artifacts import BUILD_FILES
+    from crate_compose.errors import WorkbenchError
+    from crate_compose.workbench import probe_run
+
+    monkeypatch.chdir(tmp_path)
+    spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
+    sizes = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"]
+    model = cc.build(spec, overrides=sizes)
+    run = tmp_path / "run"
+    for folder in (run / "final", run / "checkpoints" / "step-000002", tmp_path / "elsewhere"):
+        cc.save(model, folder)
+    name = cc.spec_of(model).name
+
+    def probed(**options):
+        table, figure, _ = probe_run(spec, "digits", overrides=sizes, samples=8, **options)
+        assert figure == table.with_name("probes.png") and figure.is_file()
+        return table.parent
+
+    assert probed(weights=run / "final") == run / "probes" / "final"
+    assert probed(weights=run / "checkpoints" / "step-000002") == run / "probes" / "step-000002"
+    assert probed(weights=tmp_path / "elsewhere") == Path("probes") / name
+    assert probed() == Path("probes") / name
+    assert {p.name for p in (run / "final").iterdir()} == BUILD_FILES  # final/ is still a build and nothing else
+    checkpoint = run / "checkpoints" / "step-000002"
+    for inside, build in ((run / "final", run / "final"), (run / "final" / "probes", run / "final"),
+                          (checkpoint / "x", checkpoint)):
+        with pytest.raises(WorkbenchError, match=rf"^--out {inside} is inside the build {build}: "):
+            probed(weights=run / "final", out=inside)
+    assert {p.name for p in (run / "final").iterdir()} == BUILD_FILES
+    assert not (run / "checkpoints" / "step-000002" / "x").exists()
+
+
+def test_probe_into_a_folder_another_process_writes_exits_3(tmp_path, capsys):
+    from crate_compose.cli import main
+    from crate_compose.locks import hold
+
+    spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
+    out = tmp_path / "probes"
+    with hold(out, "write probes into"):  # flock: a second open file description of this process is refused too
+        assert main(["probe", spec, "--set", "sizes.depth=1", "--samples", "8", "--out", str(out)]) == 3
+    assert f"{out} is in use by process {os.getpid()}" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]

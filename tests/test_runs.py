@@ -68,8 +68,10 @@ def _refused(capsys, argv: list[str], status: int = 2) -> str:
     code = cli.main(argv)
     err = capsys.readouterr().err
     assert code == status, err
-    assert "Traceback" not in err and err.startswith("error: ")
-    return err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    return errors[0]
 
 
 def test_a_run_records_its_identity_and_hash(finished):
@@ -271,3 +273,28 @@ def test_a_finished_run_whose_result_was_lost_is_finished_again(finished, tmp_pa
     assert cli.main(_args(run, "--resume")) == 0, capsys.readouterr().err
     again = json.loads((run / "result.json").read_text())
     assert again["metrics"] == expected["metrics"] and again["train_loss"] == expected["train_loss"]
+
+
+def test_a_disk_that_fills_during_training_names_the_checkpoint_and_keeps_the_earlier_ones(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """The disk holds enough at the start (checked) and fills up later (another writer): exit 1, the file
+    named at its place in the checkpoint, the earlier checkpoint intact, no temporary folder left."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    real, calls = safetensors.torch.save_file, []
+
+    def filling(tensors, filename, metadata=None):
+        calls.append(filename)
+        if len(calls) > 2:  # the weights and optimizer of step 2 fit, step 4's do not
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", filling)
+    run = tmp_path / "run"
+    err = _refused(capsys, _args(run), status=1)
+    assert "No space left on device" in err and "checkpoints/step-000004/model.safetensors" in err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002"]
+    assert not (run / "final").exists() and not (run / "result.json").exists()
+    monkeypatch.setattr(safetensors.torch, "save_file", real)  # space again: the run resumes and finishes
+    assert cli.main(_args(run, "--resume")) == 0

@@ -46,14 +46,14 @@ def test_probe_writes_trained_and_untrained_measures_of_every_step(tmp_path, cap
     assert cli.main(["probe", DIGITS, *sets, "--weights", str(run / "final"), "--data", "digits", "--samples", "64"]) == 0
     printed = capsys.readouterr().out
     assert "encoder.layer_1.compress" in printed and "coding_rate" in printed
-    runs = json.loads((run / "final" / "probes" / "probes.json").read_text())
+    runs = json.loads((run / "probes" / "final" / "probes.json").read_text())  # beside final/, not in it
     assert set(runs) == {"trained", "untrained"}
     for rows in runs.values():
         measured = {(r["module"], r["measure"]) for r in rows}
         for layer in range(2):
             assert (f"encoder.layer_{layer}.compress", "coding_rate") in measured
             assert (f"encoder.layer_{layer}.sparsify", "l0_density") in measured
-    assert (run / "final" / "probes" / "probes.png").read_bytes().startswith(PNG)
+    assert (run / "probes" / "final" / "probes.png").read_bytes().startswith(PNG)
     assert cli.main(["probe", DIGITS, "--weights", str(run / "final"), "--data", "digits"]) == 2  # other sizes
     err = capsys.readouterr().err  # the first tensor in the network's order, with both shapes
     assert "do not fit the spec: preprocess.patch_embed.project.weight is (16, 4) in the file, (64, 4) in the spec" in err

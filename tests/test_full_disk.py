@@ -1,0 +1,178 @@
+"""Outputs that cannot be written (issue "Trustworthy runs"): a full disk (ENOSPC) and a read-only
+folder (EROFS) give exit status 1 and a message naming the path, remove every temporary file, and
+leave earlier outputs intact (crate_compose/files.py).
+
+The disk is real where this machine allows it: a small tmpfs (``mount -t tmpfs -o size=...``),
+remounted read-only for EROFS. Where mounting is not permitted (no root), the same tests run with
+the failure injected where the operating system would report it (writes of more than the room
+left, safetensors' own error type, temporary files that cannot be created), so every assertion
+runs either way; ``injected`` runs them that way here too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import crate_compose as cc
+from crate_compose import files
+from crate_compose.cli import main
+
+DIGITS = str(Path(__file__).resolve().parent.parent / "specs" / "crate-digits.yaml")
+TINY = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"]
+SETS = [arg for override in TINY for arg in ("--set", override)]
+
+
+class Disk:
+    """A folder on a small disk that can be filled up (``leave``) and made read-only (``read_only``)."""
+
+    def __init__(self, folder: Path, monkeypatch: pytest.MonkeyPatch, real: bool):
+        self.folder, self.monkeypatch, self.real = folder, monkeypatch, real
+        self.room: float = float("inf")  # injected: bytes a write may still take
+        self.frozen = False  # injected: no file may be created
+        if not real:
+            self._inject()
+
+    def leave(self, room: int) -> None:
+        """Fill the disk up to ``room`` free bytes."""
+        if self.real:
+            free = os.statvfs(self.folder).f_bavail * os.statvfs(self.folder).f_frsize
+            (self.folder / "filler").write_bytes(b"\0" * max(0, free - room))
+        else:
+            self.room = room
+
+    def read_only(self) -> None:
+        if self.real:
+            subprocess.run(["mount", "-o", "remount,ro", str(self.folder)], check=True, capture_output=True)
+        else:
+            self.frozen = True
+
+    def temporary_files(self) -> list[str]:
+        """What a writer left behind: hidden names other than a folder's lock."""
+        return [str(p) for p in self.folder.rglob(".*") if p.name != ".lock"]
+
+    def _inside(self, path) -> bool:
+        return Path(os.path.abspath(path)).is_relative_to(self.folder)
+
+    def _inject(self) -> None:
+        import tempfile
+
+        import safetensors.torch
+        from safetensors import SafetensorError
+
+        disk = self
+        write_bytes, save_file = Path.write_bytes, safetensors.torch.save_file
+        mkstemp, mkdtemp = tempfile.mkstemp, tempfile.mkdtemp
+
+        def full(self, data):  # as write(2) reports it: no file name
+            if disk._inside(self) and len(data) > disk.room:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return write_bytes(self, data)
+
+        def tensors(tensors, path, *args, **kwargs):  # as safetensors reports it
+            if disk._inside(path) and sum(t.numel() * t.element_size() for t in tensors.values()) > disk.room:
+                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+            return save_file(tensors, path, *args, **kwargs)
+
+        def frozen(make):
+            def create(*args, dir=None, **kwargs):
+                if disk.frozen and dir is not None and disk._inside(dir):
+                    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.path.join(dir, ".tmp-name"))
+                return make(*args, dir=dir, **kwargs)
+            return create
+
+        self.monkeypatch.setattr(Path, "write_bytes", full)
+        self.monkeypatch.setattr(safetensors.torch, "save_file", tensors)
+        self.monkeypatch.setattr(tempfile, "mkstemp", frozen(mkstemp))
+        self.monkeypatch.setattr(tempfile, "mkdtemp", frozen(mkdtemp))
+
+
+@pytest.fixture(params=["tmpfs", "injected"])
+def disk(request, tmp_path, monkeypatch):
+    """A 4 MB disk: a real tmpfs where mounting is permitted, else (and for ``injected``) injected failures."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = request.param == "tmpfs" and shutil.which("mount") is not None and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True).returncode == 0
+    try:
+        yield Disk(folder, monkeypatch, real=mounted)
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return cc.load(folder).state_dict()
+
+
+def test_a_build_onto_a_full_disk_names_the_file_and_keeps_the_earlier_build(disk, capsys):
+    out = disk.folder / "b"
+    assert main(["build", DIGITS, *SETS, "--out", str(out)]) == 0
+    before = _weights(out)
+    disk.leave(32_000)  # the full crate-digits weights are 210 kB
+    assert main(["build", DIGITS, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"No space left on device: '{out / 'model.safetensors'}'" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert disk.temporary_files() == []
+    after = _weights(out)
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_a_build_into_a_read_only_folder_names_it_and_keeps_the_earlier_build(disk, capsys):
+    out = disk.folder / "b"
+    assert main(["build", DIGITS, *SETS, "--out", str(out)]) == 0
+    before = _weights(out)
+    disk.read_only()
+    assert main(["build", DIGITS, *SETS, "--seed", "1", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "Read-only file system" in err and str(out) in err, err
+    assert disk.temporary_files() == []
+    assert all(torch.equal(_weights(out)[k], v) for k, v in before.items())
+
+
+def test_a_diagram_and_a_derived_spec_onto_a_full_disk_name_their_path(disk, capsys):
+    disk.leave(100)
+    derived, drawn = disk.folder / "derived.yaml", disk.folder / "net.dot"
+    assert main(["derive", "crate-tiny", "--out", str(derived)]) == 1
+    assert main(["render", "crate-tiny", "--format", "dot", "--out", str(drawn)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"error: cannot write output: [Errno 28] No space left on device: '{derived}'", err
+    assert err[1] == f"error: cannot write output: [Errno 28] No space left on device: '{drawn}'", err
+    assert not derived.exists() and not drawn.exists() and disk.temporary_files() == []
+
+
+def test_probe_onto_a_full_disk_names_the_file_and_keeps_the_earlier_pair(disk, capsys):
+    out = disk.folder / "probes"
+    probe = ["probe", DIGITS, *SETS, "--samples", "16", "--out", str(out)]
+    assert main(probe) == 0
+    capsys.readouterr()
+    earlier = {name: (out / name).read_bytes() for name in ("probes.json", "probes.png")}
+    disk.leave(1_000)
+    assert main([*probe, "--seed", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and f"{out}/probes." in err, err
+    assert {name: (out / name).read_bytes() for name in earlier} == earlier  # both old, neither new
+    assert disk.temporary_files() == []
+
+
+def test_save_tensors_raises_the_oserror_safetensors_reports(disk):
+    disk.leave(4_000)
+    path = disk.folder / "x.safetensors"
+    with pytest.raises(OSError) as raised:
+        files.save_tensors({"w": torch.zeros(100_000)}, path)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(path)
+    assert not path.exists() and disk.temporary_files() == []
+
+
+def test_the_errno_of_a_library_message():
+    assert files._errno_of("Error while serializing: I/O error: No space left on device (os error 28)") == 28
+    assert files._errno_of("I/O error: Os { code: 30, kind: ReadOnlyFilesystem }") == 30
+    assert files._errno_of("Read-only file system") == errno.EROFS
+    assert files._errno_of("tensor is not contiguous") is None  # not a failed write: left as it is
