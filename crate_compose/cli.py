@@ -245,9 +245,12 @@ def parser() -> argparse.ArgumentParser:
                         help="a step to swap and the primitives to try, e.g. encoder.layer.sparsify.primitive="
                         "ista,ista_soft,ista_mm (repeatable: the grid crosses them)")
     ablate.add_argument("--grid", type=Path, help="a YAML grid file (swaps, and optionally task, data, steps, seeds)")
-    ablate.add_argument("--seeds", type=COUNT, default=None, help="seeds per variant (default: 1)")
+    ablate.add_argument("--seeds", type=_number(int, 1, 100, what="a whole number"), default=None,
+                        help="seeds per variant, 1 to 100 (default: 1)")
     _run_arguments(ablate)
     ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
+    ablate.add_argument("--resume", action="store_true", help="continue the ablation in --out: finished runs are "
+                        "kept, unfinished ones continue (a grid with other settings is refused)")
     _memory_argument(ablate)
     return top
 
@@ -401,23 +404,25 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from dataclasses import fields, replace
+    from .grids import SETTING_KEYS, check_size, read_grid, swaps_of
+    from .workbench import Grid, ablate
 
-    from .workbench import Grid, ablate, parse_swap, read_grid
-
-    content = read_grid(args.grid) if args.grid else {}
-    swaps = {path: list(map(str, values)) for path, values in (content.get("swaps") or {}).items()}
-    swaps.update(dict(parse_swap(text) for text in args.swap))
+    content = read_grid(args.grid)[0] if args.grid else {}
+    swaps, notes = swaps_of(content, args.swap)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if not swaps:
         raise WorkbenchError("ablate needs something to swap: --swap PATH=a,b,c or --grid FILE")
-    settings = _settings(args)
-    given = {f.name: content[f.name] for f in fields(settings) if f.name in content}
-    settings = replace(settings, **given)
-    grid = Grid(swaps, settings, seeds=args.seeds or int(content.get("seeds", 1)),
-                overrides=[*content.get("set", []), *args.overrides])
+    seeds = args.seeds or content.get("seeds", 1)
+    check_size(swaps, seeds)
+    settings = _settings(args, {k: content[k] for k in SETTING_KEYS if k in content})  # the command line wins
+    grid = Grid(swaps, settings, seeds=seeds, overrides=[*content.get("set", []), *args.overrides])
     spec = cc.load_spec(args.spec, grid.overrides)
     out = args.out or Path("ablations") / spec.name
-    rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device, memory_limit=args.memory_limit)
+    rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device,
+                  memory_limit=args.memory_limit, resume=args.resume)
+    if not _rank_zero():
+        return 0
     best = max(rows, key=lambda r: r.mean) if settings.task == "classify" else min(rows, key=lambda r: r.mean)
     print((out / "results.md").read_text())
     print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")

@@ -16,17 +16,17 @@ the seeds, wall time) and one probe figure of every variant.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import itertools
 import json
 import re
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
 import torch
-import yaml
 
 from . import loader
 from .artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
@@ -34,11 +34,11 @@ from .artifacts import load as load_build
 from .files import writable, write_atomic
 from .builder import compile_spec, spec_of
 from .data import Data, load_data
-from .errors import WorkbenchError
+from .errors import SpecError, WorkbenchError
 from .locks import hold
 from .probes import plot_probes, probe, save_probes, write_probes
 from .footprints import tied
-from .train import METRIC, Result, Settings, prepare, train
+from .train import METRIC, Settings, prepare, train
 
 PROBE_SAMPLES = 256
 
@@ -173,31 +173,6 @@ class Grid:
         return [dict(zip(paths, values)) for values in itertools.product(*(self.swaps[p] for p in paths))]
 
 
-def parse_swap(text: str) -> tuple[str, list[str]]:
-    """``encoder.layer.sparsify.primitive=ista,ista_soft`` -> ``("encoder.layer.sparsify.primitive", [...])``."""
-    path, _, values = text.partition("=")
-    choices = [v.strip() for v in values.split(",") if v.strip()]
-    if not path.strip() or not choices:
-        raise WorkbenchError(f"--swap {text!r}: write PATH=a,b,c, e.g. encoder.layer.sparsify.primitive=ista,ista_soft")
-    return path.strip(), choices
-
-
-def read_grid(path: str | Path) -> dict[str, Any]:
-    """A grid file: ``swaps: {PATH: [a, b]}`` and optionally ``task``, ``data``, ``steps``, ``seeds``,
-    ``batch_size``, ``lr``, ``set: [PATH=VALUE, ...]``. YAML through the safe loader only."""
-    try:
-        content = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise WorkbenchError(f"cannot read grid file {path}: {error}") from None
-    if not isinstance(content, dict) or not isinstance(content.get("swaps"), dict):
-        raise WorkbenchError(f"grid file {path}: expected a mapping with 'swaps: {{PATH: [a, b, ...]}}'")
-    known = {"swaps", "set", "seeds", *Settings.__dataclass_fields__}
-    unknown = sorted(set(content) - known)
-    if unknown:
-        raise WorkbenchError(f"grid file {path}: unknown keys {unknown}; expected some of {sorted(known)}")
-    return content
-
-
 def variant_label(variant: dict[str, str]) -> str:
     """A short label: the last meaningful key of each swapped path and its value (``sparsify=ista_soft``)."""
     parts = []
@@ -218,13 +193,85 @@ class Row:
     values: list[float]
 
 
+ABLATION_FILE = "ablation.json"
+
+
 def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu",
-           memory_limit: str | float | None = None) -> list[Row]:
-    """Train every variant for every seed (skipping finished runs), then write the table and the figure."""
+           memory_limit: str | float | None = None, resume: bool = False) -> list[Row]:
+    """Train every variant for every seed, then write the table and the figure.
+
+    Before anything trains: every variant is built on the data's shapes (a swap value that cannot fit
+    is reported with the others), and the folder is locked and checked: ``OUT/ablation.json`` records
+    the grid's identity (the base spec's hash, the swaps, the settings, the seeds, the package
+    version); a folder that holds another ablation, or one started with other settings, is refused
+    with both values. With ``resume`` every finished run is kept (``train`` checks it is the same run)
+    and every unfinished one continues from its checkpoint."""
     out = Path(out)
     variants = grid.variants()
-    for variant in variants:  # every variant must load before anything trains
-        loader.load(spec_ref, [*grid.overrides, *(f"{k}={v}" for k, v in variant.items())])
+    identity = _grid_identity(spec_ref, grid)
+    _check_variants(spec_ref, grid, variants, memory_limit)
+    with hold(out, "ablate into"):
+        _open_ablation(out, identity, resume)
+        return _train_grid(spec_ref, grid, variants, out, progress, device, memory_limit, resume)
+
+
+def _grid_identity(spec_ref, grid: Grid) -> dict[str, Any]:
+    from . import __version__
+
+    text = loader.dump(loader.load(spec_ref, grid.overrides))
+    settings = {k: v for k, v in asdict(grid.settings).items() if k != "seed"}
+    return {"spec_sha256": hashlib.sha256(text.encode()).hexdigest(), "swaps": grid.swaps, "seeds": grid.seeds,
+            "overrides": grid.overrides, "settings": settings, "version": __version__}
+
+
+def _check_variants(spec_ref, grid: Grid, variants: list[dict[str, str]], memory_limit) -> None:
+    """Every variant builds on the data's shapes; every value that cannot fit is reported together."""
+    from .api import validate
+
+    data = load_data(grid.settings.data, image_size=grid.settings.image_size, seed=0, spec=loader.load(spec_ref, grid.overrides), memory_limit=memory_limit)
+    problems = []
+    for variant in variants:
+        overrides = [*grid.overrides, *(f"{k}={v}" for k, v in variant.items())]
+        try:
+            spec = loader.load(spec_ref, overrides)
+            validate(loader.load(spec_ref, [*data.spec_overrides(spec), *overrides]))
+        except SpecError as error:
+            problems += [replace_problem(p, variant_label(variant)) for p in error.problems]
+    if problems:
+        raise SpecError(problems)
+
+
+def replace_problem(problem, label: str):
+    """``problem`` said of the variant ``label``."""
+    from .errors import Problem
+
+    return Problem(f"variant {label}: {problem.message}", problem.path, problem.location, problem.hint)
+
+
+def _open_ablation(out: Path, identity: dict[str, Any], resume: bool) -> None:
+    from .runs import differences, digest
+
+    path = out / ABLATION_FILE
+    if not path.is_file():
+        foreign = sorted(e.name for e in out.iterdir() if e.name != ".lock")
+        if foreign:
+            raise WorkbenchError(f"{out} holds files that are not an ablation ({', '.join(foreign[:5])}); it is left "
+                                 "alone: choose another --out")
+        write_atomic(path, json.dumps({"identity": identity, "hash": digest(identity)}, indent=2) + "\n")
+        return
+    try:
+        recorded = json.loads(path.read_text())["identity"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise WorkbenchError(f"{path} cannot be read ({error}); choose another --out") from None
+    if not resume:
+        raise WorkbenchError(f"{out} holds an ablation: pass --resume to continue it, or choose another --out")
+    changes = differences(recorded, identity)
+    if changes:
+        said = "; ".join(f"{k}: {json.dumps(a)} in {path}, {json.dumps(b)} now" for k, a, b in changes)
+        raise WorkbenchError(f"--resume: {out} is another ablation: {said}. Choose another --out for this one")
+
+
+def _train_grid(spec_ref, grid, variants, out, progress, device, memory_limit, resume) -> list[Row]:
     rows: list[Row] = []
     probes: dict[str, list[dict]] = {}
     total, done = len(variants) * grid.seeds, 0
@@ -237,8 +284,8 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
             done += 1
             run = out / _slug(label) / f"seed-{seed}"
             settings = replace(grid.settings, seed=seed)
-            result = _finished(run) or train(spec_ref, settings, overrides=overrides, out=run, device=device,
-                                             progress=progress, memory_limit=memory_limit)
+            result = train(spec_ref, settings, overrides=overrides, out=run, device=device, progress=progress,
+                           memory_limit=memory_limit, resume=resume and (run / "run.json").is_file())
             print(f"[{done}/{total}] {label}, seed {seed}: {metric} {result.metrics.get(metric, float('nan')):.4f} "
                   f"({result.seconds:.0f} s)", flush=True)
             values.append(result.metrics.get(metric, float("nan")))
@@ -251,14 +298,6 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
         probes[label] = probe(load_build(final), inputs, **extra)
     _write_results(out, rows, probes, spec_ref, grid)
     return rows
-
-
-def _finished(run: Path) -> Result | None:
-    """The result of a run that already finished (its summary file), so a grid resumes."""
-    summary = run / "result.json"
-    if (run / "final" / "model.safetensors").is_file() and summary.is_file():
-        return Result(**json.loads(summary.read_text()))
-    return None
 
 
 def _slug(label: str) -> str:
