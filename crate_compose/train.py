@@ -438,6 +438,11 @@ class _Opening:
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise TrainError(f"{run} holds files that are not a crate-compose run ({shown}); it is left alone: "
                              "choose another --out")
+        if self.resume and not (run / runs.RUN_FILE).exists():  # refused before anything is written there
+            found = ", ".join(p.name for p in checkpoint.checkpoints(run).values())
+            extra = f" beside its checkpoints ({found}), so they cannot be checked" if found else ""
+            raise TrainError(f"--resume: {run} holds no run to resume (no {runs.RUN_FILE}{extra}); "
+                             "leave out --resume to start one in an empty folder")
         created = not run.exists()
         stack.enter_context(locks.hold(run, "train into"))
         try:
