@@ -566,7 +566,10 @@ def scan_classes(root: Path) -> tuple[list[str], list[list[Path]]]:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<image files>)")
     files = []
     for name in classes:
-        images = sorted(f for f in (root / name).iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+        images = sorted(f for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        odd = next((f for f in images if not f.is_file()), None)
+        if odd is not None:  # a FIFO, a socket or a dangling link named like an image: never skipped silently
+            raise DataError(f"{odd}: not a regular file (an image file is expected here)")
         if not images:
             raise DataError(f"{root / name}: a class folder without images ({', '.join(IMAGE_SUFFIXES)})")
         files.append(images)

@@ -186,7 +186,9 @@ def spec_difference(recorded_text: str, now_text: str, shown: int = 3) -> str:
             before = old[i1 + k].strip() if i1 + k < i2 else "(nothing)"
             after = new[j1 + k].strip() if j1 + k < j2 else "(nothing)"
             changes.append((i1 + k + 1, before, after))
-    named = [c for c in changes if not (c[1].startswith("name:") or c[2].startswith("name:"))] or changes
+    said = ("name:", "description:")  # the variant's name and description repeat what the other lines say
+    named = [c for c in changes if not (c[1].startswith(said) or c[2].startswith(said))
+             and _short(c[1]) != _short(c[2])] or changes  # a line that reads the same when shortened says nothing
     if not named:
         return "the texts are equal"
     more = f", and {len(named) - shown} more" if len(named) > shown else ""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import hashlib
 import io
 import json
@@ -533,15 +534,15 @@ class _Opening:
         """Free space for every checkpoint still to come and the final build, at their known size."""
         settings = plan.settings
         weights = sum(p.numel() * p.element_size() for p in self.model.state_dict().values())
-        each = weights * (1 + len(ADAMW_MOMENTS)) + 200_000  # weights, AdamW's moments, the small files
+        each = weights * (1 + len(ADAMW_MOMENTS)) + 20_000  # weights, AdamW's moments, the small files
         every = settings.checkpoint_every
         count = 1 + (len(range(plan.start + 1, settings.steps)) // every if every else 0)
-        needed = count * each + weights + 1_000_000
+        needed = count * each + weights
         free = shutil.disk_usage(self.run).free
         if needed > free:
-            raise TrainError(f"{self.run}: {count} checkpoint{'s' * (count != 1)} of {human(each)} and the final "
+            raise OSError(errno.ENOSPC, "No space left on device: " + f"{self.run}: {count} checkpoint{'s' * (count != 1)} of {human(each)} and the final "
                              f"build need about {human(needed)}; the disk has {human(free)} free (free space, "
-                             "checkpoint less often with --checkpoint-every, or choose another --out)")
+                             "checkpoint less often with --checkpoint-every, or choose another --out)", str(self.run))
 
 
 ADAMW_MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -574,7 +575,7 @@ def _finished_result(run: Path, steps: int) -> Result | None:
         return None
     try:
         content = json.loads(path.read_text())
-        return Result(**{k: v for k, v in content.items() if k in Result.__dataclass_fields__})
+        return Result(**{**{k: v for k, v in content.items() if k in Result.__dataclass_fields__}, "run": str(run)})
     except (OSError, ValueError, TypeError):
         return None  # a damaged result: the run is finished again from its last checkpoint
 

@@ -239,7 +239,7 @@ def test_checks_that_could_fail_late_run_before_the_first_step(tmp_path, capsys,
     import shutil as shutil_module
 
     monkeypatch.setattr(shutil_module, "disk_usage", lambda path: shutil_module._ntuple_diskusage(10**9, 10**9, 1000))
-    err = _refused(capsys, _args(tmp_path / "small"))
+    err = _refused(capsys, _args(tmp_path / "small"), status=1)
     assert "the disk has 1.0 kB free" in err and "checkpoints" in err
     assert not (tmp_path / "small").exists()  # nothing left behind
 
