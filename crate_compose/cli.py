@@ -33,7 +33,8 @@ import crate_compose as cc
 
 from .errors import DiagramError, PluginError, SpecError, WorkbenchError
 from .files import write_atomic
-from .settings import AUGMENTATIONS, DIAGRAM_STEM, DTYPE_NAMES, FORMATS, MAX_IMAGE_SIZE, TASKS, Settings
+from .settings import (AUGMENTATIONS, DIAGRAM_STEM, DTYPE_NAMES, FORMATS, MAX_IMAGE_SIZE, MAX_RUNS, MAX_SEEDS,
+                       TASKS, Settings)
 
 EPILOG = """examples:
   crate-compose build specs/mae.yaml --render          build CRATE-MAE-Base and draw it
@@ -243,14 +244,16 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(ablate)
     ablate.add_argument("--swap", action="append", default=[], metavar="PATH=a,b,c",
                         help="a step to swap and the primitives to try, e.g. encoder.layer.sparsify.primitive="
-                        "ista,ista_soft,ista_mm (repeatable: the grid crosses them)")
-    ablate.add_argument("--grid", type=Path, help="a YAML grid file (swaps, and optionally task, data, steps, seeds)")
-    ablate.add_argument("--seeds", type=_number(int, 1, 100, what="a whole number"), default=None,
-                        help="seeds per variant, 1 to 100 (default: 1)")
+                        "ista,ista_soft,ista_mm (repeatable: the grid crosses them; replaces the grid file's "
+                        "values of that path; a value listed twice is trained once)")
+    ablate.add_argument("--grid", type=Path, help="a YAML grid file: swaps, seeds, set, and any training setting but "
+                        f"seed; the command line wins over it; at most {MAX_RUNS} runs (variants x seeds)")
+    ablate.add_argument("--seeds", type=_number(int, 1, MAX_SEEDS, what="a whole number"), default=None,
+                        help=f"seeds per variant, 1 to {MAX_SEEDS} (default: the grid file's, else 1)")
     _run_arguments(ablate)
     ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
-    ablate.add_argument("--resume", action="store_true", help="continue the ablation in --out: finished runs are "
-                        "kept, unfinished ones continue (a grid with other settings is refused)")
+    ablate.add_argument("--resume", action="store_true", help="continue the ablation in --out (its ablation.json): "
+                        "finished runs are kept, unfinished ones continue; a grid that differs is refused")
     _memory_argument(ablate)
     return top
 
@@ -404,21 +407,16 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from .grids import SETTING_KEYS, check_size, read_grid, swaps_of
-    from .workbench import Grid, ablate
+    from .grids import combine, read_grid
 
-    content = read_grid(args.grid)[0] if args.grid else {}
-    swaps, notes = swaps_of(content, args.swap)
-    for note in notes:
+    found = read_grid(args.grid) if args.grid else None  # checked before torch loads
+    settings = _settings(args, found.settings() if found else None)  # the command line wins
+    grid = combine(found, args.swap, args.overrides, args.seeds, settings)
+    for note in grid.notes:
         print(f"note: {note}", file=sys.stderr)
-    if not swaps:
-        raise WorkbenchError("ablate needs something to swap: --swap PATH=a,b,c or --grid FILE")
-    seeds = args.seeds or content.get("seeds", 1)
-    check_size(swaps, seeds)
-    settings = _settings(args, {k: content[k] for k in SETTING_KEYS if k in content})  # the command line wins
-    grid = Grid(swaps, settings, seeds=seeds, overrides=[*content.get("set", []), *args.overrides])
-    spec = cc.load_spec(args.spec, grid.overrides)
-    out = args.out or Path("ablations") / spec.name
+    from .ablation import ablate, base_spec
+
+    out = args.out or Path("ablations") / base_spec(args.spec, grid).name
     rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device,
                   memory_limit=args.memory_limit, resume=args.resume)
     if not _rank_zero():

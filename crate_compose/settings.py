@@ -1,4 +1,4 @@
-"""The choices a user makes besides the spec: run settings, dtypes, diagram formats.
+"""The choices a user makes besides the spec: run settings, ablation bounds, dtypes, diagram formats.
 
 Nothing here imports torch, so the command line can list its options (``--help``) and check
 them before the heavy modules load (see :mod:`crate_compose.cli`).
@@ -40,6 +40,8 @@ class Settings:
 
 MAX_IMAGE_SIZE = 8192  # the side an image may be resized to (a 8192^2 RGB float image is 805 MB)
 MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
+MAX_RUNS = 256  # runs of one ablation grid (variants x seeds): at a minute a run, four hours of one machine
+MAX_SEEDS = 100  # seeds of one ablation grid
 
 
 def settings_problems(settings: Settings) -> list[tuple[str, str]]:

@@ -1,0 +1,298 @@
+"""Ablation grids: every variant of a grid trained for every seed, into a folder that knows its grid.
+
+``ablate`` trains every variant of a grid of swaps (:class:`crate_compose.grids.Grid`, e.g.
+``--swap encoder.layer.sparsify.primitive=ista,ista_soft,ista_mm``) for several seeds. Every variant
+is a spec of its own (its own name), and since every step's initial weights depend only on the seed
+and its place in the network, the variants of one seed start from the same weights in every step
+they did not swap. The results are a table (markdown and CSV: variant, parameters, final metric
+mean and spread over the seeds, wall time) and one probe figure of every variant.
+
+What makes the table trustworthy:
+
+* before anything trains, every variant is fitted to the data, walked through its shapes and its
+  training's memory estimated; every value that cannot fit is reported together, at the line of the
+  grid file (or the ``--swap``) that gave it;
+* ``OUT/ablation.json`` records the grid's identity (the base spec's name and hash, the swaps, the
+  settings but the seed and the cadence, the seeds, the overrides, the package version); a folder
+  that holds another ablation, or another person's files, is refused; one that holds this ablation is
+  continued only with ``resume``, and any difference is refused with both values. A folder whose
+  ablation never started a run is simply started again;
+* every run ``OUT/<variant>/seed-N`` is trained by :func:`crate_compose.train.train`, resumed when it
+  holds a run record: train refuses a run whose identity differs, continues an unfinished one exactly
+  and reads a finished one back without writing; the table is written only from the runs it accepted,
+  and states the settings of the identity;
+* the folder is locked (:func:`crate_compose.locks.hold`) for the whole ablation.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import statistics
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from . import loader
+from .api import validate
+from .artifacts import load as load_build
+from .budget import check_training
+from .errors import Location, Problem, SpecError, WorkbenchError
+from .files import write_atomic
+from .grids import Grid, GridError
+from .locks import LOCK_FILE, hold
+from .probes import plot_probes, probe, save_probes
+from .runs import CADENCE, RUN_FILE, differences, digest
+from .settings import METRIC
+from .spec import Spec
+from .train import prepare, train
+from .workbench import PROBE_SAMPLES, _probe_inputs
+
+ABLATION_FILE = "ablation.json"
+FORMAT = 1
+MAX_RECORD_BYTES = 1_000_000  # a record is a few kB
+SHOWN_VARIANTS = 3  # a problem found in more variants names the first three
+
+
+def variant_label(variant: dict[str, str]) -> str:
+    """A short label: the last meaningful key of each swapped path and its value (``sparsify=ista_soft``)."""
+    parts = []
+    for path, value in variant.items():
+        words = [w for w in loader.parse_key_path(path) if w not in loader.GENERIC_KEYS and not w.isdigit()]
+        parts.append(f"{words[-1] if words else path}={value}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Row:
+    """One variant's line of the table."""
+
+    variant: str
+    params: int
+    metric: str
+    mean: float
+    spread: float
+    seconds: float
+    values: list[float]
+
+
+def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu",
+           memory_limit: str | float | None = None, resume: bool = False) -> list[Row]:
+    """Train every variant of ``grid`` for every seed into ``out``, then write the table and the
+    figure; ``resume`` continues the ablation ``out`` holds (see the module docstring)."""
+    out = Path(out)
+    identity = _identity(spec_ref, grid)
+    _check_variants(spec_ref, grid, device, memory_limit)
+    _check_folder(out, identity, resume)  # refused before the lock creates the folder
+    with hold(out, "ablate into"):
+        if _check_folder(out, identity, resume):  # again: another process may have written there meanwhile
+            _record(out, identity)
+        rows, probes = _train_grid(spec_ref, grid, out, progress, device, memory_limit)
+        _write_results(out, rows, probes, identity)
+    return rows
+
+
+def base_spec(spec_ref, grid: Grid) -> Spec:
+    """The spec every variant swaps from: ``spec_ref`` with the grid's overrides."""
+    try:
+        return loader.load(spec_ref, grid.overrides)
+    except SpecError as error:
+        raise SpecError([_relocated(p, grid.origins) for p in error.problems]) from None
+
+
+def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
+    from . import __version__
+
+    spec = base_spec(spec_ref, grid)
+    settings = {k: v for k, v in asdict(grid.settings).items() if k not in ("seed", *CADENCE)}
+    return {"spec": {"name": spec.name, "sha256": hashlib.sha256(loader.dump(spec).encode()).hexdigest()},
+            "swaps": grid.swaps, "seeds": grid.seeds, "overrides": grid.overrides, "settings": settings,
+            "version": __version__}
+
+
+# ---------------------------------------------------------------- every variant, before anything trains
+
+
+def _check_variants(spec_ref, grid: Grid, device: str, memory_limit) -> None:
+    """Every variant fitted to the data (:func:`crate_compose.train.prepare`), walked through its
+    shapes (:func:`crate_compose.api.validate`) and its training's memory estimated
+    (:func:`crate_compose.budget.check_training`); each problem once, with the variants it is found
+    in, where its value was written."""
+    variants = grid.variants()
+    found: dict[str, tuple[Problem, list[str]]] = {}
+    for variant in variants:
+        for problem in _variant_problems(spec_ref, grid, variant, device, memory_limit):
+            found.setdefault(str(problem), (problem, []))[1].append(variant_label(variant))
+    if found:
+        raise GridError([_of_variants(p, labels, len(variants)) for p, labels in found.values()])
+
+
+def _variant_problems(spec_ref, grid: Grid, variant: dict[str, str], device: str, memory_limit) -> list[Problem]:
+    settings = grid.settings
+    per_process = max(1, settings.batch_size // int(os.environ.get("WORLD_SIZE", "1")))  # as train shares a batch
+    try:
+        spec, _ = prepare(spec_ref, settings.data, grid.assignments(variant), settings.image_size, 0, memory_limit)
+        validate(spec)
+        check_training(spec, per_process, device, memory_limit)
+    except SpecError as error:
+        return [_relocated(p, grid.origins) for p in error.problems]
+    except WorkbenchError as error:  # data that cannot follow the variant's sizes
+        return [Problem(str(error))]
+    return []
+
+
+def _of_variants(problem: Problem, labels: list[str], total: int) -> Problem:
+    """``problem`` said of the variants it was found in."""
+    if len(labels) == total > 1:
+        which = "every variant"
+    else:
+        more = f" and {len(labels) - SHOWN_VARIANTS} more" if len(labels) > SHOWN_VARIANTS else ""
+        which = f"variant{'s' if len(labels) > 1 else ''} {'; '.join(labels[:SHOWN_VARIANTS])}{more}"
+    return Problem(f"{which}: {problem.message}", problem.path, problem.location, problem.hint)
+
+
+OVERRIDE_PLACE = re.compile(r"--set #\d+ '([^']*)'")  # how the loader names an override (loader.apply_override)
+
+
+def _relocated(problem: Problem, origins: dict[str, Location]) -> Problem:
+    """``problem`` with each override it names said as where it was written (a grid file's line,
+    ``--swap``, ``--set``): the loader numbers a variant's overrides, which the user did not write."""
+    def place(match: re.Match) -> str:
+        return str(origins.get(match.group(1), match.group(0)))
+
+    location = problem.location
+    named = OVERRIDE_PLACE.fullmatch(location.source) if location and not location.line else None
+    if named and named.group(1) in origins:
+        location = origins[named.group(1)]
+    return Problem(OVERRIDE_PLACE.sub(place, problem.message), problem.path, location,
+                   OVERRIDE_PLACE.sub(place, problem.hint))
+
+
+# ---------------------------------------------------------------- the folder's identity
+
+
+def _check_folder(out: Path, identity: dict[str, Any], resume: bool) -> bool:
+    """Refuse ``out`` unless it can take this grid (see the module docstring); True when the grid's
+    identity is to be recorded there (a new ablation, or one that never started a run)."""
+    path = out / ABLATION_FILE
+    recorded = _read_identity(path)
+    if recorded is None:
+        foreign = sorted(e.name for e in out.iterdir() if e.name != LOCK_FILE) if out.is_dir() else []
+        if foreign:
+            raise WorkbenchError(f"{out} holds files that are not an ablation ({', '.join(foreign[:5])}); it is left "
+                                 "alone: choose another --out")
+        if resume:
+            raise WorkbenchError(f"--resume: {out} holds no ablation to continue (no {ABLATION_FILE}); leave out "
+                                 "--resume to start one")
+        return True
+    if not _started(out):
+        return True
+    if not resume:
+        raise WorkbenchError(f"{out} holds an ablation: pass --resume to continue it, or choose another --out")
+    changes = differences(recorded, identity)
+    if changes:
+        said = "; ".join(f"{key.removeprefix('settings.')}: {json.dumps(old)} in {path}, {json.dumps(new)} now"
+                         for key, old, new in changes)
+        raise WorkbenchError(f"--resume: {out} holds another ablation: {said}. Choose another --out for this one")
+    return False
+
+
+def _record(out: Path, identity: dict[str, Any]) -> None:
+    record = {"format": FORMAT, "identity": identity, "hash": digest(identity)}
+    write_atomic(out / ABLATION_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def _started(out: Path) -> bool:
+    """Whether any run of the ablation in ``out`` has started (holds its run record)."""
+    return any(out.glob(f"*/seed-*/{RUN_FILE}"))
+
+
+def _read_identity(path: Path) -> dict[str, Any] | None:
+    """The identity ``path`` records, None when there is no such file; refused when it cannot be trusted."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
+            raise ValueError(f"not a regular file of at most {MAX_RECORD_BYTES:,} bytes")
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not (isinstance(record, dict) and record.get("format") == FORMAT and isinstance(record.get("identity"), dict)
+                and record.get("hash") == digest(record["identity"])):
+            raise ValueError(f"not an ablation record of format {FORMAT} whose identity matches its hash")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
+        raise WorkbenchError(f"{path} cannot be trusted ({reason}); restore it, or choose another --out") from None
+    return record["identity"]
+
+
+# ---------------------------------------------------------------- training and the table
+
+
+def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str,
+                memory_limit) -> tuple[list[Row], dict[str, list[dict]]]:
+    rows: list[Row] = []
+    probes: dict[str, list[dict]] = {}
+    total, done = len(grid.variants()) * grid.seeds, 0
+    metric = METRIC.get(grid.settings.task, "test_loss")
+    for variant in grid.variants():
+        label, overrides = variant_label(variant), grid.assignments(variant)
+        values, seconds, params = [], [], 0
+        for seed in range(grid.seeds):
+            done += 1
+            run = out / _folder(label) / f"seed-{seed}"
+            result = train(spec_ref, replace(grid.settings, seed=seed), overrides=overrides, out=run, device=device,
+                           progress=progress, memory_limit=memory_limit, resume=(run / RUN_FILE).is_file())
+            value = result.metrics.get(metric, float("nan"))
+            said = "finished before, kept" if result.already_finished else f"{result.seconds:.0f} s"
+            print(f"[{done}/{total}] {label}, seed {seed}: {metric} {value:.4f} ({said})", flush=True)
+            values.append(value)
+            seconds.append(result.seconds)
+            params = result.params
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        rows.append(Row(label, params, metric, statistics.fmean(values), spread, statistics.fmean(seconds), values))
+        _, data = prepare(spec_ref, grid.settings.data, overrides, grid.settings.image_size, 0, memory_limit)
+        inputs, extra = _probe_inputs(data, PROBE_SAMPLES)
+        probes[label] = probe(load_build(out / _folder(label) / "seed-0" / "final"), inputs, **extra)
+    return rows, probes
+
+
+def _folder(label: str) -> str:
+    """A variant's folder: its label as a file name (``sparsify-ista_soft``); a label that does not
+    stay as it is, or a long one, gets its hash appended, so two variants never share a folder."""
+    plain = label.replace(", ", "_").replace("=", "-")
+    name = loader._safe_name(plain)
+    if name == plain and len(name) <= 80:
+        return name
+    return f"{name[:60]}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"
+
+
+def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], identity: dict[str, Any]) -> None:
+    """The table (results.md, results.csv) and the probes, stating the settings of the grid's identity."""
+    settings, seeds, name = identity["settings"], identity["seeds"], identity["spec"]["name"]
+    header = ["variant", "parameters", f"{rows[0].metric} (mean)", "spread (std over seeds)", "seeds",
+              "seconds per run"]
+    lines = [
+        f"# Ablation of {name}",
+        "",
+        f"Task `{settings['task']}` on `{settings['data']}`, {settings['steps']} steps, batch "
+        f"{settings['batch_size']}, lr {settings['lr']}, seeds 0..{seeds - 1}; every variant of one seed "
+        "starts from the same weights in the steps it does not swap.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+    ]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["variant", "parameters", "metric", "mean", "std", "seeds", "seconds", "values"])
+    for row in rows:
+        lines.append(f"| {row.variant} | {row.params:,} | {row.mean:.4f} | {row.spread:.4f} | {len(row.values)} | "
+                     f"{row.seconds:.0f} |")
+        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}", f"{row.spread:.6f}",
+                         len(row.values), f"{row.seconds:.1f}", " ".join(f"{v:.6f}" for v in row.values)])
+    write_atomic(out / "results.md", "\n".join(lines) + "\n\n![probes](probes.png)\n")
+    write_atomic(out / "results.csv", buffer.getvalue())
+    save_probes(probes, out / "probes.json")
+    plot_probes(probes, out / "probes.png", title=f"{name}: each variant's probes after training (seed 0)")
