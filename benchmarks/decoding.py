@@ -7,7 +7,7 @@ Three language models of one size are built from the specs (``specs/tost-lm.yaml
 ``specs/causal-crate.yaml``, ``specs/gpt2.yaml``) with d = 384, 6 heads, 4 layers, a byte
 vocabulary and a context of 4096 tokens, float32, eval mode. At each context length L (128 ... 4096)
 the decoder is first fed L - 1 tokens (the prompt), then the time to decode *one more token* is
-measured: each model's :class:`crate_compose.Decoder` holds its states (TSSA: running sums;
+measured: each model's :class:`crate_compose.CachedModel` holds its states (TSSA: running sums;
 MSSA: one cache of ``U^T z``; GPT-2: keys and values), and the same model without a cache
 recomputes all L tokens (``model(ids)``), the reference. Rounds are interleaved across the models
 (so their ratios are taken in one run); each round decodes one token per model, the table gives
@@ -15,7 +15,7 @@ the median over rounds (``--rounds``, default 15; 5 for the recompute at L >= 20
 CPU a round in which some task waited for a core more than ``--stall-max`` of the time (Linux PSI,
 ``/proc/pressure/cpu``) is set aside and retaken.
 
-Memory is the bytes each decoder's state holds after L tokens (:attr:`Decoder.nbytes`: the caches'
+Memory is the bytes each decoder's state holds after L tokens (:attr:`CachedModel.nbytes`: the caches'
 storage, which grows by doubling, and the running sums). The goal checked: cached TSSA's time per
 token at 4096 is at most 1.2x its time at 128.
 """
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     for length in lengths:
         decoders = {}
         for label, model in models.items():
-            decoders[label] = cc.Decoder(model)
+            decoders[label] = cc.CachedModel(model)
             decoders[label](ids[:, : length - 1])  # the prompt: L - 1 tokens
         times: dict[str, list[float]] = {label: [] for label in [*models, "no cache"]}
         recompute_rounds = 5 if length >= 2048 else rounds

@@ -39,7 +39,7 @@ from typing import Any
 
 from . import loader
 from .api import validate
-from .artifacts import load as load_build
+from .artifacts import load_build
 from .budget import check_training
 from .errors import Location, Problem, SpecError, WorkbenchError
 from .files import write_atomic

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from .derivation import explicit
-from .footprints import walk
+from .building.footprints import walk
 from .loader import load as load_spec
 from .spec import Spec
 
@@ -48,16 +48,15 @@ def derive(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Spec:
 
 
 def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
-    """Per-step output shapes and parameter counts, without allocating weights: from the
-    footprints when every step has one, else from the steps built on the meta device."""
+    """Per-step output shapes and parameter counts, without allocating weights: the march's records
+    from the footprints when every step has one, else from the steps placed on the meta device."""
+    from .summary import summarize_march
+
     resolved = spec if isinstance(spec, Spec) else load_spec(spec, overrides)
     full = explicit(resolved)
-    walked = walk(full)
-    if walked is not None:
-        from .summary import summarize_walk
+    records = walk(full)
+    if records is None:
+        from .building.placement import place
 
-        return summarize_walk(full, walked)
-    from .builder import build
-    from .summary import summarize
-
-    return summarize(build(resolved, meta=True))
+        records = list(place(full, meta=True))
+    return summarize_march(full, records)

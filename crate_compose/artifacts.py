@@ -26,7 +26,7 @@ from .builder import compile_spec, spec_of
 from .errors import Location, Problem, SpecError
 from .files import naming, save_tensors, staged_folder, write_atomic
 from .settings import DIAGRAM_STEM
-from .footprints import tied
+from .building.plan import tied
 from .summary import summarize
 from .ties import retie, untie
 
@@ -100,7 +100,7 @@ def first_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Ten
     return f"{extra[0]} is in the file ({tuple(found[extra[0]].shape)}) but not in the spec" if extra else None
 
 
-def load(directory: str | Path, *, device: str | torch.device = "cpu") -> fx.GraphModule:
+def load_build(directory: str | Path, *, device: str | torch.device = "cpu") -> fx.GraphModule:
     """Rebuild the graph from ``spec.yaml`` and load ``model.safetensors`` into it (strict)."""
     directory = Path(directory)
     for name in (SPEC_FILE, WEIGHTS_FILE):

@@ -1,7 +1,8 @@
 """The resource guard: memory estimated from shapes before anything is allocated.
 
-A spec states its sizes, so what a build or a training run will hold is known from a meta
-placement (:func:`crate_compose.shapes.place`, no memory) before a single weight exists:
+A spec states its sizes, so what a build or a training run will hold is known before a single
+weight exists, from the primitives' footprints (:func:`crate_compose.building.footprints.walk`) or a
+meta placement (:func:`crate_compose.building.placement.place`), neither of which allocates:
 
 * a **build** holds its parameters and buffers: ``P * bytes(dtype)``;
 * a **training run** holds, per process, the float32 parameters, their gradients and AdamW's two
@@ -21,9 +22,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import Problem, SpecError
 from .spec import Spec
+
+if TYPE_CHECKING:
+    from .building.plan import PlannedStep
 
 ENVIRONMENT = "CRATE_COMPOSE_MEMORY_LIMIT"
 HEADROOM = 0.9  # of the memory the device reports available
@@ -105,23 +110,32 @@ class Estimate:
         return float(self.parameters) * element_size + self.buffers_bytes
 
 
-def estimate(spec: Spec) -> Estimate:
-    """Count ``spec``'s parameters and one sample's activations on the meta device (no memory)."""
+def estimate(spec: Spec, *, activations: bool = True, steps: list[PlannedStep] | None = None) -> Estimate:
+    """Count ``spec``'s parameters (from the footprints when they settle every step and
+    ``activations`` are not asked for, else placed on the meta device) and one sample's activations
+    (placed on the meta device): no memory either way. Parameters are counted as ``inspect`` counts
+    them (:func:`crate_compose.summary.summarize_march`: a tied weight once). ``steps``: the plan of
+    ``spec`` with its decoder explicit, when the caller made it already."""
+    from .building.footprints import walk
     from .derivation import explicit
-    from .shapes import META_BATCH, place
+    from .summary import summarize_march
 
-    parameters, buffers, activations = 0, 0, 0
+    spec = explicit(spec)
+    records = None if activations else walk(spec, steps)
+    if records is None:
+        from .building.placement import META_BATCH, place
+
+        records = list(place(spec, meta=True, steps=steps))
+        per_sample = sum(record.activation_bytes // META_BATCH for record in records)
+    else:
+        per_sample = 0
+    summary = summarize_march(spec, records)
+    buffers = sum(b.numel() * b.element_size() for r in records if r.module is not None for b in r.module.buffers())
     largest = ("", 0, ())
-    seen: set[int] = set()
-    for placed in place(explicit(spec), meta=True):
-        own = sum(p.numel() for p in placed.module.parameters() if id(p) not in seen)  # a tied weight counts once
-        seen.update(id(p) for p in placed.module.parameters())
-        parameters += own
-        buffers += sum(b.numel() * b.element_size() for b in placed.module.buffers())
-        activations += placed.activation_bytes // META_BATCH
-        if own > largest[1]:
-            largest = (placed.target, own, placed.path)
-    return Estimate(parameters, buffers, activations, largest)
+    for record, row in zip(records, summary.steps):
+        if row.params > largest[1]:
+            largest = (record.target, row.params, record.path)
+    return Estimate(summary.params_total, buffers, per_sample, largest)
 
 
 def check(spec: Spec, weights: float, activations: float, what: str, limit: tuple[float | None, str],
@@ -146,12 +160,14 @@ def check(spec: Spec, weights: float, activations: float, what: str, limit: tupl
     raise ResourceError([Problem(message, where, spec.locate(where), hint)])
 
 
-def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit: str | float | None = None) -> None:
-    """Refuse a build whose parameters would not fit (nothing is estimated when there is no limit)."""
+def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit: str | float | None = None,
+                steps: list[PlannedStep] | None = None) -> None:
+    """Refuse a build whose parameters would not fit (nothing is estimated when there is no limit);
+    ``steps``: the plan of ``spec`` (decoder explicit), when the caller made it already."""
     limit = resolve_limit(memory_limit, device)
     if limit[0] is None:
         return
-    found = estimate(spec)
+    found = estimate(spec, activations=False, steps=steps)
     check(spec, found.build_bytes(element_size), 0, f"building {spec.name}", limit, found)
 
 

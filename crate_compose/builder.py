@@ -15,7 +15,7 @@ from the spec, so the generated ``forward`` reads like the algorithm being unrol
 Every built model returns a dict: ``output`` (the last step's output: logits, pixels or tokens)
 plus every value a step publishes (``mask``, ``restore``). Float inputs are cast to the model's
 dtype first. Each node's ``meta`` records the spec path, role, layer index, step name, primitive
-and the output shape; shapes are inferred by :mod:`crate_compose.shapes`.
+and the output shape; shapes are inferred by :mod:`crate_compose.building.placement`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from torch import fx, nn
 from . import budget, loader
 from .errors import Problem, SpecError
 from .derivation import explicit
-from .footprints import node_name
-from .shapes import place
+from .building.placement import place
+from .building.plan import plan
 from .settings import DTYPE_NAMES
 from .spec import Spec
 
@@ -102,8 +102,9 @@ def compile_spec(
     dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     device = resolve_device(device)
     spec = explicit(spec)
+    steps = plan(spec)  # each step's arguments validated once, for the budget's walk and the placement
     if not meta:  # weights are initialized in float32 (float64 builds: float64), then cast
-        budget.check_build(spec, 8 if dtype == torch.float64 else 4, str(device), memory_limit)
+        budget.check_build(spec, 8 if dtype == torch.float64 else 4, str(device), memory_limit, steps)
     root, graph = nn.Module(), fx.Graph()
     node = graph.placeholder(spec.input.name)
     node.meta.update(role="input", shape=("B", *spec.input.shape))
@@ -112,11 +113,11 @@ def compile_spec(
         node = graph.create_node("call_module", "cast", (node,), name="cast")
         node.meta.update(role="input", primitive=None, step=None, shape=("B", *spec.input.shape))
     named: dict[str, fx.Node] = {}  # values published by steps (mask, restore)
-    for placed in place(spec, seed=seed, dtype=dtype, meta=meta):
+    for placed in place(spec, seed=seed, dtype=dtype, meta=meta, steps=steps):
         _install(root, placed.target, placed.module)
         info = dict(spec_path=placed.path, role=placed.role, layer=placed.layer, part=placed.part,
                     step=placed.step.name, primitive=placed.step.primitive)
-        name = node_name(placed.role, placed.layer, placed.step.name)
+        name = placed.node
         inputs = (node, *(named[key] for key in placed.consumes))
         if placed.published:  # the step returns (tokens, *published): unpack into named nodes
             outputs = graph.create_node("call_module", placed.target, inputs, name=f"{name}_outputs")

@@ -2,7 +2,7 @@
 
 A checkpoint is ``RUN/checkpoints/step-000200/``::
 
-    spec.yaml, model.safetensors, code.py, summary.txt   a build (``crate_compose.load`` reads it)
+    spec.yaml, model.safetensors, code.py, summary.txt   a build (``crate_compose.load_build`` reads it)
     optimizer.safetensors                               AdamW's moments and step counts, the torch RNG
     state.json                                          step, the run's hash, settings, param-group
                                                         hyper-parameters, metrics rows written so far
@@ -39,7 +39,7 @@ from .artifacts import save as save_build
 from .builder import spec_of
 from .errors import WorkbenchError
 from .files import save_tensors, staged_folder, write_atomic
-from .footprints import tied
+from .building.plan import tied
 
 STATE_FILE, OPTIMIZER_FILE = "state.json", "optimizer.safetensors"
 RNG_KEY = "rng.torch"

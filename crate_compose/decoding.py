@@ -14,9 +14,11 @@ so a decoder can push only the *new* tokens through each step, provided every st
   - causal TSSA: running sums over positions and the position itself, a state of constant size, so
     decoding one token costs the same at any context length.
 
-:class:`Decoder` walks a built model's graph step by step with these states; :func:`generate`
-samples from it (or, with ``cache=False``, recomputes the whole context at every token, the
-reference). Cached logits equal a full recompute (tested to 1e-5 at every step).
+The caches and the causal attention they feed are building blocks of the steps
+(:mod:`crate_compose.modules.causal`). :class:`CachedModel` walks a built model's graph step by
+step with these states; :func:`generate` samples from it (or, with ``cache=False``, recomputes the
+whole context at every token, the reference). Cached logits equal a full recompute (tested to 1e-5
+at every step). Text goes in and out as bytes (:func:`encode_bytes`, :func:`decode_bytes`).
 """
 
 from __future__ import annotations
@@ -24,81 +26,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import fx, nn
 
-from .errors import WorkbenchError
+from .modules.causal import DecodingError, kind_of, state_bytes
 
 
-class DecodingError(WorkbenchError):
-    """A model that cannot be decoded token by token, or a request past its context."""
-
-
-class Growing:
-    """A cache that grows along the token axis (dim -2), doubling its storage when full, so appending
-    a token is amortized O(1) copies; :attr:`nbytes` is the storage it holds."""
-
-    def __init__(self) -> None:
-        self.storage: torch.Tensor | None = None
-        self.length = 0
-
-    def extend(self, new: torch.Tensor) -> torch.Tensor:
-        """Append ``new`` of shape ``(..., s, p)``; return everything so far, ``(..., length, p)``."""
-        end = self.length + new.shape[-2]
-        if self.storage is None or end > self.storage.shape[-2]:
-            capacity = max(end, 2 * (self.storage.shape[-2] if self.storage is not None else 0), 16)
-            grown = new.new_empty((*new.shape[:-2], capacity, new.shape[-1]))
-            if self.storage is not None:
-                grown[..., : self.length, :] = self.storage[..., : self.length, :]
-            self.storage = grown
-        self.storage[..., self.length : end, :] = new
-        self.length = end
-        return self.storage[..., :end, :]
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self.storage is None else self.storage.numel() * self.storage.element_size()
-
-
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``softmax(q k^T / sqrt(p) + M) v`` for the *last* ``s`` positions of ``t`` keys: query i sits at
-    position ``t - s + i`` and sees keys up to there. (``scaled_dot_product_attention(is_causal=True)``
-    aligns the mask top-left, so one query would see only the first key.)"""
-    s, t = q.shape[-2], k.shape[-2]
-    if s == 1:  # the newest token sees every key
-        return F.scaled_dot_product_attention(q, k, v)
-    if s == t:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    mask = torch.ones(s, t, dtype=torch.bool, device=q.device).tril(diagonal=t - s)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def kind_of(module: nn.Module) -> str | None:
-    """``"state"`` (has ``decode``), ``"tokenwise"``, or None (cannot be decoded incrementally)."""
-    if callable(getattr(module, "decode", None)):
-        return "state"
-    if getattr(module, "tokenwise", False) or isinstance(module, (nn.LayerNorm, nn.Identity)):
-        return "tokenwise"
-    return None
-
-
-def state_bytes(state: Any) -> int:
-    """Bytes a step's decoding state holds (its caches and running sums)."""
-    if isinstance(state, Growing):
-        return state.nbytes
-    if isinstance(state, torch.Tensor):
-        return state.numel() * state.element_size()
-    if isinstance(state, (tuple, list)):
-        return sum(state_bytes(s) for s in state)
-    if isinstance(state, dict):
-        return sum(state_bytes(s) for s in state.values())
-    return 0
-
-
-class Decoder:
+class CachedModel:
     """Run a built causal model on a growing sequence, keeping each step's state.
 
-    >>> decoder = Decoder(model)
+    >>> decoder = CachedModel(model)
     >>> logits = decoder(prompt_ids)       # (B, n, V): the prompt, all at once
     >>> logits = decoder(next_id[:, None]) # (B, 1, V): one more token, at the cost of one token
     """
@@ -169,7 +105,7 @@ def generate(
 
     ``temperature`` 0 takes the most likely token (greedy); ``top_k`` keeps the k most likely.
     Draws come from a generator seeded by ``seed``, so a run repeats exactly. ``cache=True`` decodes
-    each new token with the steps' states (:class:`Decoder`); ``cache=False`` recomputes the whole
+    each new token with the steps' states (:class:`CachedModel`); ``cache=False`` recomputes the whole
     sequence for every token, the reference the cache is checked against.
     """
     if prompt.ndim == 1:
@@ -184,7 +120,7 @@ def generate(
     was_training = model.training
     model.eval()
     generator = torch.Generator(device=prompt.device).manual_seed(seed)
-    decoder = Decoder(model) if cache else None
+    decoder = CachedModel(model) if cache else None
     sequence = prompt
     logits = decoder(prompt)[:, -1] if decoder else model(prompt)["output"][:, -1]
     try:

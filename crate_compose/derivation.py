@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from . import registry
 from .errors import Problem, SpecError
-from .footprints import walk
+from .building.footprints import walk
 from .spec import Derive, Spec, Stack, Step
 
 
@@ -34,7 +34,7 @@ def _input_shapes(spec: Spec) -> dict[tuple, tuple[int, ...]]:
     encoder_only = spec.model_copy(update={"decoder": None, "stacks": {}, "head": []})
     walked = walk(encoder_only)
     if walked is None:
-        from .shapes import place
+        from .building.placement import place
 
         walked = place(encoder_only, meta=True)
     shapes: dict[tuple, tuple[int, ...]] = {}

@@ -21,7 +21,8 @@ from pathlib import Path
 import graphviz
 from torch import fx
 
-from . import footprints, registry
+from . import registry
+from .building.plan import tied
 from .errors import DiagramError
 from .files import writable, write_atomic
 from .builder import spec_of
@@ -73,7 +74,7 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
     producers: dict[fx.Node, tuple[str, str]] = {}  # fx node -> (drawn key, published value name)
     steps: dict[str, DrawnStep] = {}
     ends = {"input": None, "outputs": [], "modules": {}}  # modules: module path -> drawn key
-    tied = footprints.tied(spec)
+    ties = tied(spec)
     for node in module.graph.nodes:
         if node.op == "placeholder":
             producers[node] = ("input", "")
@@ -95,7 +96,7 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
                     update += f"  (γ₀ = {step.layer_scale:g})"
                 steps[key] = DrawnStep(
                     key, meta["step"], meta["primitive"], meta["role"], drawn_layer, meta["spec_path"], shape,
-                    _params(module, node.target, tied), update, meta.get("part"), depth,
+                    _params(module, node.target, ties), update, meta.get("part"), depth,
                     tied=dict(step.tie),
                 )
                 for arg in node.args:
@@ -166,7 +167,7 @@ def diagram(
     by_key = {s.key: s for s in steps}
     total = sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
     dot = graphviz.Digraph(spec.name, graph_attr={
-        "rankdir": direction, "label": _title(spec.name, total, mirrored=_is_mirrored(spec), tied=bool(footprints.tied(spec))), "labelloc": "t",
+        "rankdir": direction, "label": _title(spec.name, total, mirrored=_is_mirrored(spec), tied=bool(tied(spec))), "labelloc": "t",
         "fontname": "Helvetica", "newrank": "true", "nodesep": "0.35", "ranksep": "0.3",
     })
     dot.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="11", margin="0.12,0.05")

@@ -23,7 +23,7 @@ proximal step on a LASSO, ...). It is registered under a name with
   tests run every primitive on it (shapes, gradients, dtypes, export), so a new entry is tested
   for free;
 * ``measure``: how to measure the objective the step claims to move, and which way it claims to
-  move it: a :class:`crate_compose.probes.Objective` or a tuple of them (``None``: the step is no
+  move it: a :class:`crate_compose.modules.measures.Measure` or a tuple of them (``None``: the step is no
   step on a measurable objective), or a function of no arguments returning them (so a declaration
   need not import torch); :func:`crate_compose.probes.probe` reads it, layer by layer;
 * a *factory* ``f(args, input_shape) -> nn.Module``, where ``input_shape`` is the per-sample
@@ -55,11 +55,11 @@ from .spec import numbers_not_booleans
 if TYPE_CHECKING:
     from torch import nn
 
-    from .probes import Objective
+    from .modules.measures import Measure
 
 Shape = tuple[int, ...]
 Factory = Callable[..., "nn.Module"]
-Measure = "Objective | tuple[Objective, ...] | Callable[[], Objective | tuple[Objective, ...]] | None"
+Measures = "Measure | tuple[Measure, ...] | Callable[[], Measure | tuple[Measure, ...]] | None"
 
 KINDS = ("preprocess", "compress", "sparsify", "denoise", "diffuse", "mask", "head", "norm", "attention", "mlp")
 
@@ -170,12 +170,12 @@ class Primitive:
     consumes: tuple[str, ...] = ()
     publishes: tuple[str, ...] = ()
     example: Example | None = None
-    measure: "Measure" = None
+    measure: "Measures" = None
     footprint: Callable[..., Footprint] | None = None
     plugin: str | None = None  # the plug-in that registered it (``--plugin my_steps.py``); None: built in or imported
 
     @property
-    def measures(self) -> "tuple[Objective, ...]":
+    def measures(self) -> "tuple[Measure, ...]":
         """The step's measures as a tuple (empty when it has none)."""
         measure = self.measure() if isinstance(self.measure, FunctionType) else self.measure  # declared lazily
         if measure is None:
@@ -228,7 +228,7 @@ def primitive(
     consumes: tuple[str, ...] = (),
     publishes: tuple[str, ...] = (),
     example: Example | None = None,
-    measure: "Measure" = None,
+    measure: "Measures" = None,
     footprint: Callable[..., Footprint] | None = None,
 ) -> Callable[[Factory], Factory]:
     """Register ``factory`` as the primitive ``name``.

@@ -235,7 +235,7 @@ class Input(_Model):
 class Reference(_Model):
     """What the paper reports for this architecture, checked by the tests and shown by `inspect`."""
 
-    params: int = Field(ge=0, description="Parameter count from the paper's table (all parameters).")
+    params: int = Field(gt=0, description="Parameter count from the paper's table (all parameters), at least 1.")
     source: str = Field(description="Where the number comes from, e.g. '003 Table 1'.")
     exact: bool = Field(default=True, description="True when a faithful build must match the count exactly.")
     note: str = Field(default="", description="Why a faithful build differs from the paper's count, if it does.")

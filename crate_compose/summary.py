@@ -1,8 +1,8 @@
 """A row per step: name, primitive, output shape, parameters; and totals.
 
-From a built graph (:func:`summarize`), or from the primitives' footprints without building
-anything (:func:`summarize_walk`, what ``inspect`` prints when every step has one): the two agree
-to the last parameter, as the tests check on every preset.
+From a built graph (:func:`summarize`), or from the march's records (:func:`summarize_march`,
+what ``inspect`` prints and the memory budget counts: the footprints' when every step has one,
+else the meta placement's): the two agree to the last parameter, as the tests check on every preset.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from .footprints import Walked, node_name, tied
+from .building.march import Marched
+from .building.plan import tied
 from .spec import Spec
 
 if TYPE_CHECKING:
@@ -122,10 +123,10 @@ def summarize(module: fx.GraphModule) -> Summary:
                     sum(p.numel() for p in unique if p.requires_grad))
 
 
-def summarize_walk(spec: Spec, walked: list[Walked]) -> Summary:
-    """The summary of ``spec`` (its decoder explicit) from its walk through the footprints
-    (:func:`crate_compose.footprints.walk`), without building it: what :func:`summarize` gives
-    for the built module."""
+def summarize_march(spec: Spec, walked: list[Marched]) -> Summary:
+    """The summary of ``spec`` (its decoder explicit) from the records of a march over it (the
+    footprints' walk, :func:`crate_compose.building.footprints.walk`, or a placement), without
+    building it: what :func:`summarize` gives for the built module."""
     ties = tied(spec)
     steps = []
     for w in walked:
@@ -133,7 +134,7 @@ def summarize_walk(spec: Spec, walked: list[Walked]) -> Summary:
         counted = {name: math.prod(shape) for name, shape in own.items() if name not in ties}
         frozen = {f"{w.target}.{name}" for name in w.footprint.frozen}
         steps.append(StepRow(
-            name=f"{node_name(w.role, w.layer, w.step.name)}{'_outputs' if w.footprint.publishes else ''}",
+            name=f"{w.node}{'_outputs' if w.footprint.publishes else ''}",
             module=w.target, role=w.role, layer=w.layer, primitive=w.step.primitive,
             spec_path=".".join(str(p) for p in w.path), output_shape=["B", *w.footprint.output],
             params=sum(counted.values()), trainable=sum(n for name, n in counted.items() if name not in frozen),

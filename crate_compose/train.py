@@ -13,7 +13,7 @@ A run folder holds::
     spec.yaml                 the resolved spec that was trained
     metrics.jsonl, .csv       one row per logged step (train loss, learning rate) and per evaluation
     checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.checkpoint), every N steps
-    final/                    the trained build (crate_compose.load, crate-compose probe --weights)
+    final/                    the trained build (crate_compose.load_build, crate-compose probe --weights)
     result.json               the last train loss, the evaluation, parameters and wall time
 
 Under ``torchrun --nproc_per_node=N`` each process takes 1/N of every global batch, and
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import gc
 import hashlib
 import io
 import json
@@ -50,11 +51,11 @@ from .data import Data, load_data
 from .data import verify as verify_data
 from .errors import SpecError, WorkbenchError
 from .files import naming, writable, write_atomic
+from .losses import masked_reconstruction_loss, patch_size_of
 from .modules.embed import patchify
-from .objectives import masked_reconstruction_loss, patch_size_of
 from .progress import bar as progress_bar
 from .settings import AUGMENTATIONS, METRIC, TASKS, Settings, settings_problems
-from .shapes import step_seed
+from .building.placement import step_seed
 
 EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
 
@@ -121,8 +122,14 @@ class _Distributed:
             torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
     def stop(self) -> None:
+        """Destroy the process group while the interpreter is whole. DDP's reducer holds the group
+        through reference cycles, so they are collected first: a group left to the interpreter's
+        exit has gloo's worker threads release tensors after Python is gone, which aborts the process
+        ('terminate called without an active exception')."""
         if self.active and torch.distributed.is_initialized():
+            gc.collect()
             torch.distributed.destroy_process_group()
+            gc.collect()
 
     def check_batch(self, batch_size: int) -> None:
         """Every process takes an equal share of every global batch (checked before anything starts)."""

@@ -20,7 +20,7 @@ from .data import Data
 from .errors import WorkbenchError
 from .locks import hold
 from .probes import probe, write_probes
-from .footprints import tied
+from .building.plan import tied
 from .train import prepare
 
 PROBE_SAMPLES = 256

@@ -85,7 +85,7 @@ def test_a_build_killed_while_writing_leaves_the_old_build_or_none(tmp_path, mom
     if not first:
         assert not out.exists()
         return
-    old = cc.load(out)  # the complete first build, loadable
+    old = cc.load_build(out)  # the complete first build, loadable
     expected = cc.build("crate-digits", overrides=TINY, seed=0).state_dict()
     assert all(torch.equal(old.state_dict()[k], v) for k, v in expected.items())
 

@@ -94,7 +94,7 @@ def test_loaded_build_gives_identical_outputs(tmp_path, capsys):
     out = tmp_path / "model"
     build_small(capsys, out, "--seed", "7")
     built = cc.build("crate-tiny", overrides=SMALL, seed=7)
-    loaded = cc.load(out)
+    loaded = cc.load_build(out)
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(loaded(x)["output"], built(x)["output"])
@@ -104,12 +104,12 @@ def test_loaded_build_gives_identical_outputs(tmp_path, capsys):
     assert loaded.code == built.code
 
 
-def test_load_never_unpickles(tmp_path, capsys, monkeypatch):
+def test_load_build_never_unpickles(tmp_path, capsys, monkeypatch):
     out = tmp_path / "model"
     build_small(capsys, out)
 
     def forbidden(*args, **kwargs):
-        raise AssertionError("crate_compose.load must not unpickle")
+        raise AssertionError("crate_compose.load_build must not unpickle")
 
     for name in ("load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, forbidden)
@@ -121,7 +121,7 @@ def test_load_never_unpickles(tmp_path, capsys, monkeypatch):
         return real_open(file, mode, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", watched_open)
-    model = cc.load(out)
+    model = cc.load_build(out)
     assert isinstance(model, torch.fx.GraphModule)
     assert cc.spec_of(model).name == "crate-tiny"
 
@@ -134,18 +134,18 @@ def test_load_checks_the_weights_against_the_spec(tmp_path, capsys):
     (out / "spec.yaml").write_text(spec.replace("encoder:\n  depth: 2\n", "encoder:\n  depth: 3\n"))
     with pytest.raises(SpecError, match=r"weights do not match the spec: encoder\.layer_2\.compress\.norm\.weight is "
                        r"missing from the file \(the spec has \(\d+,\)\)"):
-        cc.load(out)
+        cc.load_build(out)
     (out / "spec.yaml").write_text(spec.replace("d: 16", "d: 24") if "d: 16" in spec else spec)
     weights = (out / "model.safetensors").read_bytes()
     (out / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # a truncated file: named, no traceback
     with pytest.raises(SpecError, match="is not a readable safetensors file"):
-        cc.load(out)
+        cc.load_build(out)
     (out / "model.safetensors").write_bytes(b"\x80\x04\x95 pickle")  # a pickle is never unpickled
     with pytest.raises(SpecError, match="is not a readable safetensors file"):
-        cc.load(out)
+        cc.load_build(out)
     (out / "model.safetensors").unlink()
     with pytest.raises(SpecError, match="model.safetensors is missing"):
-        cc.load(out)
+        cc.load_build(out)
 
 
 def test_invalid_spec_leaves_no_output(tmp_path, capsys):
@@ -230,7 +230,7 @@ def test_dtype_float64(tmp_path, capsys):
     assert weights and {t.dtype for t in weights.values()} == {torch.float64}
     with safe_open(out / "model.safetensors", "pt") as f:
         assert f.metadata()["dtype"] == "float64"
-    loaded = cc.load(out)
+    loaded = cc.load_build(out)
     assert {p.dtype for p in loaded.parameters()} == {torch.float64}
     assert loaded(torch.randn(1, 3, 32, 32, dtype=torch.float64))["output"].dtype == torch.float64
     assert loaded(torch.randn(1, 3, 32, 32))["output"].dtype == torch.float64  # float32 input is cast

@@ -13,8 +13,8 @@ import torch
 
 import crate_compose as cc
 from crate_compose import registry
-from crate_compose.residual import Residual
-from crate_compose.shapes import infer
+from crate_compose.modules.residual import Residual
+from crate_compose.building.placement import infer
 
 BATCH = 2
 BUILTIN = {name: p for name, p in cc.all_primitives().items() if p.factory.__module__.startswith("crate_compose.")}

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import crate_compose as cc
-from crate_compose import cli, shapes
+from crate_compose import cli
+from crate_compose.building import march
 from crate_compose.errors import SpecError
 from crate_compose.modules.embed import sincos_2d
 
@@ -394,9 +395,9 @@ def test_the_import_graph_has_no_cycles():
 
 def test_loading_a_spec_with_a_derived_decoder_builds_nothing(monkeypatch):
     def fail(*args, **kwargs):
-        raise AssertionError("loading placed steps")
+        raise AssertionError("loading marched through the steps")
 
-    monkeypatch.setattr(shapes, "place", fail)
+    monkeypatch.setattr(march, "plan", fail)  # every walk and placement marches over the plan
     spec = cc.load_spec("crate-mae-base")
     assert spec.decoder.derive == "inverse"
     assert math.isfinite(len(cc.dump_spec(spec)))

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 
 from crate_compose import registry
+from crate_compose.modules.residual import Residual
 from crate_compose.registry import Context
-from crate_compose.residual import Residual
 
 TOL = 1e-10
 B, N, D = 2, 7, 24

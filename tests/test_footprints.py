@@ -1,6 +1,6 @@
 """Footprints: each primitive's torch-free shape calculus agrees with the module it builds.
 
-``validate`` trusts footprints (crate_compose/footprints.py), so for every registered primitive
+``validate`` trusts footprints (crate_compose/building/footprints.py), so for every registered primitive
 with one, over its example and over arguments, shapes and build contexts drawn by hypothesis:
 whenever the footprint accepts an input, the module builds, runs on meta tensors, and has exactly
 the declared output shape, parameter names and shapes, published shapes and residual form. The
@@ -25,11 +25,11 @@ from pydantic import Field, ValidationError
 import crate_compose as cc
 from crate_compose import registry
 from crate_compose.derivation import explicit
-from crate_compose.footprints import walk
+from crate_compose.building.footprints import walk
+from crate_compose.modules.residual import Residual
 from crate_compose.registry import Context, Footprint
-from crate_compose.residual import Residual
-from crate_compose.shapes import infer, place
-from crate_compose.summary import summarize_walk
+from crate_compose.building.placement import infer, place
+from crate_compose.summary import summarize_march
 
 WITH_FOOTPRINT = {name: p for name, p in cc.all_primitives().items() if p.footprint is not None}
 BUILTIN = [name for name, p in cc.all_primitives().items() if p.factory.__module__.startswith("crate_compose.")]
@@ -174,7 +174,7 @@ def test_the_walk_of_every_preset_is_its_placement(name):
     assert [(w.target, w.input_shape, w.footprint.output) for w in walked] == \
         [(p.target, p.input_shape, tuple(p.output.shape[1:])) for p in placed]
     model = cc.compile_spec(spec, meta=True)
-    summary = summarize_walk(spec, walked)  # what inspect prints
+    summary = summarize_march(spec, walked)  # what inspect prints
     assert summary.params_total == sum(p.numel() for p in model.parameters())
     assert summary.to_dict() == cc.summarize(model).to_dict()
 
@@ -264,4 +264,4 @@ def test_the_walked_summary_counts_a_tie_once():
     spec = cc.load_spec("gpt2-small")
     walked = walk(spec)
     untied = sum(math.prod(s) for w in walked for s in w.footprint.parameters.values())
-    assert untied - summarize_walk(spec, walked).params_total == 50257 * 768
+    assert untied - summarize_march(spec, walked).params_total == 50257 * 768

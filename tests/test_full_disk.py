@@ -108,7 +108,7 @@ def disk(request, tmp_path, monkeypatch):
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    return cc.load(folder).state_dict()
+    return cc.load_build(folder).state_dict()
 
 
 def test_a_build_onto_a_full_disk_names_the_file_and_keeps_the_earlier_build(disk, capsys):

@@ -15,7 +15,7 @@ cheapest build that still infers every shape, on the meta device, without weight
 
 An input passes when it builds, or when it raises :class:`crate_compose.SpecError` whose every
 problem has a message and whose text holds no traceback. What ``validate`` answers without torch
-(the footprint walk, crate_compose/footprints.py) must agree: it never certifies a spec that does
+(the footprint walk, crate_compose/building/footprints.py) must agree: it never certifies a spec that does
 not build (and then with the built shapes and parameter count), never refuses one that builds, and
 words a refusal exactly as placement does. Any other exception fails the test, and
 so does an input that takes more than ``CRATE_FUZZ_HANG_S`` seconds (default 10: a hang guard, not a
@@ -61,8 +61,8 @@ from hypothesis import strategies as st
 import crate_compose as cc
 from crate_compose import SpecError, loader
 from crate_compose.derivation import explicit
-from crate_compose.footprints import walk
-from crate_compose.summary import summarize_walk
+from crate_compose.building.footprints import walk
+from crate_compose.summary import summarize_march
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -167,7 +167,7 @@ def _walk_agrees(walked: Any, model) -> None:
         outputs = [n.meta["shape"][1:] for n in model.graph.nodes if n.op == "call_module" and n.meta.get("step")
                    and n.meta.get("shape") is not None]
         assert [w.footprint.output for w in walked if not w.footprint.publishes] == [tuple(o) for o in outputs]
-        assert summarize_walk(model.meta["spec"], walked).params_total == sum(p.numel() for p in model.parameters())
+        assert summarize_march(model.meta["spec"], walked).params_total == sum(p.numel() for p in model.parameters())
 
 
 @pytest.fixture(scope="module", autouse=True)

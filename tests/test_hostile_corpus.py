@@ -178,7 +178,7 @@ def _load_forward(folder: Path) -> str:
 
     try:
         with guarded():
-            model = cc.load(folder)
+            model = cc.load_build(folder)
             spec = cc.spec_of(model)
             y = model(torch.randn(2, *spec.input.shape))["output"]
             return "" if torch.isfinite(y).all() else "non-finite output"

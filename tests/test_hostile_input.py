@@ -219,7 +219,7 @@ def test_weights_of_the_wrong_kind_or_not_finite_are_named(tmp_path, capsys):
     tensors = load_file(weights)
     save_file({k: v.to(torch.int32) for k, v in tensors.items()}, weights)
     with pytest.raises(SpecError, match=r"is torch.int32 in the file, torch.float32 in the spec"):
-        cc.load(tmp_path / "build")
+        cc.load_build(tmp_path / "build")
     save_file({k: torch.full_like(v, float("nan")) for k, v in tensors.items()}, weights)
     argv = ["probe", "crate-digits", "--set", "sizes.depth=1", "--weights", str(tmp_path / "build"), "--samples", "8",
             "--out", str(tmp_path / "probes")]

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 import crate_compose as cc
 from crate_compose import cli, registry
-from crate_compose.decoding import Decoder, DecodingError, decode_bytes, encode_bytes, generate
+from crate_compose.decoding import CachedModel, DecodingError, decode_bytes, encode_bytes, generate
 from crate_compose.errors import SpecError
 from crate_compose.registry import Context
 
@@ -175,7 +175,7 @@ def test_the_head_is_the_embedding_counted_once_saved_once_and_reloaded_tied(tmp
     cc.save(model, tmp_path / "build")
     stored = load_file(tmp_path / "build" / "model.safetensors")
     assert "preprocess.embed.weight" in stored and "head.lm_head.weight" not in stored
-    again = cc.load(tmp_path / "build")
+    again = cc.load_build(tmp_path / "build")
     assert again.head.lm_head.weight is again.preprocess.embed.weight
     ids = torch.randint(0, 256, (2, 20))
     assert torch.equal(again(ids)["output"], model(ids)["output"])
@@ -240,7 +240,7 @@ def test_cached_logits_equal_a_full_recompute_at_every_step(preset):
     ids = torch.randint(0, 256, (2, 90), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full = model(ids)["output"]
-    decoder = Decoder(model)
+    decoder = CachedModel(model)
     pieces = [decoder(ids[:, :7])]  # a prompt at once, then one token at a time, then a chunk
     pieces += [decoder(ids[:, t : t + 1]) for t in range(7, 80)]
     pieces.append(decoder(ids[:, 80:90]))
@@ -253,14 +253,14 @@ def test_causal_mssa_keeps_half_the_cache_of_standard_attention():
     """Query = key = value: one cache of U^T z where multi-head attention keeps keys and values."""
     sizes = {}
     for preset in ("causal-crate-bytes", "gpt2-bytes"):
-        decoder = Decoder(cc.build(preset))
+        decoder = CachedModel(cc.build(preset))
         decoder(torch.randint(0, 256, (1, 100)))
         sizes[preset] = decoder.nbytes
     assert sizes["causal-crate-bytes"] * 2 == sizes["gpt2-bytes"]
 
 
 def test_causal_tssa_state_does_not_grow_with_the_context():
-    decoder = Decoder(cc.build("tost-lm-bytes"))
+    decoder = CachedModel(cc.build("tost-lm-bytes"))
     decoder(torch.randint(0, 256, (1, 4)))
     early = decoder.nbytes
     for _ in range(100):
@@ -270,14 +270,14 @@ def test_causal_tssa_state_does_not_grow_with_the_context():
 
 def test_a_non_causal_model_cannot_be_decoded_with_a_cache():
     with pytest.raises(DecodingError, match="not causal"):
-        Decoder(cc.build("causal-crate-bytes", overrides=[*SMALL, "encoder.layer.compress.args.causal=false"]))
+        CachedModel(cc.build("causal-crate-bytes", overrides=[*SMALL, "encoder.layer.compress.args.causal=false"]))
     with pytest.raises(DecodingError, match="language model"):
-        Decoder(cc.build("crate-digits"))
+        CachedModel(cc.build("crate-digits"))
 
 
 def test_decoding_past_the_context_is_refused():
     model = cc.build("causal-crate-bytes", overrides=SMALL)
-    decoder = Decoder(model)
+    decoder = CachedModel(model)
     decoder(torch.zeros(1, 20, dtype=torch.long))
     with pytest.raises(DecodingError, match="exceed the context of 24"):
         decoder(torch.zeros(1, 5, dtype=torch.long))

@@ -55,14 +55,14 @@ def _build(name: str, shape=(32, 16), seed: int = 0, **args) -> torch.nn.Module:
     return primitive.build(primitive.args.model_validate(args), shape).double().eval()
 
 
-def _objective(name: str, measure: str) -> probes.Objective:
+def _measure_of(name: str, measure: str) -> probes.Measure:
     return next(o for o in registry.get(name).measures if o.name == measure)
 
 
 def _reading(name: str, measure: str, module, x, **options) -> probes.Reading:
     with torch.no_grad():
         out = module(x)
-    return _objective(name, measure)(module, (x,), out, **options)
+    return _measure_of(name, measure)(module, (x,), out, **options)
 
 
 def _mixture(seed: int, *, n=32, K=2, p=8, d=None, delta=0.2, B=3):

@@ -662,7 +662,7 @@ def test_build_dir_that_is_not_a_build(tmp_path, capsys):
     code, _, err = run_cli(capsys, "validate", str(tmp_path))
     assert code == 2 and "cannot read spec file: a directory" in err  # not "no such spec file"
     with pytest.raises(SpecError, match="not a crate-compose build: spec.yaml is missing"):
-        cc.load(tmp_path)
+        cc.load_build(tmp_path)
 
 
 # ---------------------------------------------------------------- the real command line
@@ -735,3 +735,11 @@ def test_references_cite_the_projects_own_documents(capsys):
              for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".md", ".yaml")
              and missing in path.read_text(encoding="utf-8", errors="replace")]
     assert cited == []
+
+
+def test_a_reference_count_of_zero_is_refused_where_it_is_given(capsys):
+    """A paper's count of 0 parameters would make inspect divide by zero (found by the fuzz)."""
+    assert cli.main(["inspect", "specs/vit.yaml", "--set", "reference.params=0"]) == 2
+    err = capsys.readouterr().err
+    assert "--set #1 'reference.params=0': reference.params: Input should be greater than 0" in err
+    assert "Traceback" not in err

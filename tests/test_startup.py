@@ -90,7 +90,7 @@ print([m for m in ("torch", "torch._dynamo") if m in sys.modules])
 def test_the_marks_are_removed_after_inference():
     script = """
 import sys, torch, crate_compose as cc
-from crate_compose import shapes
+from crate_compose.building import placement as shapes
 cc.build("specs/crate.yaml", meta=True)
 marked = shapes._mark_references()  # all unmarked after inference, so all are marked again here
 assert len(marked) > 50, f"torch wraps its references differently now: {len(marked)} marked"

@@ -64,7 +64,7 @@ def test_a_short_run_writes_metrics_checkpoints_and_a_loadable_build(tmp_path, c
     files = {p.suffix for p in (out / "checkpoints" / "step-000010").iterdir()}
     assert files == {".yaml", ".safetensors", ".py", ".txt", ".json"}  # nothing pickled
     assert "rng.torch" in load_file(out / "checkpoints" / "step-000010" / "optimizer.safetensors")
-    model = cc.load(out / "final")
+    model = cc.load_build(out / "final")
     assert model(torch.randn(2, 1, 8, 8))["output"].shape == (2, 10)
     losses = _losses(out)
     assert losses[30] < losses[1]  # it learns

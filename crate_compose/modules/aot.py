@@ -11,8 +11,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ..residual import Residual
 from .precision import LayerNorm, float32, softmax
+from .residual import Residual
 
 
 class AoT(Residual):

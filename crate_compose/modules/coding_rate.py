@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..residual import Residual
 from .precision import LayerNorm
+from .residual import Residual
 
 
 class CodingRateStep(Residual):

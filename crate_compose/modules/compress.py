@@ -6,18 +6,15 @@ the update it computes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..decoding import DecodingError, Growing, causal_attention
-from ..residual import Residual
+from .causal import DecodingError, Growing, causal_attention
 from .precision import LayerNorm
-
-if TYPE_CHECKING:
-    from ..primitives.compress import SubspaceAttentionArgs
+from .residual import Residual
 
 
 class MSSA(Residual):
@@ -82,19 +79,3 @@ class MSSA(Residual):
         c = self.kappa * self.head_dim / (x.shape[1] * self.rate_eps**2)  # kappa p / (N eps^2), eq. 10
         return (1 - c) * x, c * branch
 
-
-def mssa_module(cls: type[MSSA], args: SubspaceAttentionArgs, dim: int, **extra) -> MSSA:
-    """An MSSA-form module of class ``cls`` from spec arguments (checked by the footprint: ``d``
-    divides by ``heads`` when ``head_dim`` is not given)."""
-    return cls(
-        dim,
-        args.heads,
-        args.head_dim or dim // args.heads,
-        output=args.output,
-        bias=args.bias,
-        causal=args.causal,
-        step_size=args.step_size,
-        norm=args.norm,
-        eps=args.eps,
-        **extra,
-    )

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..residual import Residual
 from .precision import LayerNorm
+from .residual import Residual
 
 
 class ISTA(nn.Module):

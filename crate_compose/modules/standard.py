@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..decoding import Growing, causal_attention
-from ..residual import Residual
+from .causal import Growing, causal_attention
 from .precision import LayerNorm
+from .residual import Residual
 
 
 class MHSA(Residual):

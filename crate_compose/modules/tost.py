@@ -12,12 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..residual import Residual
 from .precision import LayerNorm
+from .residual import Residual
 
 
-class ConvPatchEmbed(nn.Module):
-    """``(B, C, H, W) -> (B, (H/P)(W/P), d)``: strided 3x3 convolutions (XCiT ``ConvPatchEmbed``)."""
+class ConvStemPatchEmbed(nn.Module):
+    """``(B, C, H, W) -> (B, (H/P)(W/P), d)``: XCiT's convolutional stem (its ``ConvPatchEmbed``), strided
+    3x3 convolutions each followed by BatchNorm, with GELU between them."""
 
     def __init__(self, channels: int, dim: int, patch_size: int = 16) -> None:
         super().__init__()

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..decoding import DecodingError
-from ..residual import Residual
+from .causal import DecodingError
 from .precision import LayerNorm, float32, softmax
+from .residual import Residual
 
 
 class TSSA(Residual):

@@ -117,7 +117,7 @@ def _footprint(args: AoTArgs, shape: Shape) -> Footprint:
 
 
 def _measure():
-    from ..probes import coding_rate_measure
+    from ..modules.measures import coding_rate_measure
 
     # AoT-MSSA compresses against its shared U; AoT-MHSA has no shared subspaces (separate Q, K, V): no reading
     return coding_rate_measure(

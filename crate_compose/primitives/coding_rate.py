@@ -69,6 +69,6 @@ def coding_rate_step(args: CodingRateArgs, shape: Shape) -> nn.Module:
 
 
 def _measure():
-    from ..probes import coding_rate_measure
+    from ..modules.measures import coding_rate_measure
 
     return coding_rate_measure("down", description="R^c(LN Z | U), the objective the step is an exact gradient step on")

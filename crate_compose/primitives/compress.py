@@ -23,6 +23,8 @@ from .parts import layernorm, linear
 if TYPE_CHECKING:
     from torch import nn
 
+    from ..modules.compress import MSSA
+
 
 class SubspaceAttentionArgs(Args):
     """Arguments shared by every step of MSSA's form (``mssa``, ``mssa_ascent``)."""
@@ -96,13 +98,30 @@ def mssa_update(args: SubspaceAttentionArgs, sign: str = "+", skip: str = "Z", s
     footprint=lambda args, shape, context: subspace_attention_footprint(args, shape, "mssa"),
 )
 def mssa(args: MSSAArgs, shape: Shape) -> nn.Module:
-    from ..modules.compress import MSSA, mssa_module
+    from ..modules.compress import MSSA
 
     return mssa_module(MSSA, args, shape[-1], kappa=args.kappa, rate_eps=args.rate_eps)
 
 
+def mssa_module(cls: type[MSSA], args: SubspaceAttentionArgs, dim: int, **extra) -> MSSA:
+    """An MSSA-form module of class ``cls`` (``MSSA`` or a subclass) from spec arguments, given to it
+    as plain values (checked by the footprint: ``d`` divides by ``heads`` when ``head_dim`` is not given)."""
+    return cls(
+        dim,
+        args.heads,
+        args.head_dim or dim // args.heads,
+        output=args.output,
+        bias=args.bias,
+        causal=args.causal,
+        step_size=args.step_size,
+        norm=args.norm,
+        eps=args.eps,
+        **extra,
+    )
+
+
 def _descent_measure():
-    from ..probes import coding_rate_measure
+    from ..modules.measures import coding_rate_measure
 
     return coding_rate_measure("down", description="R^c(LN Z | U) against the step's own U (003 eq. 7; Fig. 3)")
 

@@ -53,9 +53,9 @@ def denoise(args: DenoiseArgs, shape: Shape) -> nn.Module:
 
 
 def _measure():
-    from ..probes import Objective, Reading, subspace_residual
+    from ..modules.measures import Measure, Reading, subspace_residual
 
-    return Objective(
+    return Measure(
         "subspace_residual",
         "down",
         lambda module, inputs, output, **_: Reading(

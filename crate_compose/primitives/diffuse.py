@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from ..registry import Args, Example, Footprint, Inverse, Shape, primitive, token_dim
-from .compress import SubspaceAttentionArgs, mssa_update, subspace_attention_footprint
+from .compress import SubspaceAttentionArgs, mssa_module, mssa_update, subspace_attention_footprint
 from .parts import layernorm
 
 if TYPE_CHECKING:
@@ -63,14 +63,13 @@ def _ascent_update(args: AscentArgs) -> str:
     footprint=lambda args, shape, context: subspace_attention_footprint(args, shape, "mssa_ascent"),
 )
 def mssa_ascent(args: AscentArgs, shape: Shape) -> nn.Module:
-    from ..modules.compress import mssa_module
     from ..modules.diffuse import MSSAAscent
 
     return mssa_module(MSSAAscent, args, shape[-1], residual=args.residual)
 
 
 def _ascent_measure():
-    from ..probes import coding_rate_measure
+    from ..modules.measures import coding_rate_measure
 
     return coding_rate_measure("up", description="R^c(LN Z | V) against the step's own V: ascent (001 eq. 2.16)")
 

@@ -66,20 +66,20 @@ def _dictionary_footprint(args: Args, shape: Shape, name: str, atoms: int = 1) -
 
 
 def _lasso_measures():
-    from ..probes import lasso_measure, sparsity_measures
+    from ..modules.measures import lasso_measure, sparsity_measures
 
     return (*sparsity_measures(), lasso_measure())
 
 
 def _sparsity_measures():
-    from ..probes import sparsity_measures
+    from ..modules.measures import sparsity_measures
 
     return sparsity_measures()
 
 
 def _code_measures():
     """Measured on the code a2 (recomputed from the input), not on the output, which adds the residual back."""
-    from ..probes import lasso_measure, sparsity_measures
+    from ..modules.measures import lasso_measure, sparsity_measures
 
     def code(module, inputs, output):
         return module.code(inputs[0])

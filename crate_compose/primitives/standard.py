@@ -4,7 +4,7 @@
   ``causal: true`` is GPT-2's attention, decoded with a cache of keys and values.
 * ``mlp``: ``x + W_2 GELU(W_1 LN x)`` with hidden width ``ratio * d`` (GPT-2: ``gelu: tanh``).
 
-Both are residual steps (:class:`~crate_compose.residual.Residual`): skip ``x``, branch the
+Both are residual steps (:class:`~crate_compose.modules.residual.Residual`): skip ``x``, branch the
 attention or MLP output, so LayerScale (ToST, CaiT) applies to the branch. Neither is a step of a
 known optimization algorithm, so neither has an inverse: a decoder cannot be derived through them.
 """

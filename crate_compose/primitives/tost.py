@@ -50,9 +50,9 @@ class ConvPatchEmbedArgs(Args):
     footprint=lambda args, shape, context: _conv_footprint(args, shape, context),
 )
 def conv_patch_embed(args: ConvPatchEmbedArgs, shape: Shape) -> nn.Module:
-    from ..modules.tost import ConvPatchEmbed
+    from ..modules.tost import ConvStemPatchEmbed
 
-    return ConvPatchEmbed(shape[0], args.dim, args.patch_size)
+    return ConvStemPatchEmbed(shape[0], args.dim, args.patch_size)
 
 
 def _conv_footprint(args: ConvPatchEmbedArgs, shape: Shape, context: Context) -> Footprint:

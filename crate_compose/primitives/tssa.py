@@ -87,7 +87,7 @@ def _footprint(args: TSSAArgs, shape: Shape) -> Footprint:
 
 
 def _measures():
-    from ..probes import Objective, Reading, coding_rate_measure, variational_rate
+    from ..modules.measures import Measure, Reading, coding_rate_measure, variational_rate
 
     return (
         coding_rate_measure(
@@ -95,7 +95,7 @@ def _measures():
             subspaces=lambda module: module.qkv.weight.t(),
             description="R^c(LN Z | U) against the step's projection W = U^T (its K heads; bias not counted)",
         ),
-        Objective(
+        Measure(
             "variational_rate",
             "down",
             lambda module, inputs, output, **_: Reading(

@@ -550,7 +550,7 @@ def run_case(case: dict, work: Path, startup: dict) -> dict:
     if case.get("check") == "load_forward" and status == 0:
         script = (
             "import sys, torch, crate_compose as cc\n"
-            "m = cc.load(sys.argv[1]); s = cc.spec_of(m)\n"
+            "m = cc.load_build(sys.argv[1]); s = cc.spec_of(m)\n"
             "x = torch.randn(2, *s.input.shape)\n"
             "y = m(x)['output']\n"
             "assert torch.isfinite(y).all(), 'non-finite output'\n"

@@ -1,9 +1,10 @@
 """Placing steps: build each step's module and infer its output shape, in execution order.
 
-This is the one module that infers shapes. Each new module runs once on meta tensors (no data,
-no FLOPs, its weights untouched), so the next primitive knows its input shape (``d``, the number
-of tokens) and the :class:`~crate_compose.registry.Context` earlier steps set (the patch grid).
-The builder turns the placed steps into fx nodes; decoder derivation reads their input shapes.
+Placement is the march (:mod:`crate_compose.building.march`) with the :class:`Placement`
+evaluator. Each new module runs once on meta tensors (no data, no FLOPs, its weights untouched),
+so the next primitive knows its input shape (``d``, the number of tokens) and the
+:class:`~crate_compose.registry.Context` earlier steps set (the patch grid); each module is checked
+against its primitive's footprint. The builder turns the placed steps into fx nodes.
 
 Initial weights are *per step*: each step's module is initialized from its own random stream,
 seeded by the build seed and the step's place in the network (``encoder.layer_3.compress``), so
@@ -16,7 +17,7 @@ import contextlib
 import hashlib
 import math
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
@@ -25,11 +26,13 @@ from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from . import registry, ties
-from .errors import Problem, SpecError
-from .footprints import ADDRESSABLE, part_of, start, target, unfit
-from .residual import Residual
-from .spec import Spec, Step
+from .. import registry, ties
+from ..errors import Problem, SpecError
+from ..modules.residual import Residual
+from ..spec import Spec, Step
+from .footprints import ADDRESSABLE
+from .march import Marched, Unfit, march
+from .plan import PlannedStep
 
 META_BATCH = 2  # batch size of the meta tensors used to infer shapes
 Shape = tuple[int, ...]
@@ -127,25 +130,6 @@ def infer(module: nn.Module, *inputs: torch.Tensor, tally: Tally | None = None) 
         return functional_call(module, state, inputs)
 
 
-@dataclass
-class Placed:
-    """One step of the network, built, with its input and output (meta tensors)."""
-
-    role: str
-    layer: int | None
-    part: str | None  # "pre", "layer", "post" inside a stack; None in preprocess and head
-    path: tuple
-    step: Step
-    primitive: registry.Primitive
-    target: str
-    module: nn.Module
-    input_shape: Shape
-    consumes: list[str]
-    output: torch.Tensor
-    published: dict[str, torch.Tensor] = field(default_factory=dict)
-    activation_bytes: int = 0  # every tensor the step's forward creates, for META_BATCH samples
-
-
 @contextlib.contextmanager
 def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
     """Initialize float64 weights in float64 (not in float32 and cast); half types init in float32."""
@@ -168,83 +152,95 @@ def input_value(spec: Spec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.empty((META_BATCH, *spec.input.shape), dtype=dtype, device="meta")
 
 
-def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta: bool = True) -> Iterator[Placed]:
+def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta: bool = True,
+          steps: list[PlannedStep] | None = None) -> Iterator[Marched]:
     """Build every step of ``spec`` (its decoder already explicit) in execution order.
 
     ``meta=True`` builds on the meta device: shapes and parameter counts, no memory, no init cost.
-    The global random state is left as it was.
+    The global random state is left as it was. ``steps``: its plan, when the caller made it already.
     """
-    shape, context = start(spec)
-    if math.prod(shape) * META_BATCH * 8 >= ADDRESSABLE:
-        message = f"an input of shape {list(shape)} holds {math.prod(shape):.3g} values per sample: more than a tensor can address"
-        raise SpecError([Problem(message, ("input", "shape"), spec.locate(("input", "shape")),
-                                 spec.sizes_given_elsewhere(("input", "shape")))])
-    value = input_value(spec, dtype)
-    named: dict[str, torch.Tensor] = {}
-    built: dict[str, nn.Module] = {}  # module path -> module, for weight ties
     device = torch.device("meta") if meta else contextlib.nullcontext()
     with torch.random.fork_rng(devices=[]), device, _default_dtype(dtype), _meta_without_dynamo():
-        for role, layer, path, step in spec.stages():
-            part = part_of(path)
-            primitive = registry.get(step.primitive)
-            args = primitive.args.model_validate(step.args)
-            missing = [name for name in primitive.consumes if name not in named]
-            if missing:
-                message = f"step '{step.name}' ({step.primitive}) needs {missing}, which no earlier step publishes"
-                raise SpecError([Problem(message, path, spec.locate(path))])
-            extra = [named[name] for name in primitive.consumes]
-            place_name = target(role, layer, part, step.name)
-            torch.manual_seed(step_seed(seed, place_name))
-            consumed = tuple(tuple(value.shape[1:]) for value in extra)
-            before = replace(context)
-            try:
-                module = primitive.build(args, shape, context, consumed)
-                _layer_scale(module, step, shape)
-                tally = Tally()
-                output = infer(module, value, *extra, tally=tally)
-            except Exception as error:  # a shape the primitive cannot take, reported where the step is written
-                reason = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}"
-                raise unfit(spec, role, layer, path, step, shape, before, reason, builds_on_meta) from None
-            try:
-                ties.apply(module, step.name, step.tie, built)
-            except ValueError as error:
-                raise SpecError([Problem(str(error), (*path, "tie"), spec.locate((*path, "tie")))]) from None
-            built[place_name] = module
-            published: dict[str, torch.Tensor] = {}
-            if primitive.publishes:  # the step returns (tokens, *published)
-                output, *values = output
-                published = dict(zip(primitive.publishes, values))
-                named.update(published)
-            if primitive.footprint is not None:
-                _agrees(primitive.footprint(args, shape, before, *consumed), module, output, published, step,
-                        primitive, spec, path)
-            yield Placed(role, layer, part, path, step, primitive, place_name, module, shape,
-                         list(primitive.consumes), output, published, tally.bytes)
-            value, shape = output, tuple(output.shape[1:])
+        yield from march(spec, Placement(seed, dtype), steps)
 
 
-def _agrees(footprint: registry.Footprint, module: nn.Module, output: torch.Tensor,
-            published: dict[str, torch.Tensor], step: Step, primitive: registry.Primitive, spec: Spec,
-            path: tuple) -> None:
-    """The module built and run agrees with its primitive's footprint (shapes, parameters, form);
-    ``validate`` trusts footprints, so a disagreement is a bug of the primitive's declaration, reported
-    as a spec problem at the step that names it, with the plug-in that registered it (docs/primitives.md,
-    "A footprint: shapes without torch")."""
-    built = registry.Footprint(
+class Placement:
+    """The march's evaluator that builds: each step's module, initialized from its own stream
+    (:func:`step_seed`), run on the value before it; the result checked against the footprint."""
+
+    builds = staticmethod(lambda *args: builds_on_meta(*args))
+
+    def __init__(self, seed: int, dtype: torch.dtype) -> None:
+        self.seed, self.dtype = seed, dtype
+        self.built: dict[str, nn.Module] = {}  # module path -> module, for weight ties
+
+    def begin(self, spec: Spec, shape: Shape) -> torch.Tensor:
+        if math.prod(shape) * META_BATCH * 8 >= ADDRESSABLE:
+            message = f"an input of shape {list(shape)} holds {math.prod(shape):.3g} values per sample: more than a tensor can address"
+            raise SpecError([Problem(message, ("input", "shape"), spec.locate(("input", "shape")),
+                                     spec.sizes_given_elsewhere(("input", "shape")))])
+        self.spec = spec
+        return input_value(spec, self.dtype)
+
+    def evaluate(self, planned: PlannedStep, value: torch.Tensor, shape: Shape, context: registry.Context,
+                 consumed: list[torch.Tensor]) -> Marched:
+        primitive, step = planned.primitive, planned.step
+        args = planned.args if planned.args is not None else primitive.args.model_validate(step.args)
+        torch.manual_seed(step_seed(self.seed, planned.target))
+        shapes = tuple(tuple(v.shape[1:]) for v in consumed)
+        before = replace(context)
+        try:
+            module = primitive.build(args, shape, context, shapes)
+            _layer_scale(module, step, shape)
+            tally = Tally()
+            output = infer(module, value, *consumed, tally=tally)
+        except Exception as error:  # a shape the primitive cannot take, reported where the step is written
+            raise Unfit(str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}")
+        published: dict[str, torch.Tensor] = {}
+        if primitive.publishes:  # the step returns (tokens, *published)
+            output, *values = output
+            published = dict(zip(primitive.publishes, values))
+        built = _footprint_of(module, output, published)
+        if primitive.footprint is not None:
+            _agrees(primitive.footprint(args, shape, before, *shapes), built, planned, self.spec)
+        if step.layer_scale is not None:
+            built = replace(built, parameters={**built.parameters, "layer_scale": (shape[-1],)})
+        return Marched(planned, shape, built, module, output, published, tally.bytes)
+
+    def tie(self, spec: Spec, marched: Marched, earlier: dict[str, Marched]) -> None:
+        step, path = marched.step, marched.path
+        try:
+            ties.apply(marched.module, step.name, marched.planned.ties, self.built)
+        except ValueError as error:
+            raise SpecError([Problem(str(error), (*path, "tie"), spec.locate((*path, "tie")))]) from None
+        self.built[marched.target] = marched.module
+
+
+def _footprint_of(module: nn.Module, output: torch.Tensor, published: dict[str, torch.Tensor]) -> registry.Footprint:
+    """The footprint of a module as built and run (LayerScale's ``layer_scale`` left out)."""
+    return registry.Footprint(
         tuple(output.shape[1:]),
         {name: tuple(p.shape) for name, p in module.named_parameters() if name != "layer_scale"},
         tuple(tuple(value.shape[1:]) for value in published.values()),
         isinstance(module, Residual),
         frozenset(name for name, p in module.named_parameters() if not p.requires_grad),
     )
+
+
+def _agrees(footprint: registry.Footprint, built: registry.Footprint, planned: PlannedStep, spec: Spec) -> None:
+    """The module built and run agrees with its primitive's footprint (shapes, parameters, form);
+    ``validate`` trusts footprints, so a disagreement is a bug of the primitive's declaration, reported
+    as a spec problem at the step that names it, with the plug-in that registered it (docs/primitives.md,
+    "A footprint: shapes without torch")."""
     if built != footprint:
         differs = "; ".join(f"{name} {getattr(footprint, name)!r} declared, {getattr(built, name)!r} built"
                             for name in ("output", "parameters", "publishes", "residual", "frozen")
                             if getattr(footprint, name) != getattr(built, name))
+        primitive, step = planned.primitive, planned.step
         origin = primitive.plugin or primitive.factory.__module__
         message = (f"step '{step.name}' ({step.primitive}, from {origin}): the primitive's footprint disagrees with "
                    f"the module it builds: {differs}")
-        where = (*path, "primitive")
+        where = (*planned.path, "primitive")
         hint = "a bug in the primitive's declaration, not the spec"
         raise SpecError([Problem(message, where, spec.locate(where), hint)])
 

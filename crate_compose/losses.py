@@ -1,4 +1,4 @@
-"""Training objectives that read a built model's outputs.
+"""Training losses that read a built model's outputs.
 
 ``masked_reconstruction_loss`` is CRATE-MAE's (and MAE's) loss: the mean squared error between
 predicted and true pixels, on hidden patches only (001 App. B.1).

@@ -1,0 +1,83 @@
+"""The torch building blocks of causal steps that decode token by token.
+
+A causal step that mixes tokens keeps a state of what it has seen, ``decode(x_new, state) ->
+(y_new, state)`` (see :mod:`crate_compose.decoding`, which runs a model's steps with these states):
+:class:`Growing` is the cache of keys and values that grows along the token axis, and
+:func:`causal_attention` attends the newest queries to every cached key. :func:`kind_of` tells how a
+step decodes, :func:`state_bytes` what its state holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import WorkbenchError
+
+
+class DecodingError(WorkbenchError):
+    """A model that cannot be decoded token by token, or a request past its context."""
+
+
+class Growing:
+    """A cache that grows along the token axis (dim -2), doubling its storage when full, so appending
+    a token is amortized O(1) copies; :attr:`nbytes` is the storage it holds."""
+
+    def __init__(self) -> None:
+        self.storage: torch.Tensor | None = None
+        self.length = 0
+
+    def extend(self, new: torch.Tensor) -> torch.Tensor:
+        """Append ``new`` of shape ``(..., s, p)``; return everything so far, ``(..., length, p)``."""
+        end = self.length + new.shape[-2]
+        if self.storage is None or end > self.storage.shape[-2]:
+            capacity = max(end, 2 * (self.storage.shape[-2] if self.storage is not None else 0), 16)
+            grown = new.new_empty((*new.shape[:-2], capacity, new.shape[-1]))
+            if self.storage is not None:
+                grown[..., : self.length, :] = self.storage[..., : self.length, :]
+            self.storage = grown
+        self.storage[..., self.length : end, :] = new
+        self.length = end
+        return self.storage[..., :end, :]
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.storage is None else self.storage.numel() * self.storage.element_size()
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(p) + M) v`` for the *last* ``s`` positions of ``t`` keys: query i sits at
+    position ``t - s + i`` and sees keys up to there. (``scaled_dot_product_attention(is_causal=True)``
+    aligns the mask top-left, so one query would see only the first key.)"""
+    s, t = q.shape[-2], k.shape[-2]
+    if s == 1:  # the newest token sees every key
+        return F.scaled_dot_product_attention(q, k, v)
+    if s == t:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    mask = torch.ones(s, t, dtype=torch.bool, device=q.device).tril(diagonal=t - s)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def kind_of(module: nn.Module) -> str | None:
+    """``"state"`` (has ``decode``), ``"tokenwise"``, or None (cannot be decoded incrementally)."""
+    if callable(getattr(module, "decode", None)):
+        return "state"
+    if getattr(module, "tokenwise", False) or isinstance(module, (nn.LayerNorm, nn.Identity)):
+        return "tokenwise"
+    return None
+
+
+def state_bytes(state: Any) -> int:
+    """Bytes a step's decoding state holds (its caches and running sums)."""
+    if isinstance(state, Growing):
+        return state.nbytes
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, (tuple, list)):
+        return sum(state_bytes(s) for s in state)
+    if isinstance(state, dict):
+        return sum(state_bytes(s) for s in state.values())
+    return 0
