@@ -15,63 +15,76 @@ command line answers ``--help``, a wrong path or a YAML syntax error before torc
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .deprecation import deprecated
+from .deprecation import MOVED, MovedModules, deprecated
 from .errors import DiagramError, PluginError, Problem, SpecError, WorkbenchError
 
 __version__ = "0.1.0"
 
+sys.meta_path.append(MovedModules(MOVED))  # the old flat module paths, for one release
+
 # public name -> (module, attribute): loaded on first access (PEP 562)
 _LAZY = {
-    "load_build": ("artifacts", "load_build"),
-    "save": ("artifacts", "save"),
-    "build": ("builder", "build"),
-    "compile_spec": ("builder", "compile_spec"),
-    "spec_of": ("builder", "spec_of"),
-    "dump_spec": ("loader", "dump"),
-    "load_spec": ("loader", "load"),
-    "CachedModel": ("decoding", "CachedModel"),
-    "generate": ("decoding", "generate"),
-    "derive_decoder": ("derivation", "derive_decoder"),
-    "masked_reconstruction_loss": ("losses", "masked_reconstruction_loss"),
-    "reconstruction_loss": ("losses", "reconstruction_loss"),
-    "diagram": ("figures", "diagram"),
-    "render": ("figures", "render"),
+    "load_build": ("building.artifacts", "load_build"),
+    "save": ("building.artifacts", "save"),
+    "build": ("building.builder", "build"),
+    "compile_spec": ("building.builder", "compile_spec"),
+    "spec_of": ("building.builder", "spec_of"),
+    "dump_spec": ("language.loader", "dump"),
+    "load_spec": ("language.loader", "load"),
+    "CachedModel": ("workbench.decoding", "CachedModel"),
+    "generate": ("workbench.decoding", "generate"),
+    "derive_decoder": ("building.derivation", "derive_decoder"),
+    "masked_reconstruction_loss": ("workbench.losses", "masked_reconstruction_loss"),
+    "reconstruction_loss": ("workbench.losses", "reconstruction_loss"),
+    "diagram": ("rendering.diagrams", "diagram"),
+    "render": ("rendering.diagrams", "render"),
     **{name: ("registry", name) for name in
        ("Args", "Context", "Example", "Footprint", "Inverse", "Primitive", "all_primitives", "load_plugins",
         "primitive")},
     "Residual": ("modules.residual", "Residual"),
-    "ResourceError": ("budget", "ResourceError"),
-    "json_schema": ("schema", "json_schema"),
-    **{name: ("spec", name) for name in ("Derive", "Spec", "Stack", "Step")},
-    "Summary": ("summary", "Summary"),
-    "summarize": ("summary", "summarize"),
-    "presets": ("zoo", "presets"),
-    **{name: ("api", name) for name in ("validate", "derive", "inspect")},
+    "ResourceError": ("building.budget", "ResourceError"),
+    "json_schema": ("language.schema", "json_schema"),
+    **{name: ("language.spec", name) for name in ("Derive", "Spec", "Stack", "Step")},
+    "Summary": ("building.summary", "Summary"),
+    "summarize": ("building.summary", "summarize"),
+    "presets": ("language.zoo", "presets"),
+    **{name: ("building.inspection", name) for name in ("validate", "derive", "inspect")},
 }
 
 # old public name -> its new name: each use warns (DeprecationWarning); removed in the next release
 _RENAMED = {"Decoder": "CachedModel", "load": "load_build"}
 
 if TYPE_CHECKING:  # what type checkers and editors see
-    from .api import derive, inspect, validate
-    from .artifacts import load_build, save
-    from .builder import build, compile_spec, spec_of
-    from .decoding import CachedModel, generate
-    from .derivation import derive_decoder
-    from .figures import diagram, render
-    from .loader import dump as dump_spec
-    from .loader import load as load_spec
-    from .losses import masked_reconstruction_loss, reconstruction_loss
-    from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive
-    from .budget import ResourceError
+    from .building.artifacts import load_build, save
+    from .building.budget import ResourceError
+    from .building.builder import build, compile_spec, spec_of
+    from .building.derivation import derive_decoder
+    from .building.inspection import derive, inspect, validate
+    from .building.summary import Summary, summarize
+    from .language.loader import dump as dump_spec
+    from .language.loader import load as load_spec
+    from .language.schema import json_schema
+    from .language.spec import Derive, Spec, Stack, Step
+    from .language.zoo import presets
     from .modules.residual import Residual
-    from .schema import json_schema
-    from .spec import Derive, Spec, Stack, Step
-    from .summary import Summary, summarize
-    from .zoo import presets
+    from .registry import (
+        Args,
+        Context,
+        Example,
+        Footprint,
+        Inverse,
+        Primitive,
+        all_primitives,
+        load_plugins,
+        primitive,
+    )
+    from .rendering.diagrams import diagram, render
+    from .workbench.decoding import CachedModel, generate
+    from .workbench.losses import masked_reconstruction_loss, reconstruction_loss
 
 
 def __getattr__(name: str) -> Any:

@@ -33,8 +33,17 @@ import crate_compose as cc
 
 from .errors import DiagramError, PluginError, SpecError, WorkbenchError
 from .files import write_atomic
-from .settings import (AUGMENTATIONS, DIAGRAM_STEM, DTYPE_NAMES, FORMATS, MAX_IMAGE_SIZE, MAX_RUNS, MAX_SEEDS,
-                       TASKS, Settings)
+from .settings import (
+    AUGMENTATIONS,
+    DIAGRAM_STEM,
+    DTYPE_NAMES,
+    FORMATS,
+    MAX_IMAGE_SIZE,
+    MAX_RUNS,
+    MAX_SEEDS,
+    TASKS,
+    Settings,
+)
 
 EPILOG = """examples:
   crate-compose build specs/mae.yaml --render          build CRATE-MAE-Base and draw it
@@ -97,8 +106,8 @@ def _device(text: str) -> str:
 
 
 def _memory(text: str) -> str:
-    """A memory limit: 8GB, 512MiB, 2e9 or none (checked here, applied by crate_compose.budget)."""
-    from .budget import parse_size  # torch-free
+    """A memory limit: 8GB, 512MiB, 2e9 or none (checked here, applied by crate_compose.building.budget)."""
+    from .building.budget import parse_size
 
     try:
         parse_size(text)
@@ -354,8 +363,8 @@ def _settings(args: argparse.Namespace, base: dict | None = None) -> Settings:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .runs import read
-    from .train import default_run, train
+    from .workbench.runs import read
+    from .workbench.train import default_run, train
 
     resume = args.resume or args.resume_from is not None
     out = args.out or default_run(args.spec, args.overrides)
@@ -382,7 +391,7 @@ def _rank_zero() -> bool:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from .workbench import probe_run, probe_table
+    from .workbench.probing import probe_run, probe_table
 
     table, figure, runs = probe_run(args.spec, args.data, weights=args.weights, overrides=args.overrides, out=args.out,
                                     seed=args.seed, samples=args.samples, image_size=args.image_size)
@@ -392,7 +401,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from .generation import generate_text
+    from .workbench.generation import generate_text
 
     if args.weights is None:
         print("note: no --weights: sampling from the untrained network", file=sys.stderr)
@@ -407,14 +416,14 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from .grids import combine, read_grid
+    from .workbench.grids import combine, read_grid
 
     found = read_grid(args.grid) if args.grid else None  # checked before torch loads
     settings = _settings(args, found.settings() if found else None)  # the command line wins
     grid = combine(found, args.swap, args.overrides, args.seeds, settings)
     for note in grid.notes:
         print(f"note: {note}", file=sys.stderr)
-    from .ablation import ablate, base_spec
+    from .workbench.ablation import ablate, base_spec
 
     out = args.out or Path("ablations") / base_spec(args.spec, grid).name
     rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device,

@@ -103,7 +103,7 @@ def test_a_file_writer_killed_midway_leaves_the_old_file(tmp_path, moment, write
 
 
 def test_a_checkpoint_killed_midway_is_never_taken_for_a_complete_one(tmp_path):
-    from crate_compose import checkpoint
+    from crate_compose.workbench import checkpoint
 
     model = cc.build("crate-digits", overrides=TINY)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -141,7 +141,7 @@ def test_a_character_device_like_dev_full_survives_an_output_aimed_at_it(tmp_pat
 
 
 def test_metrics_survive_a_line_cut_short_by_a_kill(tmp_path):
-    from crate_compose.train import _rows
+    from crate_compose.workbench.train import _rows
 
     text = '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo'
     assert [row["step"] for row in _rows(text)] == [1, 2]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import crate_compose as cc
-from crate_compose import budget
-from crate_compose.budget import ResourceError, estimate, parse_size
+from crate_compose.building import budget
+from crate_compose.building.budget import ResourceError, estimate, parse_size
 from crate_compose.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

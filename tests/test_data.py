@@ -1,4 +1,4 @@
-"""The offline data sets of crate_compose.data: shapes, splits, determinism, errors, spec fitting."""
+"""The offline data sets of crate_compose.workbench.data: shapes, splits, determinism, errors, spec fitting."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 from PIL import Image
 
-from crate_compose import data as D
-from crate_compose.loader import load
+from crate_compose.workbench import data as D
+from crate_compose.language.loader import load
 
 DIGITS = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
 
@@ -253,7 +253,7 @@ def test_digits_batch_runs_through_a_built_model(digits):
 
 
 def test_import_does_not_load_matplotlib():
-    code = "import sys, crate_compose.data; assert 'matplotlib' not in sys.modules"
+    code = "import sys, crate_compose.workbench.data; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -388,9 +388,44 @@ def _imports() -> nx.DiGraph:
 
 def test_the_import_graph_has_no_cycles():
     graph = _imports()
-    assert ("crate_compose.builder", "crate_compose.derivation") in graph.edges  # the graph was read
+    assert ("crate_compose.building.builder", "crate_compose.building.derivation") in graph.edges  # the graph was read
     assert nx.is_directed_acyclic_graph(graph), nx.find_cycle(graph)
-    assert not nx.has_path(graph, "crate_compose.loader", "crate_compose.builder")  # loading never compiles
+    assert not nx.has_path(graph, "crate_compose.language.loader", "crate_compose.building.builder")  # loading never compiles
+
+
+# The layers, lowest first: a module imports only from its own layer or those below (docs/architecture.md).
+LAYERS = [
+    ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.settings", "crate_compose.deprecation"]),
+    ("spec language and the registry of primitives", ["crate_compose.language", "crate_compose.registry"]),
+    ("torch building blocks", ["crate_compose.modules"]),
+    ("primitive declarations", ["crate_compose.primitives"]),
+    ("building", ["crate_compose.building"]),
+    ("rendering", ["crate_compose.rendering"]),
+    ("workbench", ["crate_compose.workbench"]),
+    ("command line", ["crate_compose.cli"]),
+    ("package", ["crate_compose"]),
+]
+
+
+def _layer(module: str) -> int:
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes if p != "crate_compose") or \
+                (module == "crate_compose" and "crate_compose" in prefixes):
+            return rank
+    raise AssertionError(f"{module} belongs to no layer: add it to LAYERS (and to docs/architecture.md)")
+
+
+def test_the_import_graph_follows_the_layers():
+    graph = _imports()
+    upward = [f"{a} ({LAYERS[_layer(a)][0]}) imports {b} ({LAYERS[_layer(b)][0]})"
+              for a, b in graph.edges if b.startswith("crate_compose") and _layer(a) < _layer(b)]
+    assert not upward, "\n".join(upward)
+    assert len({_layer(m) for m in graph.nodes if m.startswith("crate_compose")}) == len(LAYERS)  # every layer read
+
+
+def test_the_package_top_holds_only_entry_points_and_base():
+    top = sorted(p.stem for p in (ROOT / "crate_compose").glob("*.py"))
+    assert top == ["__init__", "cli", "deprecation", "errors", "files", "registry", "settings"], top
 
 
 def test_loading_a_spec_with_a_derived_decoder_builds_nothing(monkeypatch):

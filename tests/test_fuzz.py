@@ -59,10 +59,11 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import crate_compose as cc
-from crate_compose import SpecError, loader
-from crate_compose.derivation import explicit
+from crate_compose import SpecError
+from crate_compose.language import loader
+from crate_compose.building.derivation import explicit
 from crate_compose.building.footprints import walk
-from crate_compose.summary import summarize_march
+from crate_compose.building.summary import summarize_march
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))

@@ -2,7 +2,7 @@
 
 Each case is a spec file (or a ``--set``) a careful reviewer would try; the CLI must answer with
 status 2, a located one-screen message and no traceback, within the bounds of
-:mod:`crate_compose.yamlread` (size, nesting, alias expansion).
+:mod:`crate_compose.language.yamlread` (size, nesting, alias expansion).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import crate_compose as cc
-from crate_compose import cli, yamlread
+from crate_compose import cli
+from crate_compose.language import yamlread
 from crate_compose.errors import SpecError
 
 VALID = """\
@@ -146,7 +147,7 @@ def test_a_name_python_or_torch_needs_is_refused(name, says):
 
 def test_the_reserved_names_cover_every_public_module_attribute():
     import torch
-    from crate_compose.spec import MODULE_ATTRIBUTES
+    from crate_compose.language.spec import MODULE_ATTRIBUTES
 
     public = {n for n in set(dir(torch.nn.Module)) | set(dir(torch.fx.GraphModule)) if not n.startswith("_")}
     assert public <= MODULE_ATTRIBUTES

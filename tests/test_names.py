@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import crate_compose as cc
-from crate_compose import probes
-from crate_compose.artifacts import load_build
-from crate_compose.decoding import CachedModel
+from crate_compose.workbench import probes
+from crate_compose.building.artifacts import load_build
+from crate_compose.workbench.decoding import CachedModel
 from crate_compose.modules.measures import Measure
 
 PACKAGE = Path(cc.__file__).resolve().parent
@@ -42,8 +42,8 @@ def test_an_old_name_imported_by_name_warns():
     with pytest.warns(DeprecationWarning, match="crate_compose.load is deprecated"):
         from crate_compose import load
     assert load is load_build
-    with pytest.warns(DeprecationWarning, match="crate_compose.probes.Objective is deprecated"):
-        from crate_compose.probes import Objective
+    with pytest.warns(DeprecationWarning, match="crate_compose.workbench.probes.Objective is deprecated"):
+        from crate_compose.workbench.probes import Objective
     assert Objective is Measure
 
 
@@ -61,7 +61,7 @@ def test_the_new_names_do_not_warn_and_unknown_names_still_fail():
 
 
 def test_probes_still_exports_the_measures():
-    """``crate_compose.probes.coding_rate`` etc. keep working: the measures live in modules/measures.py."""
+    """``crate_compose.workbench.probes.coding_rate`` etc. keep working: the measures live in modules/measures.py."""
     from crate_compose.modules import measures
 
     for name in ("Reading", "coding_rate", "heads_of", "lasso", "snr", "sparsity", "subspace_residual",
@@ -101,7 +101,7 @@ def _imported(path: str, tree: ast.Module) -> set[str]:
 
 
 def test_the_building_blocks_import_no_spec_registry_or_primitive():
-    forbidden = ("crate_compose.primitives", "crate_compose.registry", "crate_compose.spec")
+    forbidden = ("crate_compose.primitives", "crate_compose.registry", "crate_compose.language.spec")
     imported = {path: _imported(path, tree) for path, tree in _modules().items()
                 if path.startswith("crate_compose/modules/")}
     assert "crate_compose.modules.residual" in imported["crate_compose/modules/compress.py"]  # resolved

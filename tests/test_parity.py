@@ -1,7 +1,7 @@
 """The built CRATE agrees with an independent eager transcription of paper 003's Algorithms 1-3.
 
 The reference (tests/reference/crate_paper.py) is written from the pseudocode alone; the built model is used
-only through ``crate_compose.builder.build``. Same weights (copied built -> reference by an explicit key
+only through ``crate_compose.building.builder.build``. Same weights (copied built -> reference by an explicit key
 mapping), same inputs: logits, gradients w.r.t. every parameter and w.r.t. the images must agree, in
 float32 (1e-5) and in float64 (1e-10, where a formula difference cannot hide behind rounding).
 """
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from crate_compose.builder import build
+from crate_compose.building.builder import build
 from reference.crate_paper import CRATE, key_mapping, load_from_built
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from crate_compose.builder import build
+from crate_compose.building.builder import build
 
 SIZES = dict(d=48, heads=3, head_dim=8, depth=1, image_size=16, patch_size=8, classes=5)  # K*p = 24 != d
 D, K, P = SIZES["d"], SIZES["heads"], SIZES["head_dim"]

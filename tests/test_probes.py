@@ -32,8 +32,9 @@ import torch
 import torch.nn.functional as F
 
 import crate_compose as cc
-from crate_compose import probes, registry
-from crate_compose.probes import coding_rate, lasso, snr, sparsity, subspace_residual, variational_rate
+from crate_compose.workbench import probes
+from crate_compose import registry
+from crate_compose.workbench.probes import coding_rate, lasso, snr, sparsity, subspace_residual, variational_rate
 
 SEEDS = range(8)
 
@@ -443,7 +444,7 @@ def test_save_and_plot(tiny, tmp_path):
 
 
 def test_importing_crate_compose_does_not_import_matplotlib():
-    code = "import sys, crate_compose, crate_compose.probes; print('matplotlib' in sys.modules)"
+    code = "import sys, crate_compose, crate_compose.workbench.probes; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
@@ -477,9 +478,9 @@ def test_the_table_and_the_figure_are_written_both_or_neither(tiny, tmp_path, mo
 
 
 def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, monkeypatch):
-    from crate_compose.artifacts import BUILD_FILES
+    from crate_compose.building.artifacts import BUILD_FILES
     from crate_compose.errors import WorkbenchError
-    from crate_compose.workbench import probe_run
+    from crate_compose.workbench.probing import probe_run
 
     monkeypatch.chdir(tmp_path)
     spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
@@ -511,7 +512,7 @@ def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, mon
 
 def test_probe_into_a_folder_another_process_writes_exits_3(tmp_path, capsys):
     from crate_compose.cli import main
-    from crate_compose.locks import hold
+    from crate_compose.workbench.locks import hold
 
     spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
     out = tmp_path / "probes"

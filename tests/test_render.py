@@ -12,7 +12,7 @@ import pytest
 
 import crate_compose as cc
 import crate_compose.cli
-import crate_compose.figures as figures
+import crate_compose.rendering.diagrams as figures
 
 GOLDEN = Path(__file__).parent / "golden"
 HAVE_DOT = shutil.which("dot") is not None

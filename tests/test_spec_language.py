@@ -21,7 +21,8 @@ from pydantic import Field
 from torch import nn
 
 import crate_compose as cc
-from crate_compose import cli, registry, zoo
+from crate_compose import cli, registry
+from crate_compose.language import zoo
 from crate_compose.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,10 +26,11 @@ from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from .. import registry, ties
+from .. import registry
 from ..errors import Problem, SpecError
+from ..language.spec import Spec, Step
 from ..modules.residual import Residual
-from ..spec import Spec, Step
+from . import ties
 from .footprints import ADDRESSABLE
 from .march import Marched, Unfit, march
 from .plan import PlannedStep

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import registry
-from ..spec import Spec, Step
+from ..language.spec import Spec, Step
 
 if TYPE_CHECKING:
     from ..registry import Args, Primitive
@@ -120,6 +120,6 @@ def resolve(own: str, source: str, earlier: set[str]) -> Tie:
 
 def tied(spec: Spec) -> dict[str, str]:
     """Every tied parameter of ``spec``: ``{its name: the name of the tensor it shares}``, as module
-    paths (``head.lm_head.weight: preprocess.embed.weight``); see :mod:`crate_compose.ties`."""
+    paths (``head.lm_head.weight: preprocess.embed.weight``); see :mod:`crate_compose.building.ties`."""
     return {f"{target(role, layer, part_of(path), step.name)}.{own}": source
             for role, layer, path, step in spec.stages() for own, source in step.tie.items()}

@@ -6,6 +6,19 @@ decoders), ``mask`` (masked autoencoding), ``norm``, ``head``, ``language`` (tok
 language-model head), and ``standard`` (ViT and GPT-2 parts, for baselines).
 """
 
-from . import (  # noqa: F401
-    aot, coding_rate, compress, denoise, diffuse, embed, head, language, mask, norm, sparsify, standard, tost, tssa,
+from . import (
+    aot,
+    coding_rate,
+    compress,
+    denoise,
+    diffuse,
+    embed,
+    head,
+    language,
+    mask,
+    norm,
+    sparsify,
+    standard,
+    tost,
+    tssa,
 )

@@ -3,7 +3,7 @@
 ``token_embed`` looks up each token id in a learned table ``E`` of shape ``(vocab, d)``; ``lm_head``
 maps each token back to logits over the vocabulary, ``logits = z W^T`` (no bias). GPT-2 and causal
 CRATE tie the two, ``W = E``, written in a spec as ``tie: {weight: preprocess.embed.weight}`` on
-the head (see :mod:`crate_compose.ties`). Positions come from the ``positions`` step, sliced to the
+the head (see :mod:`crate_compose.building.ties`). Positions come from the ``positions`` step, sliced to the
 sequence length, so any length up to the context size is taken. Both steps act on each token alone,
 so cached decoding runs them on the new tokens only.
 """

@@ -34,12 +34,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import fx
 
-from .artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
-from .artifacts import save as save_build
-from .builder import spec_of
-from .errors import WorkbenchError
-from .files import save_tensors, staged_folder, write_atomic
-from .building.plan import tied
+from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
+from ..building.artifacts import save as save_build
+from ..building.builder import spec_of
+from ..building.plan import tied
+from ..errors import WorkbenchError
+from ..files import save_tensors, staged_folder, write_atomic
 
 STATE_FILE, OPTIMIZER_FILE = "state.json", "optimizer.safetensors"
 RNG_KEY = "rng.torch"

@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import WorkbenchError
-from .files import write_atomic
-from .settings import Settings
+from ..errors import WorkbenchError
+from ..files import write_atomic
+from ..settings import Settings
 
 RUN_FILE = "run.json"
 FORMAT = 1

@@ -1,6 +1,6 @@
-"""Probing trained networks (``crate-compose probe``); ablation grids are :mod:`crate_compose.ablation`.
+"""Probing trained networks (``crate-compose probe``); ablation grids are :mod:`crate_compose.workbench.ablation`.
 
-``probe_run`` measures every step's own objective layer by layer (:mod:`crate_compose.probes`) on
+``probe_run`` measures every step's own objective layer by layer (:mod:`crate_compose.workbench.probes`) on
 a trained build and on the same spec untrained (same seed), and draws both on one figure, as
 paper 003 Figs. 3-4 do.
 """
@@ -13,14 +13,14 @@ from typing import Any, Iterable
 
 import torch
 
-from .artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
-from .files import writable
-from .builder import compile_spec, spec_of
+from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
+from ..building.builder import compile_spec, spec_of
+from ..building.plan import tied
+from ..errors import WorkbenchError
+from ..files import writable
 from .data import Data
-from .errors import WorkbenchError
 from .locks import hold
 from .probes import probe, write_probes
-from .building.plan import tied
 from .train import prepare
 
 PROBE_SAMPLES = 256
@@ -50,8 +50,8 @@ def probe_run(
 ) -> tuple[Path, Path, dict[str, list[dict]]]:
     """Probe ``spec_ref`` (its input size set from the data) untrained, and trained with ``weights``
     (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png into ``out``
-    (default: :func:`probe_folder`), both new or neither (:func:`crate_compose.probes.write_probes`),
-    holding the folder's lock (:func:`crate_compose.locks.hold`: another writer exits 3)."""
+    (default: :func:`probe_folder`), both new or neither (:func:`crate_compose.workbench.probes.write_probes`),
+    holding the folder's lock (:func:`crate_compose.workbench.locks.hold`: another writer exits 3)."""
     spec, data = prepare(spec_ref, data_name, overrides, image_size, seed)
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     inputs, extra = _probe_inputs(data, samples)

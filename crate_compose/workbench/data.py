@@ -33,7 +33,7 @@ generated from a seed, or read from a folder the user already has on disk.
 
 ``text``
     Byte-level text for language models: the Python standard library's own source files, read in
-    sorted order up to 3 MB (:mod:`crate_compose.corpus`); the last whole files (about 10%) are
+    sorted order up to 3 MB (:mod:`crate_compose.workbench.corpus`); the last whole files (about 10%) are
     the held-out split. Samples are consecutive windows of the spec's context size (its input
     shape ``[N]``): the input is N bytes, the target the same N bytes shifted by one. Vocabulary
     256 (``vocab`` is set to 256 where the spec declares it). ``Data.unigram_loss`` is the
@@ -55,7 +55,7 @@ generated from a seed, or read from a folder the user already has on disk.
 
 Memory: ``image_size`` is at most ``settings.MAX_IMAGE_SIZE`` (8192), and a set held in memory
 (digits, photos) whose resized images would go over the memory limit (``memory_limit``, as
-:func:`crate_compose.budget.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
+:func:`crate_compose.building.budget.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
 the memory available) is refused with the estimate before anything is allocated.
 
 Targets (the second item of every sample) are consistent across sets: an int64 class index for
@@ -81,10 +81,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..building.budget import human, resolve_limit
+from ..errors import WorkbenchError
+from ..settings import MAX_IMAGE_SIZE
 from . import corpus
-from .budget import human, resolve_limit
-from .errors import WorkbenchError
-from .settings import MAX_IMAGE_SIZE
 
 __all__ = [
     "Data", "DataError", "FolderImages", "Tensors", "image_header", "load_data", "load_digits", "load_folder",
@@ -270,7 +270,7 @@ def _check_in_memory(where: str, count: int, shape: tuple[int, ...], copies: int
 def load_digits(*, image_size: int | None = None, split_seed: int = 0,
                 memory_limit: str | float | None = None) -> Data:
     """scikit-learn's 8x8 digits: 1,437 train / 360 test (stratified, fixed by ``split_seed``). Resized
-    digits that would not fit in ``memory_limit`` (:func:`crate_compose.budget.resolve_limit`) are
+    digits that would not fit in ``memory_limit`` (:func:`crate_compose.building.budget.resolve_limit`) are
     refused before they are made."""
     from sklearn.datasets import load_digits as sklearn_digits
 
@@ -623,7 +623,7 @@ def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: 
 
     Deterministic: the 80/20 split (when there is no train/test layout) and the images sampled for
     the channel statistics depend on ``split_seed`` only. Every image is checked from its header
-    before it is decoded, against ``memory_limit`` (:func:`crate_compose.budget.resolve_limit`) and
+    before it is decoded, against ``memory_limit`` (:func:`crate_compose.building.budget.resolve_limit`) and
     Pillow's decompression-bomb threshold (:func:`read_image`); :func:`verify` checks them all.
     """
     root = Path(path).expanduser()
@@ -707,7 +707,7 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
     ``train_count``, ``test_count``; folder ``split_seed``. Sets that take ``spec`` fit themselves
     to it: text takes windows of its context, subspaces the sizes it declares (``K``, ``p``, ``n``,
     ``d`` given here win). ``memory_limit`` (``--memory-limit``; default as
-    :func:`crate_compose.budget.resolve_limit`) bounds the image sets: digits and photos resized past
+    :func:`crate_compose.building.budget.resolve_limit`) bounds the image sets: digits and photos resized past
     it, and a folder's images checked from their headers, are refused before they are decoded.
     """
     if name.startswith("folder:"):

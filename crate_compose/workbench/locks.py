@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from .errors import WorkbenchError
+from ..errors import WorkbenchError
 
 LOCK_FILE = ".lock"
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from . import registry
-from .errors import Problem, SpecError
-from .building.footprints import walk
-from .spec import Derive, Spec, Stack, Step
-
+from .. import registry
+from ..errors import Problem, SpecError
+from ..language.spec import Derive, Spec, Stack, Step
+from .footprints import walk
 
 FORMS = ("code", "listing3")
 
@@ -34,7 +33,7 @@ def _input_shapes(spec: Spec) -> dict[tuple, tuple[int, ...]]:
     encoder_only = spec.model_copy(update={"decoder": None, "stacks": {}, "head": []})
     walked = walk(encoder_only)
     if walked is None:
-        from .building.placement import place
+        from .placement import place
 
         walked = place(encoder_only, meta=True)
     shapes: dict[tuple, tuple[int, ...]] = {}

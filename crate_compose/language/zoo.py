@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import Location, Problem, SpecError, did_you_mean
+from ..errors import Location, Problem, SpecError, did_you_mean
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # crate_compose/
 
 
 def _folder(name: str) -> Path:

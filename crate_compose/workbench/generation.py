@@ -1,7 +1,7 @@
 """Text from a byte-level language model: ``crate-compose generate`` (see ``docs/cli.md``, generate).
 
 :func:`generate_text` loads a spec (and trained weights), checks everything about the request
-before the model runs once, and samples with cached decoding (:func:`crate_compose.decoding.generate`):
+before the model runs once, and samples with cached decoding (:func:`crate_compose.workbench.decoding.generate`):
 
 * the spec is a language model: its input is token ids (``input: {shape: [N], dtype: int64}``);
 * the prompt's bytes are its tokens. A ``str`` is taken as UTF-8, and characters Python decoded
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-from . import loader
-from .builder import compile_spec
+from ..building.builder import compile_spec
+from ..errors import WorkbenchError
+from ..language import loader
 from .decoding import encode_bytes, generate, ids_to_bytes
-from .errors import WorkbenchError
-from .workbench import load_weights
+from .probing import load_weights
 
 
 class Generation(NamedTuple):

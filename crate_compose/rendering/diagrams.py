@@ -21,12 +21,12 @@ from pathlib import Path
 import graphviz
 from torch import fx
 
-from . import registry
-from .building.plan import tied
-from .errors import DiagramError
-from .files import writable, write_atomic
-from .builder import spec_of
-from .settings import FORMATS
+from .. import registry
+from ..building.builder import spec_of
+from ..building.plan import tied
+from ..errors import DiagramError
+from ..files import writable, write_atomic
+from ..settings import FORMATS
 
 KIND_COLORS = {
     "preprocess": "#eeeeee",

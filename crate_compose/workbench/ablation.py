@@ -1,6 +1,6 @@
 """Ablation grids: every variant of a grid trained for every seed, into a folder that knows its grid.
 
-``ablate`` trains every variant of a grid of swaps (:class:`crate_compose.grids.Grid`, e.g.
+``ablate`` trains every variant of a grid of swaps (:class:`crate_compose.workbench.grids.Grid`, e.g.
 ``--swap encoder.layer.sparsify.primitive=ista,ista_soft,ista_mm``) for several seeds. Every variant
 is a spec of its own (its own name), and since every step's initial weights depend only on the seed
 and its place in the network, the variants of one seed start from the same weights in every step
@@ -17,11 +17,11 @@ What makes the table trustworthy:
   that holds another ablation, or another person's files, is refused; one that holds this ablation is
   continued only with ``resume``, and any difference is refused with both values. A folder whose
   ablation never started a run is simply started again;
-* every run ``OUT/<variant>/seed-N`` is trained by :func:`crate_compose.train.train`, resumed when it
+* every run ``OUT/<variant>/seed-N`` is trained by :func:`crate_compose.workbench.train.train`, resumed when it
   holds a run record: train refuses a run whose identity differs, continues an unfinished one exactly
   and reads a finished one back without writing; the table is written only from the runs it accepted,
   and states the settings of the identity;
-* the folder is locked (:func:`crate_compose.locks.hold`) for the whole ablation.
+* the folder is locked (:func:`crate_compose.workbench.locks.hold`) for the whole ablation.
 """
 
 from __future__ import annotations
@@ -37,20 +37,22 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import loader
-from .api import validate
-from .artifacts import load_build
-from .budget import check_training
-from .errors import Location, Problem, SpecError, WorkbenchError
-from .files import write_atomic
+from ..building.artifacts import load_build
+from ..building.budget import check_training
+from ..building.inspection import validate
+from ..errors import Location, Problem, SpecError, WorkbenchError
+from ..files import write_atomic
+from ..language import loader
+from ..language.naming import GENERIC_KEYS, safe_name
+from ..language.overrides import parse_key_path
+from ..language.spec import Spec
+from ..settings import METRIC
 from .grids import Grid, GridError
 from .locks import LOCK_FILE, hold
 from .probes import plot_probes, probe, save_probes
+from .probing import PROBE_SAMPLES, _probe_inputs
 from .runs import CADENCE, RUN_FILE, differences, digest
-from .settings import METRIC
-from .spec import Spec
 from .train import prepare, train
-from .workbench import PROBE_SAMPLES, _probe_inputs
 
 ABLATION_FILE = "ablation.json"
 FORMAT = 1
@@ -62,7 +64,7 @@ def variant_label(variant: dict[str, str]) -> str:
     """A short label: the last meaningful key of each swapped path and its value (``sparsify=ista_soft``)."""
     parts = []
     for path, value in variant.items():
-        words = [w for w in loader.parse_key_path(path) if w not in loader.GENERIC_KEYS and not w.isdigit()]
+        words = [w for w in parse_key_path(path) if w not in GENERIC_KEYS and not w.isdigit()]
         parts.append(f"{words[-1] if words else path}={value}")
     return ", ".join(parts)
 
@@ -105,7 +107,7 @@ def base_spec(spec_ref, grid: Grid) -> Spec:
 
 
 def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
-    from . import __version__
+    from .. import __version__
 
     spec = base_spec(spec_ref, grid)
     settings = {k: v for k, v in asdict(grid.settings).items() if k not in ("seed", *CADENCE)}
@@ -118,9 +120,9 @@ def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
 
 
 def _check_variants(spec_ref, grid: Grid, device: str, memory_limit) -> None:
-    """Every variant fitted to the data (:func:`crate_compose.train.prepare`), walked through its
-    shapes (:func:`crate_compose.api.validate`) and its training's memory estimated
-    (:func:`crate_compose.budget.check_training`); each problem once, with the variants it is found
+    """Every variant fitted to the data (:func:`crate_compose.workbench.train.prepare`), walked through its
+    shapes (:func:`crate_compose.building.inspection.validate`) and its training's memory estimated
+    (:func:`crate_compose.building.budget.check_training`); each problem once, with the variants it is found
     in, where its value was written."""
     variants = grid.variants()
     found: dict[str, tuple[Problem, list[str]]] = {}
@@ -155,7 +157,7 @@ def _of_variants(problem: Problem, labels: list[str], total: int) -> Problem:
     return Problem(f"{which}: {problem.message}", problem.path, problem.location, problem.hint)
 
 
-OVERRIDE_PLACE = re.compile(r"--set #\d+ '([^']*)'")  # how the loader names an override (loader.apply_override)
+OVERRIDE_PLACE = re.compile(r"--set #\d+ '([^']*)'")  # how the loader names an override (overrides.apply_override)
 
 
 def _relocated(problem: Problem, origins: dict[str, Location]) -> Problem:
@@ -263,7 +265,7 @@ def _folder(label: str) -> str:
     """A variant's folder: its label as a file name (``sparsify-ista_soft``); a label that does not
     stay as it is, or a long one, gets its hash appended, so two variants never share a folder."""
     plain = label.replace(", ", "_").replace("=", "-")
-    name = loader._safe_name(plain)
+    name = safe_name(plain)
     if name == plain and len(name) <= 80:
         return name
     return f"{name[:60]}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"

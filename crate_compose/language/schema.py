@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import registry
+from .. import registry
 from .spec import Spec
 
 REFERENCE_PATTERN = r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$"

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .errors import Location, Problem, SpecError
+from ..errors import Location, Problem, SpecError
 
 KeyPath = tuple[str | int, ...]
 

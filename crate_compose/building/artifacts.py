@@ -21,12 +21,12 @@ import torch
 from safetensors.torch import load_file
 from torch import fx
 
-from . import loader
+from ..errors import Location, Problem, SpecError
+from ..files import naming, save_tensors, staged_folder, write_atomic
+from ..language import loader
+from ..settings import DIAGRAM_STEM
 from .builder import compile_spec, spec_of
-from .errors import Location, Problem, SpecError
-from .files import naming, save_tensors, staged_folder, write_atomic
-from .settings import DIAGRAM_STEM
-from .building.plan import tied
+from .plan import tied
 from .summary import summarize
 from .ties import retie, untie
 
@@ -77,7 +77,7 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
 
 
 def read_weights(path: Path, tied_names: dict[str, str]) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file, tied names completed (:mod:`crate_compose.ties`).
+    """The tensors of a safetensors file, tied names completed (:mod:`crate_compose.building.ties`).
     Raises ``ValueError`` for a file that is not safetensors (a pickle, a truncated file)."""
     try:
         tensors = load_file(path)

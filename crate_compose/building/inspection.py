@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from ..language.loader import load as load_spec
+from ..language.spec import Spec
 from .derivation import explicit
-from .building.footprints import walk
-from .loader import load as load_spec
-from .spec import Spec
+from .footprints import walk
 
 if TYPE_CHECKING:
     from .summary import Summary
@@ -56,7 +56,7 @@ def inspect(spec: str | Path | Spec, overrides: Iterable[str] = ()) -> Summary:
     full = explicit(resolved)
     records = walk(full)
     if records is None:
-        from .building.placement import place
+        from .placement import place
 
         records = list(place(full, meta=True))
     return summarize_march(full, records)

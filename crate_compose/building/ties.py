@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from .building.plan import Tie
+    from .plan import Tie
 
 
 def apply(module: nn.Module, step_name: str, ties: Iterable[Tie], built: dict[str, nn.Module]) -> None:

@@ -24,11 +24,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import Problem, SpecError
-from .spec import Spec
+from ..errors import Problem, SpecError
+from ..language.spec import Spec
 
 if TYPE_CHECKING:
-    from .building.plan import PlannedStep
+    from .plan import PlannedStep
 
 ENVIRONMENT = "CRATE_COMPOSE_MEMORY_LIMIT"
 HEADROOM = 0.9  # of the memory the device reports available
@@ -114,16 +114,16 @@ def estimate(spec: Spec, *, activations: bool = True, steps: list[PlannedStep] |
     """Count ``spec``'s parameters (from the footprints when they settle every step and
     ``activations`` are not asked for, else placed on the meta device) and one sample's activations
     (placed on the meta device): no memory either way. Parameters are counted as ``inspect`` counts
-    them (:func:`crate_compose.summary.summarize_march`: a tied weight once). ``steps``: the plan of
+    them (:func:`crate_compose.building.summary.summarize_march`: a tied weight once). ``steps``: the plan of
     ``spec`` with its decoder explicit, when the caller made it already."""
-    from .building.footprints import walk
     from .derivation import explicit
+    from .footprints import walk
     from .summary import summarize_march
 
     spec = explicit(spec)
     records = None if activations else walk(spec, steps)
     if records is None:
-        from .building.placement import META_BATCH, place
+        from .placement import META_BATCH, place
 
         records = list(place(spec, meta=True, steps=steps))
         per_sample = sum(record.activation_bytes // META_BATCH for record in records)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from .builder import spec_of
-from .modules.embed import patchify
+from ..building.builder import spec_of
+from ..modules.embed import patchify
 
 
 def masked_reconstruction_loss(

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from .modules.causal import DecodingError, kind_of, state_bytes
+from ..modules.causal import DecodingError, kind_of, state_bytes
 
 
 class CachedModel:

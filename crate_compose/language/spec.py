@@ -19,7 +19,15 @@ from collections import Counter
 from typing import Annotated, Any, Iterator, Literal, Union, get_args
 
 from pydantic import (
-    BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, field_validator, model_validator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
 )
 
 IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_]*$"
@@ -278,7 +286,7 @@ class Spec(_Model):
     _check_preprocess = field_validator("preprocess", "head")(_unique_names)
     _locations: dict = PrivateAttr(default_factory=dict)  # key path -> Location, set by the loader
     _references: dict = PrivateAttr(default_factory=dict)  # key path -> size name, for values written "${name}"
-    _swaps: dict = PrivateAttr(default_factory=dict)  # step path -> loader.Swap (the replaced primitive, its args)
+    _swaps: dict = PrivateAttr(default_factory=dict)  # step path -> reading.Swap (the replaced primitive, its args)
     _notes: list = PrivateAttr(default_factory=list)  # what loading did that a user should hear about
 
     def swaps(self) -> dict[tuple, Any]:

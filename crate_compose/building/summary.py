@@ -11,9 +11,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from .building.march import Marched
-from .building.plan import tied
-from .spec import Spec
+from ..language.spec import Spec
+from .march import Marched
+from .plan import tied
 
 if TYPE_CHECKING:
     from torch import fx

@@ -28,13 +28,14 @@ from typing import Iterable
 import torch
 from torch import fx, nn
 
-from . import budget, loader
-from .errors import Problem, SpecError
+from ..errors import Problem, SpecError
+from ..language import loader
+from ..language.spec import Spec
+from ..settings import DTYPE_NAMES
+from . import budget
 from .derivation import explicit
-from .building.placement import place
-from .building.plan import plan
-from .settings import DTYPE_NAMES
-from .spec import Spec
+from .placement import place
+from .plan import plan
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
@@ -96,8 +97,8 @@ def compile_spec(
         meta: build on the meta device: shapes and parameter counts without memory or init cost.
         memory_limit: bytes (or ``"8GB"``, ``"none"``) the weights may take; the parameters are
             counted on the meta device first and a build over the limit raises
-            :class:`~crate_compose.budget.ResourceError` before allocating (default: see
-            :mod:`crate_compose.budget`).
+            :class:`~crate_compose.building.budget.ResourceError` before allocating (default: see
+            :mod:`crate_compose.building.budget`).
     """
     dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     device = resolve_device(device)

@@ -22,10 +22,10 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from . import registry
-from .deprecation import deprecated
-from .files import write_atomic, write_together
-from .modules.measures import (
+from .. import registry
+from ..deprecation import deprecated
+from ..files import write_atomic, write_together
+from ..modules.measures import (
     Measure,
     Reading,
     coding_rate,
@@ -235,7 +235,9 @@ def probes_png(
     when both an encoder and a decoder have the measure). The y label names the measure and the way
     the steps claim to move it.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazily: importing crate_compose never needs it
+    from matplotlib.backends.backend_agg import (
+        FigureCanvasAgg,  # lazily: importing crate_compose never needs it
+    )
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 

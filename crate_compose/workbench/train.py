@@ -12,7 +12,7 @@ A run folder holds::
 
     spec.yaml                 the resolved spec that was trained
     metrics.jsonl, .csv       one row per logged step (train loss, learning rate) and per evaluation
-    checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.checkpoint), every N steps
+    checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.workbench.checkpoint), every N steps
     final/                    the trained build (crate_compose.load_build, crate-compose probe --weights)
     result.json               the last train loss, the evaluation, parameters and wall time
 
@@ -42,20 +42,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import budget, checkpoint, loader, locks, runs
-from .artifacts import replaceable
-from .artifacts import save as save_build
-from .budget import human
-from .builder import compile_spec
+from ..building import budget
+from ..building.artifacts import replaceable
+from ..building.artifacts import save as save_build
+from ..building.budget import human
+from ..building.builder import compile_spec
+from ..building.placement import step_seed
+from ..errors import SpecError, WorkbenchError
+from ..files import naming, writable, write_atomic
+from ..language import loader
+from ..modules.embed import patchify
+from ..settings import AUGMENTATIONS, METRIC, TASKS, Settings, settings_problems
+from . import checkpoint, locks, runs
 from .data import Data, load_data
 from .data import verify as verify_data
-from .errors import SpecError, WorkbenchError
-from .files import naming, writable, write_atomic
 from .losses import masked_reconstruction_loss, patch_size_of
-from .modules.embed import patchify
 from .progress import bar as progress_bar
-from .settings import AUGMENTATIONS, METRIC, TASKS, Settings, settings_problems
-from .building.placement import step_seed
 
 EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
 
@@ -373,12 +375,12 @@ def train(
     """Train ``spec_ref`` (a path, preset or Spec) as ``settings`` says; see the module docstring.
 
     Before anything is allocated, the weights, AdamW's state and one batch's activations are
-    estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.budget`)
-    raises :class:`~crate_compose.budget.ResourceError` with the estimate and the limit. Before the
-    first step, the run folder is locked and checked (:mod:`crate_compose.runs`): a new run needs a
+    estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.building.budget`)
+    raises :class:`~crate_compose.building.budget.ResourceError` with the estimate and the limit. Before the
+    first step, the run folder is locked and checked (:mod:`crate_compose.workbench.runs`): a new run needs a
     folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
     the run recorded there only when nothing that defines it differs, from a checkpoint that
-    :func:`crate_compose.checkpoint.verify` passes. A finished run resumed with the same steps is
+    :func:`crate_compose.workbench.checkpoint.verify` passes. A finished run resumed with the same steps is
     returned as it is (``Result.already_finished``), nothing written.
     """
     overrides = list(overrides)
@@ -433,7 +435,7 @@ class _Opening:
         self.optimizer = _adamw(self.model, settings)
 
     def identity(self, settings: Settings) -> dict[str, Any]:
-        from . import __version__
+        from .. import __version__
 
         return runs.identity(self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__)
 

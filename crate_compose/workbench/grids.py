@@ -9,8 +9,8 @@ Python (:class:`Grid`)::
     set: [sizes.depth=2]                     # overrides every variant shares
     steps: 600                               # and any training setting but seed (task, data, lr, ...)
 
-The text goes through the spec reader (:func:`crate_compose.loader.read_file`: a regular file, at
-most 2 MB, UTF-8; :mod:`crate_compose.yamlread`: plain values only, bounded nesting, values and
+The text goes through the spec reader (:func:`crate_compose.language.reading.read_file`: a regular file, at
+most 2 MB, UTF-8; :mod:`crate_compose.language.yamlread`: plain values only, bounded nesting, values and
 aliases), so ``/dev/zero``, a FIFO or an alias bomb is refused at once. Every problem is reported
 together as ``file:line:column: key: message``; the training settings follow the rules of
 :func:`crate_compose.settings.settings_problems`, the same the Python API's ``train`` refuses by.
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import loader
-from .errors import Location, Problem, SpecError, WorkbenchError, did_you_mean
-from .settings import MAX_RUNS, MAX_SEEDS, Settings, settings_problems
+from ..errors import Location, Problem, SpecError, WorkbenchError, did_you_mean
+from ..language.reading import Source, read_file
+from ..settings import MAX_RUNS, MAX_SEEDS, Settings, settings_problems
 
 KeyPath = tuple[str | int, ...]
 SETTING_KEYS = tuple(f.name for f in fields(Settings) if f.name != "seed")  # a grid's seeds are 0..seeds-1
@@ -172,7 +172,7 @@ class GridFile:
 
     path: Path
     content: dict[str, Any]
-    source: loader.Source
+    source: Source
 
     def locate(self, *key: str | int) -> Location:
         return self.source.locate(key) or Location(str(self.path))
@@ -196,7 +196,7 @@ def read_grid(path: str | Path) -> GridFile:
     """Read and check a grid file (see the module docstring); :class:`GridError` lists every problem."""
     path = Path(path)
     try:
-        source = loader.read_file(path)
+        source = read_file(path)
     except SpecError as error:
         raise GridError(error.problems) from None
     found = GridFile(path, source.data, source)

@@ -1,0 +1,1 @@
+"""Pictures of a built network: the architecture diagram (:mod:`.diagrams`, graphviz)."""
