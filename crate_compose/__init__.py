@@ -71,17 +71,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .language.spec import Derive, Spec, Stack, Step
     from .language.zoo import presets
     from .modules.residual import Residual
-    from .registry import (
-        Args,
-        Context,
-        Example,
-        Footprint,
-        Inverse,
-        Primitive,
-        all_primitives,
-        load_plugins,
-        primitive,
-    )
+    from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive
     from .rendering.diagrams import diagram, render
     from .workbench.decoding import CachedModel, generate
     from .workbench.losses import masked_reconstruction_loss, reconstruction_loss

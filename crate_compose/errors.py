@@ -93,3 +93,11 @@ class PluginError(RuntimeError):
 
 class DiagramError(RuntimeError):
     """Graphviz could not draw the diagram."""
+
+
+class TrainError(WorkbenchError):
+    """A run that cannot start (bad task, data or resume request); the CLI prints it in one line."""
+
+
+class DataError(WorkbenchError):
+    """A data set that cannot be loaded; the message is one line naming the data set, path or file."""

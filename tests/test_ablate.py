@@ -19,6 +19,7 @@ from test_workbench import one_thread  # noqa: F401  (autouse: one thread for sm
 
 from crate_compose import cli
 from crate_compose.language import loader
+from crate_compose.language.naming import safe_name
 from crate_compose.workbench import train as train_module
 from crate_compose.workbench.ablation import _folder, ablate, variant_label
 from crate_compose.workbench.grids import Grid, GridError, parse_swap
@@ -117,7 +118,7 @@ def test_every_variant_gets_a_folder_of_its_own():
     labels = ["sparsify=ista_soft", "depth=2, sparsify=ista", "x=a/b", "x=a?b", "x=" + "v" * 200]
     names = [_folder(label) for label in labels]
     assert names[:2] == ["sparsify-ista_soft", "depth-2_sparsify-ista"]
-    assert len(set(names)) == len(names) and all(len(n) <= 80 and loader._safe_name(n) == n for n in names)
+    assert len(set(names)) == len(names) and all(len(n) <= 80 and safe_name(n) == n for n in names)
 
 
 def test_swap_parsing_and_labels():

@@ -1,4 +1,5 @@
-"""The offline data sets of crate_compose.workbench.data: shapes, splits, determinism, errors, spec fitting."""
+"""The offline data sets of crate_compose.workbench.data (folders of images: crate_compose.workbench.images):
+shapes, splits, determinism, errors, spec fitting."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 import torch
 from PIL import Image
 
+from crate_compose.errors import DataError
 from crate_compose.workbench import data as D
+from crate_compose.workbench import images
 from crate_compose.language.loader import load
 
 DIGITS = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
@@ -173,10 +176,10 @@ def test_folder_split_resize_and_lazy_reading(tmp_path):
     assert data.input_shape == (3, 8, 8)
     x, y = data.train[0]
     assert x.dtype == torch.float32 and x.shape == (3, 8, 8) and isinstance(y, int)
-    assert isinstance(data.train, D.FolderImages)  # files, read on access
+    assert isinstance(data.train, images.FolderImages)  # files, read on access
     victim = data.test.files[0]
     victim.write_bytes(b"broken")  # changed after loading: only reading it fails
-    with pytest.raises(D.DataError, match=victim.name):
+    with pytest.raises(DataError, match=victim.name):
         data.test[0]
     again = D.load_data(f"folder:{tmp_path}", image_size=8)
     assert again.train.files == data.train.files  # the split is fixed
@@ -193,19 +196,19 @@ def test_folder_train_test_subfolders_and_common_size(tmp_path):
 
 
 def test_folder_errors(tmp_path):
-    with pytest.raises(D.DataError, match="no such folder"):
+    with pytest.raises(DataError, match="no such folder"):
         D.load_data(f"folder:{tmp_path / 'missing'}")
-    with pytest.raises(D.DataError, match="no class folders"):
+    with pytest.raises(DataError, match="no class folders"):
         D.load_data(f"folder:{tmp_path}")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(D.DataError, match="empty.*without images"):
+    with pytest.raises(DataError, match="empty.*without images"):
         D.load_data(f"folder:{tmp_path}")
     (tmp_path / "empty").rmdir()
     write_folder(tmp_path)
-    with pytest.raises(D.DataError, match="differ in size.*image_size"):
+    with pytest.raises(DataError, match="differ in size.*image_size"):
         D.load_data(f"folder:{tmp_path}")
     (tmp_path / "dog" / "3.png").write_bytes(b"not a png")
-    with pytest.raises(D.DataError, match="3.png: cannot read"):
+    with pytest.raises(DataError, match="3.png: cannot read"):
         D.load_data(f"folder:{tmp_path}", image_size=8)
 
 
@@ -213,15 +216,15 @@ def test_folder_errors(tmp_path):
 
 
 def test_unknown_name_and_options():
-    with pytest.raises(D.DataError, match="unknown data set 'digit'.*did you mean 'digits'"):
+    with pytest.raises(DataError, match="unknown data set 'digit'.*did you mean 'digits'"):
         D.load_data("digit")
-    with pytest.raises(D.DataError, match="photos, subspaces"):
+    with pytest.raises(DataError, match="photos, subspaces"):
         D.load_data("mnist")
-    with pytest.raises(D.DataError, match="does not take delta"):
+    with pytest.raises(DataError, match="does not take delta"):
         D.load_data("digits", delta=0.1)
-    with pytest.raises(D.DataError, match="image_size"):
+    with pytest.raises(DataError, match="image_size"):
         D.load_data("subspaces", image_size=8)
-    assert issubclass(D.DataError, ValueError)
+    assert issubclass(DataError, ValueError)
 
 
 def test_spec_overrides_fit_crate_tiny_to_digits(digits):
@@ -300,7 +303,7 @@ def test_a_decompression_bomb_is_refused_from_its_header(tmp_path, bomb, never_d
     target = tmp_path / split / "cats" / "huge.png"
     shutil.copy(bomb, target)
     started = time.perf_counter()
-    with pytest.raises(D.DataError) as raised:
+    with pytest.raises(DataError) as raised:
         data = D.load_data(f"folder:{tmp_path}", image_size=8, memory_limit="1GB")  # the stats sample reads train
         D.verify(data)  # the test split is checked here, before a run's first step
     message = str(raised.value)
@@ -313,12 +316,12 @@ def test_an_image_over_the_memory_limit_is_refused_with_its_size(tmp_path, never
     small_images(tmp_path)
     target = tmp_path / "dogs" / "wide.png"
     Image.new("L", (3000, 3000)).save(target)
-    with pytest.raises(D.DataError, match=r"wide.png: 3000x3000 pixels would take about .* decoded, over the "
+    with pytest.raises(DataError, match=r"wide.png: 3000x3000 pixels would take about .* decoded, over the "
                        r"memory limit of 10.0 MB \(--memory-limit\)"):
         D.load_data(f"folder:{tmp_path}", memory_limit="10MB")  # every header is read for the common size
-    with pytest.raises(D.DataError, match="wide.png: 3000x3000 pixels"):
-        D.read_image(target, (8, 8), (10e6, "--memory-limit"))
-    assert D.read_image(target, (8, 8), (None, "none")).shape == (3, 8, 8)  # within the bomb threshold: read
+    with pytest.raises(DataError, match="wide.png: 3000x3000 pixels"):
+        images.read_image(target, (8, 8), (10e6, "--memory-limit"))
+    assert images.read_image(target, (8, 8), (None, "none")).shape == (3, 8, 8)  # within the bomb threshold: read
 
 
 def test_image_sizes_past_the_bound_or_the_memory_limit_are_refused_before_allocating(capsys):
@@ -327,12 +330,12 @@ def test_image_sizes_past_the_bound_or_the_memory_limit_are_refused_before_alloc
     from crate_compose.cli import main
 
     started = time.perf_counter()
-    with pytest.raises(D.DataError, match=r"digits: image_size must be a whole number in \[1, 8192\]; got 100000"):
+    with pytest.raises(DataError, match=r"digits: image_size must be a whole number in \[1, 8192\]; got 100000"):
         D.load_data("digits", image_size=100000)
-    with pytest.raises(D.DataError, match=r"digits: 1,797 images of 1x8192x8192 would take about 2.4 TB in memory, "
+    with pytest.raises(DataError, match=r"digits: 1,797 images of 1x8192x8192 would take about 2.4 TB in memory, "
                        r"over the memory limit of 1.0 GB \(--memory-limit\); give a smaller --image-size"):
         D.load_data("digits", image_size=8192, memory_limit="1GB")
-    with pytest.raises(D.DataError, match="photos: 4,608 images of 3x64x64 would take"):
+    with pytest.raises(DataError, match="photos: 4,608 images of 3x64x64 would take"):
         D.load_data("photos", image_size=64, memory_limit="10MB")
     for command in ("train", "probe"):
         with pytest.raises(SystemExit) as exited:
@@ -357,10 +360,10 @@ def test_verify_names_a_truncated_test_image_and_passes_sound_sets(tmp_path, dig
     victim = tmp_path / "test" / "dogs" / "1.png"
     truncated(victim)
     data = D.load_data(f"folder:{tmp_path}", image_size=8)  # test images are not read when loading
-    with pytest.raises(D.DataError, match=rf"^{victim}: cannot read the image \(.*truncated"):
+    with pytest.raises(DataError, match=rf"^{victim}: cannot read the image \(.*truncated"):
         D.verify(data)
     victim.write_bytes(b"not an image")
-    with pytest.raises(D.DataError, match=rf"^{victim}: cannot read the image"):
+    with pytest.raises(DataError, match=rf"^{victim}: cannot read the image"):
         D.verify(data)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 import crate_compose as cc
 from crate_compose import cli
+from crate_compose.errors import DataError
 from crate_compose.workbench import data as D
 from crate_compose.workbench.train import prepare
 
@@ -25,7 +26,7 @@ def test_subspaces_are_generated_at_the_sizes_the_spec_declares():
 
 
 def test_subspaces_that_cannot_exist_name_the_spec_sizes():
-    with pytest.raises(D.DataError, match=r"d >= K\*p; got K=3, p=32, n=48, d=50.*from the spec's sizes"):
+    with pytest.raises(DataError, match=r"d >= K\*p; got K=3, p=32, n=48, d=50.*from the spec's sizes"):
         D.load_data("subspaces", spec={"sizes": {"d": 50, "subspaces": 3, "subspace_dim": 32}})
 
 

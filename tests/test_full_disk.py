@@ -12,7 +12,6 @@ runs either way; ``injected`` runs them that way here too.
 from __future__ import annotations
 
 import errno
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,74 +22,11 @@ import torch
 import crate_compose as cc
 from crate_compose import files
 from crate_compose.cli import main
+from disks import Disk  # tests/disks.py
 
 DIGITS = str(Path(__file__).resolve().parent.parent / "specs" / "crate-digits.yaml")
 TINY = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"]
 SETS = [arg for override in TINY for arg in ("--set", override)]
-
-
-class Disk:
-    """A folder on a small disk that can be filled up (``leave``) and made read-only (``read_only``)."""
-
-    def __init__(self, folder: Path, monkeypatch: pytest.MonkeyPatch, real: bool):
-        self.folder, self.monkeypatch, self.real = folder, monkeypatch, real
-        self.room: float = float("inf")  # injected: bytes a write may still take
-        self.frozen = False  # injected: no file may be created
-        if not real:
-            self._inject()
-
-    def leave(self, room: int) -> None:
-        """Fill the disk up to ``room`` free bytes."""
-        if self.real:
-            free = os.statvfs(self.folder).f_bavail * os.statvfs(self.folder).f_frsize
-            (self.folder / "filler").write_bytes(b"\0" * max(0, free - room))
-        else:
-            self.room = room
-
-    def read_only(self) -> None:
-        if self.real:
-            subprocess.run(["mount", "-o", "remount,ro", str(self.folder)], check=True, capture_output=True)
-        else:
-            self.frozen = True
-
-    def temporary_files(self) -> list[str]:
-        """What a writer left behind: hidden names other than a folder's lock."""
-        return [str(p) for p in self.folder.rglob(".*") if p.name != ".lock"]
-
-    def _inside(self, path) -> bool:
-        return Path(os.path.abspath(path)).is_relative_to(self.folder)
-
-    def _inject(self) -> None:
-        import tempfile
-
-        import safetensors.torch
-        from safetensors import SafetensorError
-
-        disk = self
-        write_bytes, save_file = Path.write_bytes, safetensors.torch.save_file
-        mkstemp, mkdtemp = tempfile.mkstemp, tempfile.mkdtemp
-
-        def full(self, data):  # as write(2) reports it: no file name
-            if disk._inside(self) and len(data) > disk.room:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return write_bytes(self, data)
-
-        def tensors(tensors, path, *args, **kwargs):  # as safetensors reports it
-            if disk._inside(path) and sum(t.numel() * t.element_size() for t in tensors.values()) > disk.room:
-                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-            return save_file(tensors, path, *args, **kwargs)
-
-        def frozen(make):
-            def create(*args, dir=None, **kwargs):
-                if disk.frozen and dir is not None and disk._inside(dir):
-                    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.path.join(dir, ".tmp-name"))
-                return make(*args, dir=dir, **kwargs)
-            return create
-
-        self.monkeypatch.setattr(Path, "write_bytes", full)
-        self.monkeypatch.setattr(safetensors.torch, "save_file", tensors)
-        self.monkeypatch.setattr(tempfile, "mkstemp", frozen(mkstemp))
-        self.monkeypatch.setattr(tempfile, "mkdtemp", frozen(mkdtemp))
 
 
 @pytest.fixture(params=["tmpfs", "injected"])

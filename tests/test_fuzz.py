@@ -60,7 +60,7 @@ from hypothesis import strategies as st
 
 import crate_compose as cc
 from crate_compose import SpecError
-from crate_compose.language import loader
+from crate_compose.language.reading import key_paths
 from crate_compose.building.derivation import explicit
 from crate_compose.building.footprints import walk
 from crate_compose.building.summary import summarize_march
@@ -212,8 +212,8 @@ KeyPath = tuple
 
 
 def _paths(data: Any) -> Iterator[KeyPath]:
-    """Every key path in ``data`` but the root (the loader's own walk)."""
-    return (p for p in loader._paths(data) if p)
+    """Every key path in ``data`` but the root (the reader's own walk)."""
+    return (p for p in key_paths(data) if p)
 
 
 def _get(data: Any, path: KeyPath) -> Any:

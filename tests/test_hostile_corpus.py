@@ -31,7 +31,6 @@ import concurrent.futures as futures
 import importlib.util
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from typing import Iterator
 import pytest
 
 import guards  # tests/guards.py
-from guards import Hang
+from guards import Hang, process_state_kept
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "hostile"
@@ -110,36 +109,10 @@ def work(tmp_path_factory) -> Path:
 @pytest.fixture
 def clean_state(monkeypatch, work):
     """Put back what a command may change in this process."""
-    import numpy as np
-    import torch
-
-    from crate_compose import registry
-
-    environ, path, modules = dict(os.environ), list(sys.path), set(sys.modules)
-    primitives, failures = dict(registry._REGISTRY), list(registry._PLUGIN_FAILURES)
-    dtype, threads, grad = torch.get_default_dtype(), torch.get_num_threads(), torch.is_grad_enabled()
-    rng = torch.random.get_rng_state(), random.getstate(), np.random.get_state()
     monkeypatch.setenv("COLUMNS", "120")  # as survey.run_process gives
-    with open(os.devnull) as empty:
+    with process_state_kept(str(work), str(HOSTILE)), open(os.devnull) as empty:
         monkeypatch.setattr(sys, "stdin", empty)
         yield
-    for key in set(os.environ) - set(environ):
-        del os.environ[key]
-    os.environ.update(environ)
-    sys.path[:] = path
-    for name in set(sys.modules) - modules:  # plugins the case imported (crate_compose's own modules stay)
-        file = getattr(sys.modules[name], "__file__", None) or ""
-        if name.startswith("crate_compose_plugin_") or file.startswith((str(work), str(HOSTILE))):
-            del sys.modules[name]
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(primitives)
-    registry._PLUGIN_FAILURES[:] = failures
-    torch.set_default_dtype(dtype)
-    torch.set_num_threads(threads)
-    torch.set_grad_enabled(grad)
-    torch.random.set_rng_state(rng[0])
-    random.setstate(rng[1])
-    np.random.set_state(rng[2])
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import random
 import sys
 from pathlib import Path
 
 import pytest
+from guards import process_state_kept  # tests/guards.py
 
 RUNTIME = Path(__file__).resolve().parent / "runtime"
 
@@ -37,7 +37,7 @@ cases, harness = _import_corpus()
 REGRESSION_IDS = set(cases.REGRESSIONS.values())
 # The torchrun cases also judge that no worker aborts at exit ("terminate called without an active
 # exception"): gloo's threads used to release tensors after the interpreter was gone (train's
-# _Distributed.stop now collects DDP's cycles and destroys the group while Python is whole).
+# distributed.Distributed.stop now collects DDP's cycles and destroys the group while Python is whole).
 CORPUS = [pytest.param(case, id=case.name)
           for case in cases.CASES if case.id not in REGRESSION_IDS]
 
@@ -71,38 +71,13 @@ def _warm() -> None:
 
 @pytest.fixture
 def clean_state(monkeypatch):
-    """Put back what a command may change in this process (as tests/test_hostile_corpus.py does)."""
-    import numpy as np
-    import torch
-
-    from crate_compose import registry
-
-    environ, path, modules = dict(os.environ), list(sys.path), set(sys.modules)
-    primitives, failures = dict(registry._REGISTRY), list(registry._PLUGIN_FAILURES)
-    dtype, threads, grad = torch.get_default_dtype(), torch.get_num_threads(), torch.is_grad_enabled()
-    rng = torch.random.get_rng_state(), random.getstate(), np.random.get_state()
+    """Put back what a command may change in this process (tests/guards.py)."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "CRATE_COMPOSE_MEMORY_LIMIT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "120")
-    with open(os.devnull) as empty:
+    with process_state_kept(), open(os.devnull) as empty:
         monkeypatch.setattr(sys, "stdin", empty)
         yield
-    for key in set(os.environ) - set(environ):
-        del os.environ[key]
-    os.environ.update(environ)
-    sys.path[:] = path
-    for name in set(sys.modules) - modules:
-        if name.startswith("crate_compose_plugin_"):
-            del sys.modules[name]
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(primitives)
-    registry._PLUGIN_FAILURES[:] = failures
-    torch.set_default_dtype(dtype)
-    torch.set_num_threads(threads)
-    torch.set_grad_enabled(grad)
-    torch.random.set_rng_state(rng[0])
-    random.setstate(rng[1])
-    np.random.set_state(rng[2])
 
 
 def run_case(case, resources, tmp_path, monkeypatch, capfd) -> tuple[list[str], "harness.Result", "harness.Ctx"]:

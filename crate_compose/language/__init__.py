@@ -1,3 +1,4 @@
-"""The spec language: a YAML spec read safely (:mod:`.yamlread`), resolved (:mod:`.loader`: extends,
-``--set`` overrides, ``${size}`` references), validated into a :class:`~.spec.Spec`, dumped back,
-and described as a JSON schema (:mod:`.schema`); presets by name (:mod:`.zoo`). No torch."""
+"""The spec language: a YAML spec read safely (:mod:`.yamlread`, :mod:`.reading`), resolved (:mod:`.loader`:
+:mod:`.extends`, ``--set`` :mod:`.overrides`, variant :mod:`.naming`, ``${size}`` :mod:`.substitution`),
+validated into a :class:`~.spec.Spec` (:mod:`.validation`), dumped back (:mod:`.dumping`), and
+described as a JSON schema (:mod:`.schema`); presets by name (:mod:`.zoo`). No torch."""

@@ -6,10 +6,11 @@ reader would not write (empty ``pre``/``post``/``stacks``, unset step options) i
 a derived decoder step that copies such a value, so that ``--set sizes.d=...`` still changes the
 whole network::
 
-    sizes: {d: 384}
-    encoder:
-      layer:
-        - {name: compress, primitive: mssa, args: {dim: ${d}, ...}}   # references=False: dim: 384
+    preprocess:                                 # crate-tiny, every default written out
+    - name: patch_embed
+      primitive: patch_embed
+      args: {patch_size: 16, dim: 384, norm: true, projection: linear}                   # references=False
+      args: {patch_size: '${patch_size}', dim: '${d}', norm: true, projection: linear}   # references=True
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ The pipeline, each stage collecting problems rather than stopping at the first:
 2. follow ``extends:`` (a path relative to the file, or a zoo preset) and merge: mappings merge
    key by key, lists and scalars replace, and a mapping keyed by step names patches those steps
    of a list of steps (``layer: {sparsify: {primitive: ista_soft}}``) (:mod:`.extends`);
-3. apply ``--set path=value`` overrides (``encoder.layer.1.args.heads=8``,
+3. apply ``--set path=value`` overrides (``encoder.layer.0.args.heads=8``,
    ``encoder.layer[sparsify].primitive=ista_soft``) (:mod:`.overrides`); a spec changed this way
    (or by an ``extends`` child that changes the architecture) is a *variant*: it gets a name of
    its own and loses a ``reference`` count that no longer applies (:mod:`.naming`);

@@ -5,7 +5,7 @@ the step's name, with a dot or in brackets. The value is parsed as YAML (``8``, 
 ``[1, 2]``, ``{heads: 8}``)::
 
     --set sizes.d=384
-    --set encoder.layer.1.args.heads=8
+    --set encoder.layer.0.args.heads=8
     --set encoder.layer[sparsify].primitive=ista_soft
 
 A key the path names that does not exist yet is created. Every bad override is reported, each

@@ -89,15 +89,20 @@ def read_file(path: Path) -> Source:
     return read_yaml(text, str(path))
 
 
-def key_paths(data: Any, prefix: KeyPath = ()) -> Iterable[KeyPath]:
-    """Every key path in raw spec data, the root ``()`` first, then depth first in the order written."""
-    yield prefix
+def key_values(data: Any, prefix: KeyPath = ()) -> Iterable[tuple[KeyPath, Any]]:
+    """Every key path in raw spec data with its value: the root ``()`` first, then depth first in the order written."""
+    yield prefix, data
     if isinstance(data, dict):
         for key, value in data.items():
-            yield from key_paths(value, prefix + (key,))
+            yield from key_values(value, prefix + (key,))
     elif isinstance(data, list):
         for i, value in enumerate(data):
-            yield from key_paths(value, prefix + (i,))
+            yield from key_values(value, prefix + (i,))
+
+
+def key_paths(data: Any, prefix: KeyPath = ()) -> Iterable[KeyPath]:
+    """Every key path in raw spec data, the root ``()`` first, then depth first in the order written."""
+    return (path for path, _ in key_values(data, prefix))
 
 
 def is_steps(value: Any) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..errors import Problem, did_you_mean
-from .reading import KeyPath, Source, Swap
+from .reading import KeyPath, Source, Swap, key_values
 from .spec import REFERENCE
 
 MAX_TEXT = 10_000  # characters a ${reference} substitution may produce
@@ -79,16 +79,9 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
     return out
 
 
-def reference_paths(data: Any, path: KeyPath = ()) -> Iterable[KeyPath]:
+def reference_paths(data: Any) -> Iterable[KeyPath]:
     """The paths of the strings in ``data`` that contain a ``${reference}``."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield from reference_paths(value, path + (key,))
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            yield from reference_paths(value, path + (i,))
-    elif isinstance(data, str) and "${" in data:
-        yield path
+    return (path for path, value in key_values(data) if isinstance(value, str) and "${" in value)
 
 
 def substitute_swap(swap: Swap, sizes: dict) -> Swap:

@@ -5,8 +5,14 @@ Two passes, whose problems are reported together: each step's primitive must be 
 spec must validate against the pydantic models of :mod:`.spec`. Pydantic's errors are translated
 to the spec's own words, at the file:line:column where the key is written::
 
-    specs/mine.yaml:12:7: encoder.layer[0].args.haeds: unknown key 'haeds'; one of heads, head_dim, ... (did you mean 'heads'?)
-    specs/mine.yaml:4:10: encoder.layer[1].args.lambd: Input should be a valid number; found 'x'
+    extends: ../specs/crate.yaml                # mine.yaml
+    encoder:
+      layer:
+        compress: {args: {haeds: 4}}
+        sparsify: {args: {lambd: x}}
+
+    mine.yaml:4:23: encoder.layer[0].args.haeds: unknown key 'haeds'; expected one of: bias, ... (did you mean 'heads'?)
+    mine.yaml:5:23: encoder.layer[1].args.lambd: Input should be a valid number, ...; found 'x'
 
 A value that failed a ``${reference}`` gets no second problem; a network that unrolls to more than
 :data:`~.spec.MAX_STEPS` steps is refused where the largest share is written. Arguments a swapped

@@ -20,12 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from ..registry import Args, Example, Footprint, Inverse, Shape, primitive, token_dim
-from .compress import (
-    SubspaceAttentionArgs,
-    mssa_module,
-    mssa_update,
-    subspace_attention_footprint,
-)
+from .compress import SubspaceAttentionArgs, mssa_module, mssa_update, subspace_attention_footprint
 from .parts import layernorm
 
 if TYPE_CHECKING:

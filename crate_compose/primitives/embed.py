@@ -14,16 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from ..registry import (
-    Args,
-    Context,
-    Example,
-    Footprint,
-    Inverse,
-    Shape,
-    primitive,
-    token_dim,
-)
+from ..registry import Args, Context, Example, Footprint, Inverse, Shape, primitive, token_dim
 from .parts import conv2d, layernorm, linear
 
 if TYPE_CHECKING:

@@ -17,16 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from ..registry import (
-    Args,
-    Context,
-    Example,
-    Footprint,
-    Inverse,
-    Shape,
-    primitive,
-    token_dim,
-)
+from ..registry import Args, Context, Example, Footprint, Inverse, Shape, primitive, token_dim
 
 if TYPE_CHECKING:
     from torch import nn

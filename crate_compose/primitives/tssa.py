@@ -87,12 +87,7 @@ def _footprint(args: TSSAArgs, shape: Shape) -> Footprint:
 
 
 def _measures():
-    from ..modules.measures import (
-        Measure,
-        Reading,
-        coding_rate_measure,
-        variational_rate,
-    )
+    from ..modules.measures import Measure, Reading, coding_rate_measure, variational_rate
 
     return (
         coding_rate_measure(

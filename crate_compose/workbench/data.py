@@ -52,6 +52,7 @@ generated from a seed, or read from a folder the user already has on disk.
     would go over the memory limit, or past Pillow's decompression-bomb threshold (a PNG of a few kB
     can hold 13000x13000 pixels), is refused naming the file and its size. :func:`verify`, which
     ``train`` calls before its first step, reads every file's header and decodes every test image.
+    The folder is read, scanned and split by :mod:`crate_compose.workbench.images`.
 
 Memory: ``image_size`` is at most ``settings.MAX_IMAGE_SIZE`` (8192), and a set held in memory
 (digits, photos) whose resized images would go over the memory limit (``memory_limit``, as
@@ -68,38 +69,29 @@ there); ``crate-compose train SPEC --data digits`` uses it to size the spec's in
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import inspect
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..building.budget import human, resolve_limit
-from ..errors import WorkbenchError
+from ..building.budget import resolve_limit
+from ..errors import DataError
 from ..settings import MAX_IMAGE_SIZE
 from . import corpus
+from .images import FolderImages, Limit, check_memory, image_header, read_folder, read_image, stratified_split
 
 __all__ = [
-    "Data", "DataError", "FolderImages", "Tensors", "image_header", "load_data", "load_digits", "load_folder",
-    "load_photos", "load_subspaces", "load_text", "names", "random_subspaces", "read_image", "sample_tokens",
-    "spec_overrides", "verify",
+    "Data", "Tensors", "load_data", "load_digits", "load_folder", "load_photos", "load_subspaces", "load_text",
+    "names", "random_subspaces", "sample_tokens", "spec_overrides", "verify",
 ]
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
 PHOTO_TRAIN_FRACTION = 0.75  # train crops come from the left 75% of each photo, test crops from the right 25%
 PHOTO_TEST_SEED = 1_000_003  # the test crops never depend on `seed`
-STATS_SAMPLE = 512  # images read to estimate a folder's channel statistics
-
-
-class DataError(WorkbenchError):
-    """A data set that cannot be loaded; the message is one line naming the data set, path or file."""
 
 
 # ---------------------------------------------------------------- containers
@@ -201,39 +193,11 @@ def _channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return flat.mean(1).float(), flat.std(1).clamp_min(1e-6).float()
 
 
-def _streamed_stats(split: FolderImages, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_channel_stats` of the images ``indices`` of ``split``, read one at a time (sums in
-    float64), so that the sample never lies in memory at once."""
-    total, squares, count = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), 0
-    for index in indices:
-        pixels = split.raw(index).double().reshape(3, -1)
-        total += pixels.sum(1)
-        squares += pixels.square().sum(1)
-        count += pixels.shape[1]
-    mean = total / count
-    variance = (squares - count * mean.square()) / max(count - 1, 1)
-    return mean.float(), variance.clamp_min(0).sqrt().clamp_min(1e-6).float()
-
-
 def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
     """Bilinear resize of (N, C, H, W) images to size x size."""
     if images.shape[-2:] == (size, size):
         return images
     return torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
-
-
-def _stratified_split(
-    labels: Sequence[int], test_fraction: float, seed: int, where: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (train, test) of a seeded split keeping each class's share in both parts."""
-    from sklearn.model_selection import train_test_split
-
-    indices = np.arange(len(labels))
-    try:
-        train, test = train_test_split(indices, test_size=test_fraction, stratify=labels, random_state=seed)
-    except ValueError as error:
-        raise DataError(f"{where}: cannot split it into train and test ({error})") from None
-    return np.sort(train), np.sort(test)
 
 
 def _check_size(image_size: int | None, where: str) -> None:
@@ -244,24 +208,12 @@ def _check_size(image_size: int | None, where: str) -> None:
         raise DataError(f"{where}: image_size must be a whole number in [1, {MAX_IMAGE_SIZE}]; got {image_size!r}")
 
 
-Limit = tuple[float | None, str]  # bytes (None: no limit) and where the limit came from (budget.resolve_limit)
-
-
-def _check_memory(needed: float, what: str, limit: Limit, hint: str, held: str = "in memory") -> None:
-    """Raise :class:`DataError` when ``needed`` bytes are over the memory limit: ``what`` would take
-    ``needed`` (``held``), with the limit, where it came from, and ``hint``."""
-    bound, source = limit
-    if bound is not None and needed > bound:
-        raise DataError(f"{what} would take about {human(needed)} {held}, over the memory limit of "
-                        f"{human(bound)} ({source}); {hint}, or set --memory-limit")
-
-
 def _check_in_memory(where: str, count: int, shape: tuple[int, ...], copies: int, limit: Limit) -> None:
     """Refuse a data set held in memory whose ``count`` float32 inputs of ``shape`` (``copies`` of
     them alive at once while it is made) would not fit, before allocating (digits at 20000x20000)."""
     needed = float(count) * math.prod(shape) * 4 * copies
-    _check_memory(needed, f"{where}: {count:,} images of {'x'.join(map(str, shape))}", limit,
-                  "give a smaller --image-size")
+    check_memory(needed, f"{where}: {count:,} images of {'x'.join(map(str, shape))}", limit,
+                 "give a smaller --image-size")
 
 
 # ---------------------------------------------------------------- digits
@@ -283,7 +235,7 @@ def load_digits(*, image_size: int | None = None, split_seed: int = 0,
     labels = torch.tensor(bunch.target, dtype=torch.int64)
     if image_size is not None:
         images = _resize(images, image_size)
-    train, test = _stratified_split(bunch.target, 0.2, split_seed, "digits")
+    train, test = stratified_split(bunch.target, 0.2, split_seed, "digits")
     mean, std = _channel_stats(images[train])
     images = _standardize(images, mean, std)
     size = images.shape[-1]
@@ -457,91 +409,34 @@ def load_subspaces(
 # ---------------------------------------------------------------- folder
 
 
-class FolderImages(Dataset):
-    """Image files read on access: RGB, resized to ``size`` (H, W), standardized per channel. Every
-    read checks the file's header against ``limit`` (the memory limit, :func:`read_image`) first."""
+def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: int = 0,
+                memory_limit: str | float | None = None) -> Data:
+    """Images in class folders (PATH/<class>/<file>), read lazily (:mod:`crate_compose.workbench.images`);
+    see the module docstring.
 
-    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int], limit: Limit = (None, "")):
-        self.files, self.labels, self.size, self.limit = files, labels, size, limit
-        self.mean = torch.zeros(3)
-        self.std = torch.ones(3)
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def raw(self, index: int) -> torch.Tensor:
-        """Image ``index`` as a (3, H, W) float tensor in [0, 1], resized, not standardized."""
-        return read_image(self.files[index], self.size, self.limit)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        image = self.raw(index)
-        return (image - self.mean.view(3, 1, 1)) / self.std.view(3, 1, 1), self.labels[index]
-
-
-def read_image(path: Path, size: tuple[int, int] | None = None, limit: Limit = (None, "")) -> torch.Tensor:
-    """An image file as a (3, H, W) float32 tensor in [0, 1], resized (bilinear) to ``size`` = (H, W).
-    Its header is checked before it is decoded (:func:`_check_header`): an image that would not fit
-    in ``limit``, or a decompression bomb, is refused without being decoded."""
-    from PIL import Image
-
-    with _opened(path, size, limit) as opened:
-        image = opened.convert("RGB")
-        if size is not None and image.size != (size[1], size[0]):
-            image = image.resize((size[1], size[0]), Image.BILINEAR)
-        pixels = np.asarray(image, dtype=np.uint8)
-    return torch.from_numpy(pixels.copy()).permute(2, 0, 1).float() / 255.0
-
-
-def image_header(path: Path, size: tuple[int, int] | None = None, limit: Limit = (None, "")) -> tuple[int, int]:
-    """(H, W) of an image file from its header alone, checked as :func:`read_image` checks it (to be
-    resized to ``size``, within ``limit``); nothing is decoded."""
-    with _opened(path, size, limit) as opened:
-        width, height = opened.size
-    return height, width
-
-
-@contextlib.contextmanager
-def _opened(path: Path, size: tuple[int, int] | None, limit: Limit) -> Iterator[Any]:
-    """``path`` opened with Pillow, which reads the header only, and checked (:func:`_check_header`)
-    before the block decodes it. Whatever goes wrong while it is read is a :class:`DataError` naming
-    the file: Pillow's decompression-bomb error and warning, a file that is not an image, a truncated one."""
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():  # the threshold is checked with the file and its size named
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            opened = Image.open(path)
-        with opened:
-            _check_header(path, opened.size, opened.mode, size, limit)
-            yield opened
-    except DataError:
-        raise
-    except Image.DecompressionBombError as error:  # twice the threshold: Pillow refuses it itself
-        raise DataError(f"{path}: refused as a decompression bomb: {error}") from None
-    except (OSError, ValueError, SyntaxError, MemoryError) as error:
-        raise DataError(f"{path}: cannot read the image ({error})") from None
-
-
-DECODED_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}  # else 4 (RGB is RGBX)
-RESIZED_BYTES = 40  # per output pixel: RGBX, its array, a copy, float32 and the scaled float32 (3 + 3 + 3 + 12 + 12)
-
-
-def _check_header(path: Path, pixels: tuple[int, int], mode: str, size: tuple[int, int] | None, limit: Limit) -> None:
-    """Refuse an image from its header (``pixels`` = (W, H), Pillow's ``mode``) before it is decoded:
-    when decoding it (in its own mode, then as RGB, which Pillow keeps in 4 bytes a pixel) and making
-    the float32 tensor of ``size`` = (H, W) (its own size when None) would go over the memory
-    ``limit``, or when it has more pixels than Pillow's decompression-bomb threshold
-    (``PIL.Image.MAX_IMAGE_PIXELS``: a PNG of 48 kB can hold 13000x13000 pixels, 1.6 GB decoded)."""
-    from PIL import Image
-
-    width, height = pixels
-    out = size or (height, width)
-    needed = float(width) * height * (DECODED_BYTES.get(mode, 4) + 4) + float(out[0]) * out[1] * RESIZED_BYTES
-    _check_memory(needed, f"{path}: {width}x{height} pixels", limit, "make the image smaller", held="decoded")
-    bomb = Image.MAX_IMAGE_PIXELS
-    if bomb is not None and width * height > bomb:
-        raise DataError(f"{path}: {width}x{height} pixels ({width * height:,}) is over Pillow's decompression-bomb "
-                        f"limit of {bomb:,} pixels; it is not decoded (make the image smaller)")
+    Deterministic: the 80/20 split (when there is no train/test layout) and the images sampled for
+    the channel statistics depend on ``split_seed`` only. Every image is checked from its header
+    before it is decoded, against ``memory_limit`` (:func:`crate_compose.building.budget.resolve_limit`) and
+    Pillow's decompression-bomb threshold (:func:`read_image`); :func:`verify` checks them all.
+    """
+    root = Path(path).expanduser()
+    _check_size(image_size, str(root))
+    classes, train, test = read_folder(root, image_size, split_seed, resolve_limit(memory_limit))
+    size = train.size
+    square = {"image_size": size[0]} if size[0] == size[1] else {}
+    sizes = {"channels": 3, **square, "classes": len(classes)}
+    return Data(
+        name=f"folder:{root}",
+        train=train,
+        test=test,
+        input_shape=(3, *size),
+        classes=len(classes),
+        task_hint="classify",
+        mean=tuple(train.mean.tolist()),
+        std=tuple(train.std.tolist()),
+        class_names=classes,
+        sizes=sizes,
+    )
 
 
 def verify(data: Data) -> None:
@@ -555,103 +450,6 @@ def verify(data: Data) -> None:
         if isinstance(split, FolderImages):
             for path in split.files:
                 (read_image if decode else image_header)(path, split.size, split.limit)
-
-
-def scan_classes(root: Path) -> tuple[list[str], list[list[Path]]]:
-    """Sorted class folders of ``root`` and the sorted image files of each."""
-    if not root.is_dir():
-        raise DataError(f"{root}: no such folder")
-    classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
-    if not classes:
-        raise DataError(f"{root}: no class folders (expected {root}/<class>/<image files>)")
-    files = []
-    for name in classes:
-        images = sorted(f for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-        odd = next((f for f in images if not f.is_file()), None)
-        if odd is not None:  # a FIFO, a socket or a dangling link named like an image: never skipped silently
-            raise DataError(f"{odd}: not a regular file (an image file is expected here)")
-        if not images:
-            raise DataError(f"{root / name}: a class folder without images ({', '.join(IMAGE_SUFFIXES)})")
-        files.append(images)
-    return classes, files
-
-
-Files = tuple[list[Path], list[int]]  # image files and their class indices
-
-
-def _flatten(files: list[list[Path]], index: dict[str, int], classes: list[str]) -> Files:
-    """One list of files and one of labels from per-class lists."""
-    paths = [path for group in files for path in group]
-    labels = [index[name] for name, group in zip(classes, files) for _ in group]
-    return paths, labels
-
-
-def _folder_splits(root: Path, split_seed: int) -> tuple[list[str], Files, Files]:
-    """Class names and (files, labels) of train and test: PATH/train + PATH/test|val, else 80/20."""
-    held_out = next((root / name for name in ("test", "val") if (root / name).is_dir()), None)
-    if (root / "train").is_dir() and held_out is not None:
-        classes, train_files = scan_classes(root / "train")
-        test_classes, test_files = scan_classes(held_out)
-        unknown = sorted(set(test_classes) - set(classes))
-        if unknown:
-            raise DataError(f"{held_out}: classes not in {root / 'train'}: {', '.join(unknown)}")
-        index = {name: i for i, name in enumerate(classes)}
-        return classes, _flatten(train_files, index, classes), _flatten(test_files, index, test_classes)
-    classes, files = scan_classes(root)
-    paths, labels = _flatten(files, {name: i for i, name in enumerate(classes)}, classes)
-    train, test = _stratified_split(labels, 0.2, split_seed, str(root))
-    pick = lambda rows: ([paths[i] for i in rows], [labels[i] for i in rows])  # noqa: E731
-    return classes, pick(train), pick(test)
-
-
-def _common_size(root: Path, files: list[Path], limit: Limit) -> tuple[int, int]:
-    """The (H, W) every image shares (read from headers, each checked against ``limit``), else a
-    DataError asking for image_size."""
-    first = image_header(files[0], None, limit)
-    for path in files[1:]:
-        if image_header(path, None, limit) != first:
-            raise DataError(
-                f"{root}: images differ in size ({files[0].name} is {first[1]}x{first[0]}, {path.name} is not); "
-                "give image_size to resize them"
-            )
-    return first
-
-
-def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: int = 0,
-                memory_limit: str | float | None = None) -> Data:
-    """Images in class folders (PATH/<class>/<file>), read lazily; see the module docstring.
-
-    Deterministic: the 80/20 split (when there is no train/test layout) and the images sampled for
-    the channel statistics depend on ``split_seed`` only. Every image is checked from its header
-    before it is decoded, against ``memory_limit`` (:func:`crate_compose.building.budget.resolve_limit`) and
-    Pillow's decompression-bomb threshold (:func:`read_image`); :func:`verify` checks them all.
-    """
-    root = Path(path).expanduser()
-    _check_size(image_size, str(root))
-    limit = resolve_limit(memory_limit)
-    classes, (train_files, train_labels), (test_files, test_labels) = _folder_splits(root, split_seed)
-    size = (image_size, image_size) if image_size else _common_size(root, train_files + test_files, limit)
-    train = FolderImages(train_files, train_labels, size, limit)
-    test = FolderImages(test_files, test_labels, size, limit)
-    generator = torch.Generator().manual_seed(split_seed)
-    sample = torch.randperm(len(train), generator=generator)[:STATS_SAMPLE].tolist()
-    mean, std = _streamed_stats(train, sample)
-    for split in (train, test):
-        split.mean, split.std = mean, std
-    square = {"image_size": size[0]} if size[0] == size[1] else {}
-    sizes = {"channels": 3, **square, "classes": len(classes)}
-    return Data(
-        name=f"folder:{root}",
-        train=train,
-        test=test,
-        input_shape=(3, *size),
-        classes=len(classes),
-        task_hint="classify",
-        mean=tuple(mean.tolist()),
-        std=tuple(std.tolist()),
-        class_names=classes,
-        sizes=sizes,
-    )
 
 
 def load_text(*, spec: Any = None, context: int | None = None) -> Data:

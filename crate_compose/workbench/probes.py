@@ -235,9 +235,7 @@ def probes_png(
     when both an encoder and a decoder have the measure). The y label names the measure and the way
     the steps claim to move it.
     """
-    from matplotlib.backends.backend_agg import (
-        FigureCanvasAgg,  # lazily: importing crate_compose never needs it
-    )
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazily: importing crate_compose never needs it
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 

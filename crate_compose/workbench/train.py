@@ -26,12 +26,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
-import gc
 import hashlib
 import io
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -48,18 +46,17 @@ from ..building.artifacts import save as save_build
 from ..building.budget import human
 from ..building.builder import compile_spec
 from ..building.placement import step_seed
-from ..errors import SpecError, WorkbenchError
+from ..errors import TrainError
 from ..files import naming, writable, write_atomic
 from ..language import loader
-from ..modules.embed import patchify
-from ..settings import AUGMENTATIONS, METRIC, TASKS, Settings, settings_problems
+from ..settings import AUGMENTATIONS, TASKS, Settings, settings_problems
 from . import checkpoint, locks, runs
 from .data import Data, load_data
 from .data import verify as verify_data
-from .losses import masked_reconstruction_loss, patch_size_of
+from .distributed import Distributed
+from .evaluation import batch_of, evaluate, loss_of
+from .losses import patch_size_of
 from .progress import bar as progress_bar
-
-EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
 
 
 @dataclass
@@ -77,10 +74,6 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         """What result.json holds."""
         return {k: v for k, v in asdict(self).items() if k != "already_finished"}
-
-
-class TrainError(WorkbenchError):
-    """A run that cannot start (bad task, data or resume request); the CLI prints it in one line."""
 
 
 def lr_at(step: int, settings: Settings) -> float:
@@ -101,102 +94,12 @@ def batch_indices(step: int, size: int, settings: Settings) -> torch.Tensor:
     return order[position * settings.batch_size : (position + 1) * settings.batch_size]
 
 
-def _batch(dataset, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    tensors = getattr(dataset, "tensors", None)
-    if tensors is not None:
-        return tensors[0][indices], tensors[1][indices]
-    items = [dataset[int(i)] for i in indices]
-    targets = [y for _, y in items]
-    targets = torch.stack(targets) if isinstance(targets[0], torch.Tensor) else torch.as_tensor(targets)
-    return torch.stack([x for x, _ in items]), targets
-
-
-class _Distributed:
-    """Rank and world size under torchrun (one process otherwise)."""
-
-    def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.active = self.world > 1
-
-    def start(self, device: torch.device) -> None:
-        if self.active and not torch.distributed.is_initialized():
-            torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
-
-    def stop(self) -> None:
-        """Destroy the process group while the interpreter is whole. DDP's reducer holds the group
-        through reference cycles, so they are collected first: a group left to the interpreter's
-        exit has gloo's worker threads release tensors after Python is gone, which aborts the process
-        ('terminate called without an active exception')."""
-        if self.active and torch.distributed.is_initialized():
-            gc.collect()
-            torch.distributed.destroy_process_group()
-            gc.collect()
-
-    def check_batch(self, batch_size: int) -> None:
-        """Every process takes an equal share of every global batch (checked before anything starts)."""
-        if batch_size % self.world:
-            error = TrainError(f"--batch-size {batch_size} is not divisible by the {self.world} processes of "
-                               f"torchrun; give a multiple of {self.world}")
-            error.shared = True
-            raise error
-
-    def shard(self, indices: torch.Tensor) -> torch.Tensor:
-        per = len(indices) // self.world
-        return indices[self.rank * per : (self.rank + 1) * per]
-
-    def agree(self, action):
-        """Run ``action`` on rank 0 and give every process its result, or raise its error everywhere
-        (the other ranks raise a :class:`SharedError` with the same message and exit status)."""
-        outcome: list[Any] = [None]
-        error: BaseException | None = None
-        if self.rank == 0:
-            try:
-                outcome = [("ok", action())]
-            except (WorkbenchError, SpecError, OSError) as caught:
-                error = caught
-                outcome = [("error", f"{caught}", _exit_status(caught))]
-        if self.active:
-            torch.distributed.broadcast_object_list(outcome, src=0)
-        if error is not None:
-            raise error
-        if outcome[0][0] == "error":
-            raise SharedError(outcome[0][1], outcome[0][2])
-        return outcome[0][1]
-
-
-class SharedError(WorkbenchError):
-    """Rank 0's refusal as another process of the same torchrun sees it (printed by rank 0 only)."""
-
-    shared = True
-
-    def __init__(self, message: str, exit_status: int) -> None:
-        super().__init__(message)
-        self.exit_status = exit_status
-
-
-def _exit_status(error: BaseException) -> int:
-    if isinstance(error, OSError):
-        return 1
-    return getattr(error, "exit_status", 2)
-
-
 def shift(images: torch.Tensor, generator: torch.Generator, most: int = 1) -> torch.Tensor:
     """Move each image by up to ``most`` pixels in each direction, filling with 0 (the standardized mean)."""
     padded = F.pad(images, (most, most, most, most))
     h, w = images.shape[-2:]
     offsets = torch.randint(0, 2 * most + 1, (len(images), 2), generator=generator)
     return torch.stack([padded[i, :, dy : dy + h, dx : dx + w] for i, (dy, dx) in enumerate(offsets.tolist())])
-
-
-def loss_of(task: str, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: int | None, smoothing: float = 0.0):
-    """The task's loss on one batch: cross-entropy of the class or of every next token, or MSE on
-    masked patches (001 App. B.1)."""
-    if task == "classify":
-        return F.cross_entropy(outputs["output"].float(), y, label_smoothing=smoothing)
-    if task == "lm":
-        return F.cross_entropy(outputs["output"].float().flatten(0, 1), y.flatten(), label_smoothing=smoothing)
-    return masked_reconstruction_loss(outputs["output"].float(), x.float(), outputs["mask"], patch)
 
 
 def _check(task: str, spec, data: Data, settings: Settings) -> None:
@@ -231,50 +134,6 @@ def _check_language_model(spec) -> None:
     if any(isinstance(v, int) and v < 256 for v in vocabs):
         raise TrainError(f"spec '{spec.name}' has a vocabulary of {min(vocabs)}; byte-level text needs 256 "
                          "(declare sizes.vocab and it is set from the data)")
-
-
-def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch: int | None) -> dict[str, float]:
-    """Test metrics: accuracy and loss (classify), or the MSE on hidden patches and that of the mean-patch
-    baseline, which predicts every hidden patch as the mean of the same image's visible patches (mae)."""
-    model.eval()
-    device = next(model.parameters()).device
-    if task == "lm":
-        return _evaluate_lm(model, data, device)
-    total, correct, loss_sum, baseline_sum = 0, 0, 0.0, 0.0
-    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(step_seed(settings.seed, "evaluation"))  # the same masks at every evaluation
-        for start in range(0, len(data.test), 256):
-            x, y = _batch(data.test, torch.arange(start, min(start + 256, len(data.test))))
-            x, y = x.to(device), y.to(device)
-            outputs = model(x)
-            n = len(x)
-            loss_sum += loss_of(task, outputs, x, y, patch).item() * n
-            if task == "classify":
-                correct += (outputs["output"].argmax(-1) == y).sum().item()
-            else:  # predicting every hidden patch by the mean of the image's visible patches
-                patches, visible = patchify(x.float(), patch), (1 - outputs["mask"]).unsqueeze(-1)
-                mean_patch = (patches * visible).sum(1, keepdim=True) / visible.sum(1, keepdim=True).clamp_min(1)
-                baseline = mean_patch.expand_as(patches)
-                baseline_sum += masked_reconstruction_loss(baseline, x.float(), outputs["mask"], patch).item() * n
-            total += n
-    model.train()
-    if task == "classify":
-        return {"test_accuracy": correct / total, "test_loss": loss_sum / total}
-    return {"test_masked_mse": loss_sum / total, "test_mean_patch_mse": baseline_sum / total}
-
-
-def _evaluate_lm(model: nn.Module, data: Data, device: torch.device) -> dict[str, float]:
-    """Held-out cross-entropy per byte (nats and bits) on the first windows, and the unigram baseline."""
-    count = min(len(data.test), EVAL_WINDOWS)
-    loss_sum = 0.0
-    with torch.no_grad():
-        for start in range(0, count, 64):
-            x, y = _batch(data.test, torch.arange(start, min(start + 64, count)))
-            outputs = model(x.to(device))
-            loss_sum += loss_of("lm", outputs, x, y.to(device), None).item() * len(x)
-    model.train()
-    loss = loss_sum / count
-    return {"test_loss": loss, "test_bits_per_byte": loss / math.log(2), "test_unigram_loss": data.unigram_loss}
 
 
 class _Metrics:
@@ -387,7 +246,7 @@ def train(
     _check_settings(settings)
     spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed, memory_limit)
     _check(settings.task, spec, data, settings)
-    dist = _Distributed()
+    dist = Distributed()
     dist.check_batch(settings.batch_size)
     run = Path(out) if out is not None else default_run(spec_ref, overrides)
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
@@ -426,7 +285,7 @@ class _Opening:
     """Rank 0's checks of a run folder before the first step (:meth:`open`), and the model they need."""
 
     def __init__(self, run: Path, spec, data: Data, settings: Settings, resume: bool, resume_from: int | None,
-                 dist: "_Distributed", device: torch.device) -> None:
+                 dist: "Distributed", device: torch.device) -> None:
         self.run, self.spec, self.data, self.dist, self.device = run, spec, data, dist, device
         self.resume, self.resume_from = resume, resume_from
         self.spec_text = loader.dump(spec)
@@ -619,7 +478,7 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
     began, loss_value, evaluation = time.perf_counter(), float("nan"), {}
     for step in range(plan.start + 1, settings.steps + 1):
         indices = dist.shard(batch_indices(step, len(data.train), settings))
-        x, y = _batch(data.train, indices)
+        x, y = batch_of(data.train, indices)
         if settings.augment == "shift":
             x = shift(x, torch.Generator().manual_seed(step_seed(settings.seed, f"augment/{step}/{dist.rank}")))
         x, y = x.to(device), y.to(device)
@@ -634,7 +493,7 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         if settings.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
-        loss_value = _global_mean(loss.detach(), dist)
+        loss_value = dist.mean(loss.detach())
         if not math.isfinite(loss_value):
             raise _diverged(run, step, loss_value)
         if step % settings.log_every == 0 or step == settings.steps:
@@ -678,11 +537,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     return value
-
-
-def _global_mean(value: torch.Tensor, dist: _Distributed) -> float:
-    if dist.active:
-        value = value.clone()
-        torch.distributed.all_reduce(value)
-        value /= dist.world
-    return value.item()

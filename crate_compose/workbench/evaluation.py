@@ -1,0 +1,87 @@
+"""Evaluation on the held-out split: the task's loss on a batch, test metrics, the baselines.
+
+``evaluate`` gives a classifier's accuracy and loss, a masked autoencoder's MSE on hidden patches
+beside the mean-patch baseline, or a language model's cross-entropy per byte beside the unigram
+baseline. Masks are drawn from the same seed at every evaluation, so evaluations compare.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..building.placement import step_seed
+from ..modules.embed import patchify
+from ..settings import Settings
+from .data import Data
+from .losses import masked_reconstruction_loss
+
+EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
+
+
+def batch_of(dataset, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The examples ``indices`` of ``dataset`` as two stacked tensors (inputs, targets)."""
+    tensors = getattr(dataset, "tensors", None)
+    if tensors is not None:
+        return tensors[0][indices], tensors[1][indices]
+    items = [dataset[int(i)] for i in indices]
+    targets = [y for _, y in items]
+    targets = torch.stack(targets) if isinstance(targets[0], torch.Tensor) else torch.as_tensor(targets)
+    return torch.stack([x for x, _ in items]), targets
+
+
+def loss_of(task: str, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: int | None, smoothing: float = 0.0):
+    """The task's loss on one batch: cross-entropy of the class or of every next token, or MSE on
+    masked patches (001 App. B.1)."""
+    if task == "classify":
+        return F.cross_entropy(outputs["output"].float(), y, label_smoothing=smoothing)
+    if task == "lm":
+        return F.cross_entropy(outputs["output"].float().flatten(0, 1), y.flatten(), label_smoothing=smoothing)
+    return masked_reconstruction_loss(outputs["output"].float(), x.float(), outputs["mask"], patch)
+
+
+def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch: int | None) -> dict[str, float]:
+    """Test metrics: accuracy and loss (classify), or the MSE on hidden patches and that of the mean-patch
+    baseline, which predicts every hidden patch as the mean of the same image's visible patches (mae)."""
+    model.eval()
+    device = next(model.parameters()).device
+    if task == "lm":
+        return _evaluate_lm(model, data, device)
+    total, correct, loss_sum, baseline_sum = 0, 0, 0.0, 0.0
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(step_seed(settings.seed, "evaluation"))  # the same masks at every evaluation
+        for start in range(0, len(data.test), 256):
+            x, y = batch_of(data.test, torch.arange(start, min(start + 256, len(data.test))))
+            x, y = x.to(device), y.to(device)
+            outputs = model(x)
+            n = len(x)
+            loss_sum += loss_of(task, outputs, x, y, patch).item() * n
+            if task == "classify":
+                correct += (outputs["output"].argmax(-1) == y).sum().item()
+            else:  # predicting every hidden patch by the mean of the image's visible patches
+                patches, visible = patchify(x.float(), patch), (1 - outputs["mask"]).unsqueeze(-1)
+                mean_patch = (patches * visible).sum(1, keepdim=True) / visible.sum(1, keepdim=True).clamp_min(1)
+                baseline = mean_patch.expand_as(patches)
+                baseline_sum += masked_reconstruction_loss(baseline, x.float(), outputs["mask"], patch).item() * n
+            total += n
+    model.train()
+    if task == "classify":
+        return {"test_accuracy": correct / total, "test_loss": loss_sum / total}
+    return {"test_masked_mse": loss_sum / total, "test_mean_patch_mse": baseline_sum / total}
+
+
+def _evaluate_lm(model: nn.Module, data: Data, device: torch.device) -> dict[str, float]:
+    """Held-out cross-entropy per byte (nats and bits) on the first windows, and the unigram baseline."""
+    count = min(len(data.test), EVAL_WINDOWS)
+    loss_sum = 0.0
+    with torch.no_grad():
+        for start in range(0, count, 64):
+            x, y = batch_of(data.test, torch.arange(start, min(start + 64, count)))
+            outputs = model(x.to(device))
+            loss_sum += loss_of("lm", outputs, x, y.to(device), None).item() * len(x)
+    model.train()
+    loss = loss_sum / count
+    return {"test_loss": loss, "test_bits_per_byte": loss / math.log(2), "test_unigram_loss": data.unigram_loss}
