@@ -249,6 +249,32 @@ def parser() -> argparse.ArgumentParser:
                           help="recompute the whole context for every token (the reference the cache equals)")
     generate.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, ... (default: cpu)")
 
+    evaluate = command("evaluate", help="test metrics of trained weights on a data set (top-1, top-5, loss), as JSON")
+    _spec_arguments(evaluate)
+    evaluate.add_argument("--weights", type=Path, required=True, help="trained weights: a run's final/ or a checkpoint")
+    evaluate.add_argument("--data", default="digits", help="data set whose test split is used (default: digits)")
+    evaluate.add_argument("--task", choices=TASKS, default=None, help="what the weights were trained for "
+                          "(default: the data's own task)")
+    evaluate.add_argument("--image-size", type=IMAGE_SIZE, default=None,
+                          help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    evaluate.add_argument("--seed", type=SEED, default=0, help="seed of the evaluation's masks (default: 0)")
+    evaluate.add_argument("--out", type=Path, help="also write the JSON to this file")
+
+    probe_linear = command("linear-probe", help="logistic regression (C in 10^0..10^5) and k-NN on frozen "
+                           "features, as JSON")
+    _spec_arguments(probe_linear)
+    probe_linear.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint "
+                              "(without: the untrained network, a baseline)")
+    probe_linear.add_argument("--data", default="digits", help="labelled data set (default: digits)")
+    probe_linear.add_argument("--layer", type=NONNEGATIVE, default=None,
+                              help="the encoder layer whose tokens are the features (default: the last step)")
+    probe_linear.add_argument("--pool", choices=("cls", "mean"), default="cls",
+                              help="the class token, or the mean of the tokens (default: cls)")
+    probe_linear.add_argument("--image-size", type=IMAGE_SIZE, default=None,
+                              help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    probe_linear.add_argument("--seed", type=SEED, default=0, help="seed of the validation split (default: 0)")
+    probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
+
     ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
     _spec_arguments(ablate)
     ablate.add_argument("--swap", action="append", default=[], metavar="PATH=a,b,c",
@@ -455,6 +481,29 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate(args: argparse.Namespace) -> int:
+    from .workbench.assessment import evaluate_weights
+
+    return _answer(evaluate_weights(args.spec, args.data, args.weights, overrides=args.overrides, task=args.task,
+                                    image_size=args.image_size, seed=args.seed), args.out)
+
+
+def _linear_probe(args: argparse.Namespace) -> int:
+    from .workbench.assessment import linear_probe_weights
+
+    return _answer(linear_probe_weights(args.spec, args.data, args.weights, overrides=args.overrides,
+                                        layer=args.layer, pool=args.pool, image_size=args.image_size,
+                                        seed=args.seed), args.out)
+
+
+def _answer(result: dict, out: Path | None) -> int:
+    text = json.dumps(result, indent=2) + "\n"
+    if out is not None:
+        write_atomic(out, text)
+    print(text, end="")
+    return 0
+
+
 COMMANDS = {
     "build": _build,
     "validate": _validate,
@@ -467,6 +516,8 @@ COMMANDS = {
     "probe": _probe,
     "ablate": _ablate,
     "generate": _generate,
+    "evaluate": _evaluate,
+    "linear-probe": _linear_probe,
 }
 
 

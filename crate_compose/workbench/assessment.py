@@ -1,0 +1,87 @@
+"""Trained weights assessed as the papers do: ``crate-compose evaluate`` and ``linear-probe``.
+
+``evaluate`` runs a build's weights on the test split of a data set: top-1 accuracy and loss for a
+classifier (top-5 as well when there are more than five classes), the masked MSE beside the
+mean-patch baseline for a masked autoencoder, the cross-entropy per byte for a language model.
+``linear_probe`` takes frozen features of the training and test splits
+(:func:`crate_compose.workbench.linear_probe.features`) and reports the logistic regression's test
+accuracy, the ``C`` it chose and the k-NN accuracy. Both answer as a dictionary the command line
+prints as JSON.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from ..building.builder import compile_spec
+from ..errors import WorkbenchError
+from ..settings import Settings
+from .data import Data
+from .evaluation import batch_of, evaluate
+from .linear_probe import features, knn, linear_probe
+from .losses import patch_size_of
+from .probing import load_weights
+from .train import prepare
+
+TOP_K = 5
+
+
+def _loaded(spec_ref, data_name: str, weights: str | Path, overrides: Iterable[str], image_size: int | None,
+            seed: int):
+    spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed)
+    model = compile_spec(spec, seed=seed)
+    load_weights(model, Path(weights))
+    return spec, data, model
+
+
+def _split(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    parts = [batch_of(dataset, torch.arange(start, min(start + 512, len(dataset))))
+             for start in range(0, len(dataset), 512)]
+    return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+
+
+def evaluate_weights(spec_ref, data_name: str, weights: str | Path, *, overrides: Iterable[str] = (),
+                     task: str | None = None, image_size: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint) on ``data_name``."""
+    spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed)
+    task = task or data.task_hint
+    patch = patch_size_of(model) if task == "mae" else None
+    metrics = evaluate(model, task, data, Settings(task=task, data=data_name, seed=seed), patch)
+    if task == "classify" and (data.classes or 0) > TOP_K:
+        metrics["test_top5"] = _top_k(model, data, TOP_K)
+    return {"spec": spec.name, "data": data_name, "weights": str(weights), "task": task,
+            "examples": len(data.test), **metrics}
+
+
+def _top_k(model: torch.nn.Module, data: Data, k: int) -> float:
+    """The share of test examples whose class is among the ``k`` largest logits."""
+    inputs, labels = _split(data.test)
+    model.eval()
+    with torch.no_grad():
+        logits = torch.cat([model(inputs[s:s + 256])["output"] for s in range(0, len(inputs), 256)])
+    model.train()
+    return float((logits.topk(k, dim=-1).indices == labels[:, None]).any(-1).double().mean())
+
+
+def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *, overrides: Iterable[str] = (),
+                         layer: int | None = None, pool: str = "cls", image_size: int | None = None,
+                         seed: int = 0) -> dict[str, Any]:
+    """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
+    network of ``seed``, a baseline) on ``data_name``'s splits."""
+    if weights is None:
+        spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed)
+        model = compile_spec(spec, seed=seed)
+    else:
+        spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed)
+    if not data.classes:
+        raise WorkbenchError(f"data set '{data_name}' has no classes to probe for")
+    (train_x, train_y), (test_x, test_y) = _split(data.train), _split(data.test)
+    train_f = features(model, train_x, layer=layer, pool=pool)
+    test_f = features(model, test_x, layer=layer, pool=pool)
+    result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
+    result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
+    return {"spec": spec.name, "data": data_name, "weights": str(weights) if weights else None,
+            "layer": "last" if layer is None else layer, "pool": pool, **result.to_dict()}
