@@ -15,7 +15,7 @@ from torch import fx
 
 from crate_compose.cli import main
 from crate_compose.errors import WorkbenchError
-from crate_compose.workbench.assessment import _split, evaluate_weights, linear_probe_weights
+from crate_compose.workbench.assessment import tensors_of, evaluate_weights, linear_probe_weights
 from crate_compose.workbench.linear_probe import C_GRID, features, knn
 from crate_compose.workbench.probing import load_weights
 from crate_compose.workbench.train import Settings, prepare, train
@@ -53,7 +53,7 @@ def _by_hand_tokens(model: fx.GraphModule, inputs: torch.Tensor, target: str) ->
 
 def test_features_are_the_class_token_or_the_mean_of_the_last_encoder_step(trained):
     _, model, data = trained
-    inputs, _ = _split(data.test)
+    inputs, _ = tensors_of(data.test)
     last = [n for n in model.graph.nodes if n.op == "call_module" and n.meta.get("role") == "encoder"][-1].target
     tokens = _by_hand_tokens(model, inputs[:50], last).double()
     assert torch.allclose(features(model, inputs[:50]), tokens[:, 0], atol=1e-12)
@@ -72,7 +72,7 @@ def test_features_are_the_class_token_or_the_mean_of_the_last_encoder_step(train
 def test_the_linear_probe_is_scikit_learn_with_c_chosen_on_a_validation_fifth(trained):
     weights, model, data = trained
     result = linear_probe_weights(DIGITS, "digits", weights)
-    (train_x, train_y), (test_x, test_y) = _split(data.train), _split(data.test)
+    (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
     train_f, test_f = features(model, train_x).numpy(), features(model, test_x).numpy()
     fit_x, val_x, fit_y, val_y = train_test_split(train_f, train_y.numpy(), test_size=0.2, random_state=0,
                                                   stratify=train_y.numpy())
@@ -108,7 +108,7 @@ def _knn_by_hand(train_f, train_y, test_f, k=20, t=0.07):
 
 def test_knn_is_dinos_weighted_vote(trained):
     weights, model, data = trained
-    (train_x, train_y), (test_x, test_y) = _split(data.train), _split(data.test)
+    (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
     train_f, test_f = features(model, train_x), features(model, test_x)
     expected = (_knn_by_hand(train_f.numpy(), train_y.numpy(), test_f.numpy()) == test_y.numpy()).mean()
     assert knn(train_f, train_y, test_f, test_y) == pytest.approx(expected)
@@ -118,7 +118,7 @@ def test_knn_is_dinos_weighted_vote(trained):
 def test_evaluate_gives_top1_top5_and_the_loss_of_the_weights(trained):
     weights, model, data = trained
     result = evaluate_weights(DIGITS, "digits", weights)
-    inputs, labels = _split(data.test)
+    inputs, labels = tensors_of(data.test)
     model.eval()
     with torch.no_grad():
         logits = model(inputs)["output"]

@@ -165,11 +165,23 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
         yield from march(spec, Placement(seed, dtype), steps)
 
 
+def builds_on_meta(primitive: registry.Primitive, args: registry.Args, shape: Shape,
+                   context: registry.Context) -> bool:
+    """Whether a primitive without a footprint builds and runs on this input (on meta tensors)."""
+    try:
+        with torch.device("meta"):
+            module = primitive.build(args, shape, replace(context))
+        infer(module, torch.empty((META_BATCH, *shape), device="meta"))
+    except Exception:
+        return False
+    return True
+
+
 class Placement:
     """The march's evaluator that builds: each step's module, initialized from its own stream
     (:func:`step_seed`), run on the value before it; the result checked against the footprint."""
 
-    builds = staticmethod(lambda *args: builds_on_meta(*args))
+    builds = staticmethod(builds_on_meta)
 
     def __init__(self, seed: int, dtype: torch.dtype) -> None:
         self.seed, self.dtype = seed, dtype
@@ -273,15 +285,3 @@ def _is_residual(primitive: registry.Primitive) -> bool:
     except Exception:
         return False
     return isinstance(module, Residual)
-
-
-def builds_on_meta(primitive: registry.Primitive, args: registry.Args, shape: Shape,
-                   context: registry.Context) -> bool:
-    """Whether a primitive without a footprint builds and runs on this input (on meta tensors)."""
-    try:
-        with torch.device("meta"):
-            module = primitive.build(args, shape, replace(context))
-        infer(module, torch.empty((META_BATCH, *shape), device="meta"))
-    except Exception:
-        return False
-    return True

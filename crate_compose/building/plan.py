@@ -64,8 +64,8 @@ class PlannedStep:
 
     ``args`` is the step's arguments validated against its primitive's model (``None`` when the
     primitive is unknown or the arguments do not validate: the loader reports both, so a plan of a
-    loaded spec has neither). ``ties`` maps each tied parameter of the step to the module path of
-    the tensor it shares, resolved against the steps before it (:class:`Tie`)."""
+    loaded spec has neither). ``ties``: each tied parameter of the step and the tensor it shares,
+    resolved against the steps before it (:class:`Tie`)."""
 
     role: str
     layer: int | None

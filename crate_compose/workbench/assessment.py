@@ -37,7 +37,8 @@ def _loaded(spec_ref, data_name: str, weights: str | Path, overrides: Iterable[s
     return spec, data, model
 
 
-def _split(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+def tensors_of(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole split as two stacked tensors (inputs, targets), read 512 examples at a time."""
     parts = [batch_of(dataset, torch.arange(start, min(start + 512, len(dataset))))
              for start in range(0, len(dataset), 512)]
     return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
@@ -58,7 +59,7 @@ def evaluate_weights(spec_ref, data_name: str, weights: str | Path, *, overrides
 
 def _top_k(model: torch.nn.Module, data: Data, k: int) -> float:
     """The share of test examples whose class is among the ``k`` largest logits."""
-    inputs, labels = _split(data.test)
+    inputs, labels = tensors_of(data.test)
     model.eval()
     with torch.no_grad():
         logits = torch.cat([model(inputs[s:s + 256])["output"] for s in range(0, len(inputs), 256)])
@@ -78,7 +79,7 @@ def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *
         spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed)
     if not data.classes:
         raise WorkbenchError(f"data set '{data_name}' has no classes to probe for")
-    (train_x, train_y), (test_x, test_y) = _split(data.train), _split(data.test)
+    (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
     train_f = features(model, train_x, layer=layer, pool=pool)
     test_f = features(model, test_x, layer=layer, pool=pool)
     result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
