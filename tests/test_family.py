@@ -401,6 +401,7 @@ LAYERS = [
     ("primitive declarations", ["crate_compose.primitives"]),
     ("building", ["crate_compose.building"]),
     ("rendering", ["crate_compose.rendering"]),
+    ("other code's checkpoints", ["crate_compose.interop"]),
     ("workbench", ["crate_compose.workbench"]),
     ("command line", ["crate_compose.cli"]),
     ("package", ["crate_compose"]),

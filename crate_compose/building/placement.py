@@ -235,7 +235,7 @@ def _footprint_of(module: nn.Module, output: torch.Tensor, published: dict[str, 
         tuple(output.shape[1:]),
         {name: tuple(p.shape) for name, p in module.named_parameters() if name != "layer_scale"},
         tuple(tuple(value.shape[1:]) for value in published.values()),
-        isinstance(module, Residual),
+        _has_residual(module),
         frozenset(name for name, p in module.named_parameters() if not p.requires_grad),
     )
 
@@ -267,7 +267,7 @@ def _first_line(error: Exception) -> str:
 def _layer_scale(module: nn.Module, step: Step, shape: Shape) -> None:
     if step.layer_scale is None:
         return
-    if not isinstance(module, Residual):
+    if not _has_residual(module):
         with_residual = sorted(n for n, p in registry.all_primitives().items() if _is_residual(p))
         raise ValueError(
             f"layer_scale needs a residual step (Z + f(Z)), and {step.primitive} has none; "
@@ -284,4 +284,8 @@ def _is_residual(primitive: registry.Primitive) -> bool:
             module = primitive.build(primitive.args.model_validate(primitive.example.args), primitive.example.shape)
     except Exception:
         return False
-    return isinstance(module, Residual)
+    return _has_residual(module)
+
+
+def _has_residual(module: nn.Module) -> bool:
+    return isinstance(module, Residual) and module.adds_skip

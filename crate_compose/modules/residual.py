@@ -19,6 +19,7 @@ class Residual(nn.Module):
     """A step ``skip(Z) + branch(Z)``; with LayerScale, ``skip(Z) + gamma * branch(Z)``."""
 
     layer_scale: nn.Parameter | None
+    adds_skip = True  # an instance may say False: its forward is the branch alone (and takes no LayerScale)
 
     def __init__(self) -> None:
         super().__init__()

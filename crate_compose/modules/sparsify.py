@@ -91,6 +91,9 @@ class ISTAODL(Residual):
         a2  = ReLU(a1 - eta (a1 D^T - u) D - eta lambda)      # second step
         out = x + a2 D1^T
 
+    ``tied``: ``D1`` is ``D`` (no ``synthesis`` parameter); ``residual=False``: ``out = a2 D1^T``
+    (crate-lm's language models).
+
     No inverse: the step's output is a token (the code is decoded by ``D1`` and added back), not a
     sparse code, so the ``dictionary`` synthesis that undoes ISTA (001 Listing 3) does not undo it,
     and no paper derives a decoder step for it.
@@ -107,14 +110,17 @@ class ISTAODL(Residual):
         lambd: float = 0.1,
         norm: bool = True,
         eps: float = 1e-5,
+        tied: bool = False,
+        residual: bool = True,
     ) -> None:
         super().__init__()
-        self.step_size, self.lambd = step_size, lambd
+        self.step_size, self.lambd, self.adds_skip = step_size, lambd, residual
         self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
         self.dictionary = nn.Parameter(torch.empty(dim, ratio * dim))  # D
-        self.synthesis = nn.Parameter(torch.empty(dim, ratio * dim))  # D1
         nn.init.kaiming_uniform_(self.dictionary)
-        nn.init.kaiming_uniform_(self.synthesis)
+        self.synthesis = None if tied else nn.Parameter(torch.empty(dim, ratio * dim))  # D1
+        if self.synthesis is not None:
+            nn.init.kaiming_uniform_(self.synthesis)
 
     def code(self, x: torch.Tensor) -> torch.Tensor:
         """The sparse code ``a2`` of shape ``(B, n, ratio*d)`` (``LN`` applied here)."""
@@ -124,4 +130,9 @@ class ISTAODL(Residual):
         return F.relu(a1 - eta * ((a1 @ self.dictionary.t() - u) @ self.dictionary) - threshold)  # (B, n, r*d)
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, self.code(x) @ self.synthesis.t()  # (B, n, d)
+        synthesis = self.dictionary if self.synthesis is None else self.synthesis
+        return x, self.code(x) @ synthesis.t()  # (B, n, d)
+
+    def combine(self, skip: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        """``skip + branch`` (LayerScale applied by :class:`Residual`), or the branch alone without residual."""
+        return super().combine(skip, branch) if self.adds_skip else branch

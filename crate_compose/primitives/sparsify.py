@@ -16,11 +16,14 @@ Two more steps on the same objective:
   Table 3: 68.6% vs 70.8%), ``ReLU((1 + 4/(9(1+alpha))) u D - 4 lambda/(9 alpha))``, no skip;
 * ``ista_odl``: CRATE-alpha's overcomplete dictionary learning, two ISTA steps from 0 against
   ``D`` of shape ``(d, ratio*d)``, decoded by a second dictionary ``D1`` and added back (residual).
+  ``synthesis: tied, residual: false`` is the crate-lm language models' step (Bai et al., "Improving
+  Neuron-level Interpretability with White-box Language Models"): the code is decoded by ``D``
+  itself and replaces the token, as CRATE's ISTA output does.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -57,12 +60,13 @@ def _ista(threshold: str):
 
 def _dictionary_footprint(args: Args, shape: Shape, name: str, atoms: int = 1) -> Footprint:
     """Tokens ``(n, d)`` in, the same out: ``LN(d)`` when normalized and a dictionary ``D`` of
-    shape ``(d, atoms * d)`` (ista_odl: and its synthesis ``D1``, the same shape, residual)."""
+    shape ``(d, atoms * d)`` (ista_odl: and its learned synthesis ``D1``, the same shape, residual)."""
     dim = token_dim(shape, name)
     parameters = {**layernorm("norm", dim, present=args.norm), "dictionary": (dim, atoms * dim)}
     if name != "ista_odl":
         return Footprint(shape, parameters)
-    return Footprint(shape, {**parameters, "synthesis": (dim, atoms * dim)}, residual=True)
+    synthesis = {"synthesis": (dim, atoms * dim)} if args.synthesis == "learned" else {}
+    return Footprint(shape, {**parameters, **synthesis}, residual=args.residual)
 
 
 def _lasso_measures():
@@ -171,6 +175,19 @@ class ISTAODLArgs(Args):
     ratio: int = Field(default=4, ge=1, description="Overcompleteness: the dictionaries have ratio * d atoms (CRATE-alpha: 4).")
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE-alpha: yes).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (CRATE-alpha: 1e-6).")
+    synthesis: Literal["learned", "tied"] = Field(
+        default="learned",
+        description="Decode the code by a learned D1 (CRATE-alpha) or by D itself (tied; crate-lm).",
+    )
+    residual: bool = Field(
+        default=True, description="Add the decoded code back to the token (CRATE-alpha) or return it alone (crate-lm)."
+    )
+
+
+def _odl_update(args: ISTAODLArgs) -> str:
+    decoded = "D₁A₂" if args.synthesis == "learned" else "DA₂"
+    return (("Z + " if args.residual else "") + decoded + ",  A₂ = ReLU(A₁ − ηDᵀ(DA₁ − U) − ηλ),  A₁ = ReLU(ηDᵀU − ηλ),  "
+            + ("U = LN Z" if args.norm else "U = Z"))
 
 
 @primitive(
@@ -179,9 +196,9 @@ class ISTAODLArgs(Args):
     kind="sparsify",
     objective="LASSO lambda ||A||_1 + 1/2 ||Z - D A||_F^2, A >= 0, overcomplete D (two proximal steps from 0)",
     equation="CRATE-alpha (Yang et al. 2024) Sec. 3; 003 eq. 17",
-    update=lambda args: "Z + D₁A₂,  A₂ = ReLU(A₁ − ηDᵀ(DA₁ − U) − ηλ),  A₁ = ReLU(ηDᵀU − ηλ),  "
-    + ("U = LN Z" if args.norm else "U = Z"),
-    description="Overcomplete dictionary learning step of CRATE-alpha: two ISTA steps from 0, decoded by D1, residual.",
+    update=_odl_update,
+    description="Overcomplete dictionary learning step of CRATE-alpha: two ISTA steps from 0, decoded by D1, residual "
+    "(or by D itself, without residual: crate-lm).",
     example=Example(args={"ratio": 2}, shape=(8, 16)),
     measure=_code_measures,
     footprint=lambda args, shape, context: _dictionary_footprint(args, shape, "ista_odl", args.ratio),
@@ -196,4 +213,6 @@ def ista_odl(args: ISTAODLArgs, shape: Shape) -> nn.Module:
         lambd=args.lambd,
         norm=args.norm,
         eps=args.eps,
+        tied=args.synthesis == "tied",
+        residual=args.residual,
     )

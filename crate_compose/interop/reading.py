@@ -1,0 +1,152 @@
+"""Reading other code's checkpoints safely: tensors only, never code.
+
+* a safetensors file is read directly (it holds tensors and strings, nothing else);
+* a PyTorch file (``torch.save``: a zip archive or the older format) is read only through
+  ``torch.load(weights_only=True)``, PyTorch's restricted unpickler, which rebuilds tensors, numbers,
+  strings and containers and refuses any other global. ``argparse.Namespace`` is allowed besides:
+  the training scripts the papers' code derives from (DeiT, MAE) save their command line in it, and it
+  is a plain attribute holder. A file that needs anything else is refused with the name of what it
+  asked for; nothing in it runs.
+
+Checkpoints nest their weights in various ways: ``{"model": ...}`` (MAE, DeiT, nanoGPT),
+``{"state_dict": ...}`` (CRATE's ImageNet script), ``{"net": ...}``; keys carry ``module.`` (saved
+from ``DistributedDataParallel``) or ``_orig_mod.`` (saved from ``torch.compile``). :func:`read_checkpoint`
+finds the dictionary of tensors and strips such prefixes, and says what it did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import WorkbenchError
+
+# where training scripts keep the weights, in the order they are looked for
+NESTING = ("state_dict", "model", "model_state_dict", "net", "module", "params")
+# prefixes that wrappers add to every key
+PREFIXES = ("module.", "_orig_mod.")
+SAFETENSORS_SUFFIXES = (".safetensors",)
+
+
+class CheckpointError(WorkbenchError):
+    """A checkpoint that cannot be read or does not fit the spec; the message names the file."""
+
+
+@dataclass
+class Checkpoint:
+    """The tensors of a checkpoint file, keyed as the saving code named them, and how they were found."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor]
+    sha256: str
+    notes: list[str] = field(default_factory=list)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """The tensors of ``path`` (safetensors or a PyTorch file), unwrapped and with wrapper prefixes removed."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file" if not path.exists() else f"{path} is not a file")
+    notes: list[str] = []
+    loaded = _read_safetensors(path) if _is_safetensors(path) else _read_pytorch(path)
+    tensors = _unwrap(loaded, path, notes)
+    tensors = _strip_prefixes(tensors, notes)
+    if not tensors:
+        raise CheckpointError(f"{path} holds no tensors")
+    return Checkpoint(path, tensors, sha256(path), notes)
+
+
+def _is_safetensors(path: Path) -> bool:
+    if path.suffix in SAFETENSORS_SUFFIXES:
+        return True
+    with open(path, "rb") as file:  # an 8-byte little-endian header length, then a JSON header
+        head = file.read(9)
+    return len(head) == 9 and head[8:9] == b"{"
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except Exception as error:  # safetensors' own error types; nothing in the file is ever executed
+        raise CheckpointError(f"{path} is not a readable safetensors file ({type(error).__name__}: {error})") from None
+
+
+def _read_pytorch(path: Path) -> Any:
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        wanted = _what_it_asked_for(str(error))
+        raise CheckpointError(
+            f"{path} refused: it holds Python objects beyond tensors{wanted}, and reading them could run code. "
+            "crate-compose reads PyTorch files only with torch.load(weights_only=True). If you trust the file, "
+            "load it in Python yourself and save its state dict with safetensors.torch.save_file"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError) as error:
+        raise CheckpointError(
+            f"{path} is neither a safetensors nor a PyTorch checkpoint that can be read "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'truncated?'})"
+        ) from None
+
+
+def _what_it_asked_for(message: str) -> str:
+    for line in message.splitlines():
+        if "Unsupported global" in line or "GLOBAL" in line:
+            return f" ({line.strip().rstrip('.')})"
+    return ""
+
+
+def _is_state_dict(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+
+
+def _unwrap(loaded: Any, path: Path, notes: list[str]) -> dict[str, torch.Tensor]:
+    """The dictionary of tensors inside ``loaded``: itself, or under one of :data:`NESTING` (nested once more at most)."""
+    trail: list[str] = []
+    for _ in range(3):
+        if _is_state_dict(loaded):
+            if trail:
+                notes.append(f"weights read from {'/'.join(repr(k) for k in trail)} of the checkpoint")
+            return loaded
+        if not isinstance(loaded, dict):
+            break
+        key = next((k for k in NESTING if k in loaded and isinstance(loaded[k], dict)), None)
+        if key is None:
+            break
+        trail.append(key)
+        loaded = {k: v for k, v in loaded[key].items()}
+        if isinstance(loaded, dict):  # drop non-tensor entries a state dict may carry (an ``_metadata`` copy)
+            loaded = {k: v for k, v in loaded.items() if not (isinstance(k, str) and k.startswith("_metadata"))}
+    kind = type(loaded).__name__
+    keys = ", ".join(repr(k) for k in list(loaded)[:8]) if isinstance(loaded, dict) else ""
+    raise CheckpointError(
+        f"{path} holds no dictionary of tensors where one is expected (found a {kind}{': ' + keys if keys else ''}); "
+        f"looked under {', '.join(repr(k) for k in NESTING)}"
+    )
+
+
+def _strip_prefixes(tensors: dict[str, torch.Tensor], notes: list[str]) -> dict[str, torch.Tensor]:
+    for _ in range(len(PREFIXES)):
+        prefix = next((p for p in PREFIXES if all(k.startswith(p) for k in tensors)), None)
+        if prefix is None:
+            break
+        tensors = {k[len(prefix):]: v for k, v in tensors.items()}
+        notes.append(f"the prefix {prefix!r} was removed from every key")
+    return tensors
