@@ -156,7 +156,7 @@ def test_a_patch_through_extends_keeps_the_other_weights_too(tmp_path):
 
 def test_swapping_mssa_for_tssa_drops_the_arguments_tssa_does_not_take():
     spec = cc.load_spec("crate-tiny", ["encoder.layer.compress.primitive=tssa"])
-    assert spec.encoder.layer[0].args == {"heads": 6, "causal": False, "norm": True, "eps": 1e-5}
+    assert spec.encoder.layer[0].args == {"heads": 6, "causal": False, "norm": True, "eps": 1e-5, "biases": True}
     assert any("swapped mssa -> tssa; dropped head_dim=64" in note for note in spec.notes())
     assert cc.inspect(spec).params_total == 6_090_856 + 12 * (384 + 6)  # TSSA adds a bias and K temperatures
     with pytest.raises(SpecError, match="unknown key 'bogus'"):  # arguments given with the swap are checked

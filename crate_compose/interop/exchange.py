@@ -23,6 +23,7 @@ from ..building.plan import plan, tied
 from ..errors import did_you_mean
 from ..files import save_tensors, staged
 from ..language import loader
+from ..language.spec import Spec
 from .families import FAMILIES, Family
 from .mapping import check, correspond, notes_on_arguments, to_ours, to_theirs
 from .reading import Checkpoint, CheckpointError, read_checkpoint
@@ -61,7 +62,7 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tupl
     spec's ``sizes``, and notes. Where the shapes cannot tell the heads apart (one shared projection)
     and the width is not a published one, the spec's heads are kept and the head dimension follows."""
     try:
-        sizes = {k: int(v) for k, v in found.sizes(checkpoint.tensors).items()}
+        sizes = {k: v if isinstance(v, bool) else int(v) for k, v in found.sizes(checkpoint.tensors).items()}
     except (KeyError, IndexError, ZeroDivisionError) as error:
         raise CheckpointError(f"{checkpoint.path}: cannot read the sizes of a {found.name} checkpoint from it "
                               f"({type(error).__name__}: {error}); is it a {found.name} checkpoint?") from None
@@ -73,6 +74,10 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tupl
                      f"(head dimension {sizes['head_dim']}); --set sizes.heads=K to choose another")
     elif "heads" in sizes and found.name in ("crate", "crate-mae", "crate-alpha", "crate-lm"):
         notes.append(f"heads={sizes['heads']}: the published model of width {sizes['d']} (the shapes do not give it)")
+    for name in ("image_size", "context"):
+        if name in spec_sizes and name not in sizes:
+            notes.append(f"a {found.name} checkpoint does not give {name}: kept the spec's {spec_sizes[name]} "
+                         f"(--set sizes.{name}=N to choose another)")
     return {k: v for k, v in sizes.items() if k in spec_sizes}, notes
 
 
@@ -88,11 +93,17 @@ def import_checkpoint(spec_ref, file: str | Path, family_name: str, *, overrides
     overrides = list(overrides)
     sizes: dict[str, int] = {}
     notes = list(checkpoint.notes)
-    if infer:
-        sizes, inferred = infer_sizes(found, checkpoint, loader.load(spec_ref, overrides).sizes)
-        notes += inferred
-        overrides = [*(f"sizes.{k}={v}" for k, v in sizes.items()), *overrides]
-    spec = loader.load(spec_ref, overrides)
+    if isinstance(spec_ref, Spec):  # a loaded spec is taken as it is
+        if overrides or infer:
+            raise TypeError("overrides and infer apply when loading; pass a path or preset name")
+        spec = spec_ref
+    else:
+        if infer:
+            sizes, inferred = infer_sizes(found, checkpoint, loader.load(spec_ref, overrides).sizes)
+            notes += inferred
+            overrides = [*(f"sizes.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sizes.items()),
+                         *overrides]
+        spec = loader.load(spec_ref, overrides)
     theirs = checkpoint.tensors
     skipped: list[str] = []
     shapes = compile_spec(spec, meta=True)  # shapes only: a misfit is refused before memory is spent

@@ -293,7 +293,7 @@ def _lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
 
 
 def _tost_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
-    return {**_lm_sizes(t), "heads": t["transformer.h.0.attn.temp"].shape[0]}
+    return {**_lm_sizes(t), "heads": t["transformer.h.0.attn.temp"].shape[0], "bias": "transformer.ln_f.bias" in t}
 
 
 def _crate_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:

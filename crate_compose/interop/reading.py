@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,8 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 def _read_pytorch(path: Path) -> Any:
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # refused or read alike
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         wanted = _what_it_asked_for(str(error))
@@ -131,9 +133,7 @@ def _unwrap(loaded: Any, path: Path, notes: list[str]) -> dict[str, torch.Tensor
         if key is None:
             break
         trail.append(key)
-        loaded = {k: v for k, v in loaded[key].items()}
-        if isinstance(loaded, dict):  # drop non-tensor entries a state dict may carry (an ``_metadata`` copy)
-            loaded = {k: v for k, v in loaded.items() if not (isinstance(k, str) and k.startswith("_metadata"))}
+        loaded = loaded[key]
     kind = type(loaded).__name__
     keys = ", ".join(repr(k) for k in list(loaded)[:8]) if isinstance(loaded, dict) else ""
     raise CheckpointError(

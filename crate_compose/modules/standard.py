@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .causal import Growing, causal_attention
+from .causal import Growing, attention_weights, causal_attention
 from .precision import LayerNorm
 from .residual import Residual
 
@@ -40,6 +40,12 @@ class MHSA(Residual):
         qkv = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
         return tuple(qkv.permute(2, 0, 3, 1, 4))  # type: ignore[return-value]
 
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """``softmax(q_k k_k^T / sqrt(p))`` per head, ``(B, K, n, n)``, at the step's input ``x``: the
+        weights :meth:`split` applies to the values (fused there, written out here)."""
+        q, k, _ = self.project(x)
+        return attention_weights(q, k, causal=self.causal)
+
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = self.project(x)
         h = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # softmax(q k^T / sqrt p) v
@@ -58,12 +64,13 @@ class MLP(Residual):
 
     tokenwise = True  # each token alone (cached decoding)
 
-    def __init__(self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5, gelu: str = "none") -> None:
+    def __init__(self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5, gelu: str = "none",
+                 bias: bool = True) -> None:
         super().__init__()
         self.gelu = gelu
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.expand = nn.Linear(dim, hidden)
-        self.contract = nn.Linear(hidden, dim)
+        self.norm = LayerNorm(dim, eps=eps, bias=bias) if norm else nn.Identity()
+        self.expand = nn.Linear(dim, hidden, bias=bias)
+        self.contract = nn.Linear(hidden, dim, bias=bias)
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.contract(F.gelu(self.expand(self.norm(x)), approximate=self.gelu))  # (B, n, d)

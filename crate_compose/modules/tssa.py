@@ -18,13 +18,13 @@ from .residual import Residual
 class TSSA(Residual):
     """``x + TSSA(LN x | W, temp)`` (book eq. 5.3.18; ToST's ``AttentionTSSA``)."""
 
-    def __init__(self, dim: int, heads: int, *, norm: bool = True, eps: float = 1e-5) -> None:
+    def __init__(self, dim: int, heads: int, *, norm: bool = True, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
         self.heads = heads  # d divides by heads (the footprint checks)
-        self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
-        self.qkv = nn.Linear(dim, dim)  # W, b: the subspaces U_[K] (the authors' name)
+        self.norm = LayerNorm(dim, eps=eps, bias=bias) if norm else nn.Identity()
+        self.qkv = nn.Linear(dim, dim, bias=bias)  # W, b: the subspaces U_[K] (the authors' name)
         self.temp = nn.Parameter(torch.ones(heads, 1))  # 1/(2 eta) of eq. 5.3.17, learned per head
-        self.to_out = nn.Linear(dim, dim)  # W_o, b_o
+        self.to_out = nn.Linear(dim, dim, bias=bias)  # W_o, b_o
 
     def statistics(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(w, pi, m)`` at tokens ``x`` (normalized here): projections ``(B, K, n, p)``, memberships
@@ -37,6 +37,11 @@ class TSSA(Residual):
         m = (pi.unsqueeze(-2) @ w32.pow(2)) / (pi.sum(-1)[..., None, None] + 1e-8)  # (B, K, 1, p)
         return w, pi, m
 
+    def membership(self, x: torch.Tensor) -> torch.Tensor:
+        """The memberships ``Pi`` ``(B, K, n)`` at the step's input ``x`` (a softmax over the heads):
+        the ``pi`` of :meth:`statistics`, which the forward uses."""
+        return self.statistics(x)[1]
+
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w, pi, m = self.statistics(x)
         out = (-pi.unsqueeze(-1) * w / (1 + m)).to(w.dtype)  # (B, K, n, p)
@@ -48,8 +53,9 @@ class CausalTSSA(TSSA):
     (book exercise 5.6; ToST's language model). ``beta`` (the authors' ``denom_bias``) is ``(K, N, 1)``
     for a context of N tokens; shorter sequences use its first rows."""
 
-    def __init__(self, dim: int, heads: int, context: int, *, norm: bool = True, eps: float = 1e-5) -> None:
-        super().__init__(dim, heads, norm=norm, eps=eps)
+    def __init__(self, dim: int, heads: int, context: int, *, norm: bool = True, eps: float = 1e-5,
+                 bias: bool = True) -> None:
+        super().__init__(dim, heads, norm=norm, eps=eps, bias=bias)
         self.denom_bias = nn.Parameter(torch.zeros(heads, context, 1))  # beta[k, t], init 0
 
     def scan(self, w: torch.Tensor, state: tuple | None) -> tuple[torch.Tensor, torch.Tensor, tuple]:

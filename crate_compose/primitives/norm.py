@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from ..registry import Args, Example, Footprint, Inverse, Shape, primitive
+from .parts import layernorm as layernorm_part
 
 if TYPE_CHECKING:
     from torch import nn
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 
 class LayerNormArgs(Args):
     eps: float = Field(default=1e-5, gt=0, description="Added to the variance for stability.")
+    bias: bool = Field(default=True, description="A learned shift besides the scale (nanoGPT's `bias`: false in the "
+                       "ToST language models).")
 
 
 @primitive(
@@ -29,9 +32,9 @@ class LayerNormArgs(Args):
     # authors' CRATE-MAE code does with its encoder's final LayerNorm: the decoder steps normalize anyway.
     inverse=Inverse(None),
     example=Example({"eps": 1e-6}, (16, 32)),
-    footprint=lambda args, shape, context: Footprint(shape, {"weight": (shape[-1],), "bias": (shape[-1],)}),
+    footprint=lambda args, shape, context: Footprint(shape, layernorm_part("", shape[-1], bias=args.bias)),
 )
 def layernorm(args: LayerNormArgs, shape: Shape) -> nn.Module:
     from ..modules.precision import LayerNorm
 
-    return LayerNorm(shape[-1], eps=args.eps)
+    return LayerNorm(shape[-1], eps=args.eps, bias=args.bias)

@@ -16,9 +16,13 @@ def linear(name: str, inputs: int, outputs: int, *, bias: bool = True) -> dict[s
     return {**out, f"{name}.bias": (outputs,)} if bias else out
 
 
-def layernorm(name: str, dim: int, *, present: bool = True) -> dict[str, Shape]:
-    """``LayerNorm(dim)`` with affine weights; nothing when the step has none (``norm: false``)."""
-    return {f"{name}.weight": (dim,), f"{name}.bias": (dim,)} if present else {}
+def layernorm(name: str, dim: int, *, present: bool = True, bias: bool = True) -> dict[str, Shape]:
+    """``LayerNorm(dim)`` with affine weights (``bias=False``: the scale only); nothing when the step has
+    none (``norm: false``)."""
+    if not present:
+        return {}
+    prefix = f"{name}." if name else ""  # a LayerNorm step of its own names its tensors weight and bias
+    return {f"{prefix}weight": (dim,), f"{prefix}bias": (dim,)} if bias else {f"{prefix}weight": (dim,)}
 
 
 def conv2d(name: str, inputs: int, outputs: int, kernel: int, *, bias: bool = True) -> dict[str, Shape]:

@@ -65,6 +65,8 @@ class MLPArgs(Args):
     gelu: Literal["exact", "tanh"] = Field(
         default="exact", description="'exact': GELU with erf (ViT); 'tanh': its tanh approximation (GPT-2's gelu_new)."
     )
+    biases: bool = Field(default=True, description="Biases in both layers and the LayerNorm (nanoGPT's `bias`; the "
+                       "ToST language models were trained without: false).")
 
 
 @primitive(
@@ -83,7 +85,7 @@ def mlp(args: MLPArgs, shape: Shape) -> nn.Module:
 
     dim = shape[-1]
     gelu = "none" if args.gelu == "exact" else "tanh"
-    return MLP(dim, int(round(dim * args.ratio)), norm=args.norm, eps=args.eps, gelu=gelu)
+    return MLP(dim, int(round(dim * args.ratio)), norm=args.norm, eps=args.eps, gelu=gelu, bias=args.biases)
 
 
 def _mhsa_footprint(args: MHSAArgs, shape: Shape) -> Footprint:
@@ -96,9 +98,10 @@ def _mhsa_footprint(args: MHSAArgs, shape: Shape) -> Footprint:
 
 
 def mlp_footprint(args: Args, shape: Shape, name: str) -> Footprint:
-    """Tokens ``(n, d)``: ``LN(d)``, ``d -> round(ratio d) -> d`` with biases; residual."""
+    """Tokens ``(n, d)``: ``LN(d)``, ``d -> round(ratio d) -> d`` with biases (unless ``biases: false``); residual."""
     dim = token_dim(shape, name)
     hidden = int(round(dim * args.ratio))
-    parameters = {**layernorm("norm", dim, present=args.norm), **linear("expand", dim, hidden),
-                  **linear("contract", hidden, dim)}
+    bias = getattr(args, "biases", True)
+    parameters = {**layernorm("norm", dim, present=args.norm, bias=bias), **linear("expand", dim, hidden, bias=bias),
+                  **linear("contract", hidden, dim, bias=bias)}
     return Footprint(shape, parameters, residual=True)

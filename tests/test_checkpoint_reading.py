@@ -1,0 +1,108 @@
+"""Reading other code's checkpoints safely: tensors only, never code (crate_compose.interop.reading)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from crate_compose.interop.reading import CheckpointError, read_checkpoint
+
+TENSORS = {"cls_token": torch.randn(1, 1, 4), "mlp_head.1.weight": torch.randn(3, 4)}
+
+
+def same(a: dict, b: dict) -> bool:
+    return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_safetensors_are_read_directly(tmp_path):
+    path = tmp_path / "w.safetensors"
+    save_file(TENSORS, path)
+    read = read_checkpoint(path)
+    assert same(read.tensors, TENSORS) and read.notes == [] and len(read.sha256) == 64
+
+
+def test_safetensors_are_recognised_without_their_suffix(tmp_path):
+    path = tmp_path / "weights.bin"
+    save_file(TENSORS, path)
+    assert same(read_checkpoint(path).tensors, TENSORS)
+
+
+@pytest.mark.parametrize("nest, prefix", [(None, ""), ("model", "module."), ("state_dict", "module."),
+                                          ("model", "_orig_mod."), ("net", "")])
+def test_nesting_and_wrapper_prefixes_are_undone_and_said(tmp_path, nest, prefix):
+    state = {prefix + k: v for k, v in TENSORS.items()}
+    path = tmp_path / "ckpt.pth"
+    torch.save({nest: state, "epoch": 3, "optimizer": {"state": {}}} if nest else state, path)
+    read = read_checkpoint(path)
+    assert same(read.tensors, TENSORS)
+    assert any(repr(nest) in n for n in read.notes) == bool(nest)
+    assert any(repr(prefix) in n for n in read.notes) == bool(prefix)
+
+
+def test_training_scripts_command_lines_are_allowed(tmp_path):
+    """DeiT and MAE save their argparse.Namespace beside the weights: a plain attribute holder."""
+    path = tmp_path / "deit.pth"
+    torch.save({"model": TENSORS, "args": argparse.Namespace(lr=5e-4, model="tost_small"), "epoch": 299}, path)
+    assert same(read_checkpoint(path).tensors, TENSORS)
+
+
+class Payload:
+    """Unpickling this runs a shell command: the file must be refused before that can happen."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pth"
+    torch.save({"model": TENSORS, "extra": Payload(marker)}, path)
+    with pytest.raises(CheckpointError, match="refused.*weights_only=True") as error:
+        read_checkpoint(path)
+    assert "system" in str(error.value) and str(path) in str(error.value)
+    assert not marker.exists()
+
+
+def test_a_raw_pickle_is_refused_too(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(pickle.dumps({"w": Payload(marker)}))
+    with pytest.raises(CheckpointError):
+        read_checkpoint(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04broken zip"])
+def test_garbage_and_truncated_files_are_refused_with_their_name(tmp_path, content):
+    path = tmp_path / "broken.pth"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match="broken.pth"):
+        read_checkpoint(path)
+
+
+def test_a_truncated_torch_file_is_refused(tmp_path):
+    path = tmp_path / "cut.pth"
+    torch.save({"model": TENSORS}, path)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(CheckpointError, match="cut.pth"):
+        read_checkpoint(path)
+
+
+def test_a_file_without_a_dictionary_of_tensors_says_what_it_found(tmp_path):
+    path = tmp_path / "list.pth"
+    torch.save({"model": [1, 2, 3], "epoch": 1}, path)
+    with pytest.raises(CheckpointError, match="no dictionary of tensors.*'model'"):
+        read_checkpoint(path)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="no such checkpoint file"):
+        read_checkpoint(tmp_path / "nowhere.pth")
