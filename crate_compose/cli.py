@@ -33,11 +33,13 @@ import crate_compose as cc
 
 from .errors import DiagramError, PluginError, SpecError, WorkbenchError
 from .files import write_atomic
+from .interop.families import FAMILIES
 from .settings import (
     AUGMENTATIONS,
     DIAGRAM_STEM,
     DTYPE_NAMES,
     FORMATS,
+    FREEZES,
     MAX_IMAGE_SIZE,
     MAX_RUNS,
     MAX_SEEDS,
@@ -83,6 +85,7 @@ def _number(kind, low=None, high=None, *, low_open=False, high_open=False, what=
 
 
 COUNT = _number(int, 1, what="a whole number")  # at least 1
+FAMILY_NAMES = tuple(FAMILIES)  # the authors' code bases whose checkpoints import and export read
 NONNEGATIVE = _number(int, 0, what="a whole number")
 SEED = _number(int, 0, 2**63 - 1, what="a seed")  # torch seeds are 64-bit
 RATE = _number(float, 0, low_open=True, what="a number")  # > 0
@@ -135,8 +138,12 @@ def _plugin_arguments() -> argparse.ArgumentParser:
     return parent
 
 
-def _spec_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="a spec file (specs/crate.yaml) or a zoo preset name (crate-base)")
+def _spec_arguments(parser: argparse.ArgumentParser, *, run: bool = False) -> None:
+    if run:  # probe: SPEC, or a run folder whose spec, data and weights are taken
+        parser.add_argument("spec", nargs="?", help="a spec file or a zoo preset name, or a run folder (RUN: its "
+                            "final/ or latest checkpoint, its spec, data and image size)")
+    else:
+        parser.add_argument("spec", help="a spec file (specs/crate.yaml) or a zoo preset name (crate-base)")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -221,15 +228,22 @@ def parser() -> argparse.ArgumentParser:
                        "(options not given are the run's; anything that would change the run is refused)")
     train.add_argument("--resume-from", type=COUNT, default=None, metavar="STEP",
                        help="continue from the checkpoint at STEP; later checkpoints are moved to superseded/")
+    train.add_argument("--init", type=Path, default=None, metavar="DIR",
+                       help="fine-tune: start from the weights of the build DIR (build --out, a run's final/, a "
+                       "checkpoint) copied by name; a head that does not fit is left new (default: fresh weights)")
+    train.add_argument("--freeze", choices=FREEZES, default=None,
+                       help="encoder: train the head alone (every parameter not under head.); default: none")
     _memory_argument(train)
 
     probe = command("probe", help="measure each step's own objective layer by layer, trained against untrained")
-    _spec_arguments(probe)
-    probe.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
-                       "(without: the untrained network only)")
-    probe.add_argument("--data", default="digits", help="data set to probe on (default: digits)")
+    _spec_arguments(probe, run=True)
+    probe.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder, or a "
+                       "run folder (its final/, else its latest checkpoint) (without: the untrained network only)")
+    probe.add_argument("--data", default=None, help="data set to probe on (default: a run's own, else digits; "
+                       "another than a run's is refused)")
     probe.add_argument("--samples", type=COUNT, default=256, help="test inputs to measure on (default: 256)")
-    probe.add_argument("--seed", type=SEED, default=0, help="seed of the untrained network (default: 0)")
+    probe.add_argument("--seed", type=SEED, default=None, help="seed of the untrained network (default: a run's "
+                       "own, else 0)")
     probe.add_argument("--image-size", type=IMAGE_SIZE, default=None,
                        help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png, never inside a build "
@@ -274,6 +288,46 @@ def parser() -> argparse.ArgumentParser:
                               help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     probe_linear.add_argument("--seed", type=SEED, default=0, help="seed of the validation split (default: 0)")
     probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
+
+    importing = command("import", help="read the authors' released checkpoint into a build folder (spec + safetensors)")
+    _spec_arguments(importing)
+    importing.add_argument("checkpoint", type=Path, help="the checkpoint: safetensors, or a PyTorch file (read with "
+                           "torch.load(weights_only=True): a file that needs more is refused, nothing in it runs)")
+    importing.add_argument("--from", dest="family", required=True, metavar="FAMILY", choices=FAMILY_NAMES,
+                           help=f"whose code saved it: {', '.join(FAMILY_NAMES)}")
+    importing.add_argument("--infer-sizes", action="store_true", help="set the spec's sizes (patch size, width, "
+                           "depth, heads, classes, ...) from the checkpoint's shapes; --set still wins")
+    importing.add_argument("--out", type=Path, help="build folder to write (default: out/<spec name>)")
+
+    exporting = command("export", help="write a build or run's weights in the authors' layout, for their code")
+    exporting.add_argument("weights", type=Path, help="a build folder, a run's final/ or a checkpoint folder")
+    exporting.add_argument("--to", dest="family", required=True, metavar="FAMILY", choices=FAMILY_NAMES,
+                           help=f"whose code will read it: {', '.join(FAMILY_NAMES)}")
+    exporting.add_argument("--out", type=Path, required=True, help="the file: .safetensors, or a PyTorch file "
+                           "(.pth, .pt) holding the state dict nested as the authors' training script nests it")
+    exporting.add_argument("--nest", default=None, metavar="KEY", help="key to nest the state dict under in a "
+                           "PyTorch file (default: the family's: model, state_dict or none); '' for none")
+
+    show = command("show", help="pictures of what an image network does: attention maps, TSSA memberships, "
+                   "PCA of the patch features, masked reconstructions (PNG files)")
+    _spec_arguments(show)
+    show.add_argument("--weights", type=Path, metavar="DIR", help="trained weights: a run's final/ or a checkpoint folder "
+                      "(without: the untrained network of --seed)")
+    show.add_argument("--data", required=True, metavar="NAME", help="image data set whose first test images are shown "
+                      "(digits, photos, folder:PATH)")
+    show.add_argument("--layer", type=NONNEGATIVE, default=None, metavar="N",
+                      help="the encoder layer to show, counted from 0 (default: the last)")
+    show.add_argument("--images", "--image", type=_number(int, 1, 16, what="a whole number"), default=4, metavar="N",
+                      help="how many test images, a row each, 1 to 16 (default: 4)")
+    show.add_argument("--patch", type=NONNEGATIVE, default=None, metavar="P", help="the patch whose attention is shown, "
+                      "row by row in the patch grid from 0 (default: the centre patch)")
+    show.add_argument("--image-size", type=IMAGE_SIZE, default=None, metavar="N",
+                      help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    show.add_argument("--seed", type=SEED, default=0, metavar="N", help="seed of the untrained network and of the "
+                      "reconstruction's masks (default: 0)")
+    show.add_argument("--out", type=Path, metavar="DIR", help="folder for the PNG files, never inside a build (default: "
+                      "RUN/pictures/final or RUN/pictures/step-N beside a run's weights, DIR/../pictures/NAME "
+                      "beside other weights, else pictures/<spec name>)")
 
     ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
     _spec_arguments(ablate)
@@ -394,10 +448,13 @@ def _train(args: argparse.Namespace) -> int:
 
     resume = args.resume or args.resume_from is not None
     out = args.out or default_run(args.spec, args.overrides)
-    base = read(out).settings() if resume and out.is_dir() and read(out) is not None else None
+    record = read(out) if resume and out.is_dir() else None
+    base = record.settings() if record is not None else None
+    init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
+    init, freeze = args.init if args.init is not None else init, args.freeze or freeze
     result = train(args.spec, _settings(args, base), overrides=args.overrides, out=out, resume=resume,
                    resume_from=args.resume_from, device=args.device, progress=args.progress,
-                   memory_limit=args.memory_limit)
+                   memory_limit=args.memory_limit, init=init, freeze=freeze)
     if not _rank_zero():
         return 0
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, (int, float)))
@@ -405,7 +462,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"{result.run} is finished: {result.steps:,} steps" + (f", {scores}" if scores else "") +
               f". Nothing was changed; pass --steps N (more than {result.steps:,}) to train it longer")
         return 0
-    print(f"trained {result.params:,} parameters for {result.steps} steps in {result.seconds:.0f} s: "
+    count = f"{result.trainable:,} of {result.params:,}" if freeze != "none" else f"{result.params:,}"
+    print(f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
           f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/")
     return 0
@@ -496,6 +554,47 @@ def _linear_probe(args: argparse.Namespace) -> int:
                                         seed=args.seed), args.out)
 
 
+def _import(args: argparse.Namespace) -> int:
+    from .interop.exchange import import_checkpoint
+
+    imported = import_checkpoint(args.spec, args.checkpoint, args.family, overrides=args.overrides,
+                                 infer=args.infer_sizes)
+    for note in imported.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for skipped in imported.skipped:
+        print(f"note: not imported: {skipped}", file=sys.stderr)
+    spec = cc.spec_of(imported.module)
+    out = args.out or Path("out") / spec.name
+    cc.save(imported.module, out, extra=imported.provenance())
+    print(cc.summarize(imported.module).table())
+    count = len(imported.module.state_dict())
+    print(f"imported {count} tensors of {args.checkpoint} ({args.family}) into {out}/: spec.yaml, model.safetensors")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .interop.exchange import export_checkpoint, family, write_checkpoint
+
+    tensors = export_checkpoint(cc.load_build(args.weights), args.family)
+    nest = family(args.family).nest if args.nest is None else (args.nest or None)
+    write_checkpoint(tensors, args.out, nest=nest)
+    where = f" under {nest!r}" if nest and args.out.suffix != ".safetensors" else ""
+    print(f"wrote {args.out}: {len(tensors)} tensors in {args.family}'s names{where}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .workbench.pictures import show
+
+    shown = show(args.spec, args.data, weights=args.weights, overrides=args.overrides, layer=args.layer,
+                 images=args.images, patch=args.patch, out=args.out, seed=args.seed, image_size=args.image_size)
+    for note in shown.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for path, what in shown.files:
+        print(f"wrote {path}: {what}")
+    return 0
+
+
 def _answer(result: dict, out: Path | None) -> int:
     text = json.dumps(result, indent=2) + "\n"
     if out is not None:
@@ -518,6 +617,9 @@ COMMANDS = {
     "generate": _generate,
     "evaluate": _evaluate,
     "linear-probe": _linear_probe,
+    "show": _show,
+    "import": _import,
+    "export": _export,
 }
 
 

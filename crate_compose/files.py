@@ -247,3 +247,14 @@ def _exchange(a: Path, b: Path) -> bool:
     if error in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: this file system cannot exchange
         return False
     raise OSError(error, os.strerror(error), str(b))
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks (a checkpoint may be gigabytes)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 TASKS = ("classify", "mae", "lm")
 METRIC = {"classify": "test_accuracy", "mae": "test_masked_mse", "lm": "test_loss"}  # the number a task reports
 AUGMENTATIONS = ("none", "shift")
+FREEZES = ("none", "encoder")  # train --freeze: "encoder" trains the head alone (every parameter not under head.)
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")  # parameter dtypes of a build
 FORMATS = ("svg", "png", "pdf", "dot")  # diagram formats
 DIAGRAM_STEM = "diagram"  # build --render writes diagram.<format> beside the weights

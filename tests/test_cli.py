@@ -46,6 +46,7 @@ ZOO_PARAMS = {
     "gpt2-small": 124_439_808,
     "causal-crate-base": 60_665_088,  # 38,597,376 + 786,432 + 12 x 1,773,312 + 1,536 (docs/language.md)
     "tost-lm-base": 110_467_728,
+    "crate-lm-base": 81_934_848,  # the authors' crate_overcomplete.py: 38,633,472 + 786,432 + 12 x 3,542,784 + 1,536
     # byte-level laptop variants, counted by hand: embedding 256x128 + positions 128x128 = 49,152, final LN 256
     "causal-crate-bytes": 248_576,  # + 4 x (LN 256 + U 16,384 + out 16,512 + LN 256 + D 16,384)
     "gpt2-bytes": 842_496,  # + 4 x (LN 256 + qkv 49,536 + out 16,512 + LN 256 + MLP 131,712)

@@ -32,20 +32,15 @@ import torch
 import torch.nn.functional as F
 
 import crate_compose as cc
-from crate_compose.workbench import probes
 from crate_compose import registry
+from crate_compose.workbench import probes
 from crate_compose.workbench.probes import coding_rate, lasso, snr, sparsity, subspace_residual, variational_rate
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SEEDS = range(8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids the cost of waking others (tens of ms per op on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 TINY = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=3", "sizes.image_size=32",
         "sizes.patch_size=8", "sizes.classes=10"]
 
@@ -520,3 +515,57 @@ def test_probe_into_a_folder_another_process_writes_exits_3(tmp_path, capsys):
         assert main(["probe", spec, "--set", "sizes.depth=1", "--samples", "8", "--out", str(out)]) == 3
     assert f"{out} is in use by process {os.getpid()}" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
+
+
+def test_probe_a_run_folder_alone(tmp_path, monkeypatch, capsys):
+    """`probe RUN`: the run's final/, its spec, data and seed; the files beside the run, final/ untouched;
+    an unfinished run's latest checkpoint, said; another --data refused."""
+    import hashlib
+    import shutil
+
+    from crate_compose.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
+    sets = [arg for o in ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"] for arg in ("--set", o)]
+    run = tmp_path / "run"
+    assert main(["train", spec, *sets, "--data", "digits", "--steps", "4", "--batch-size", "16", "--seed", "3",
+                 "--checkpoint-every", "2", "--no-progress", "--out", str(run)]) == 0
+
+    def hashes(folder: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+    before = hashes(run / "final")
+    capsys.readouterr()
+    assert main(["probe", str(run), "--samples", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert f"note: {run}: probing its final/, with its spec, on digits (seed 3), as the run recorded" in err
+    assert f"wrote {run / 'probes' / 'final' / 'probes.json'} and {run / 'probes' / 'final' / 'probes.png'}" in out
+    assert hashes(run / "final") == before
+    # the same as the explicit form with the run's own spec, data and seed
+    assert main(["probe", spec, *sets, "--weights", str(run / "final"), "--data", "digits", "--seed", "3",
+                 "--samples", "8", "--out", "explicit"]) == 0
+    assert (run / "probes" / "final" / "probes.json").read_text() == (tmp_path / "explicit" / "probes.json").read_text()
+    assert main(["probe", "--weights", str(run), "--samples", "8", "--out", "as-weights"]) == 0  # --weights RUN, --out wins
+    assert (tmp_path / "as-weights" / "probes.json").read_text() == (tmp_path / "explicit" / "probes.json").read_text()
+    capsys.readouterr()
+    assert main(["probe", str(run), "--data", "photos", "--samples", "8"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --data photos: the run {run} was trained on digits" in err and "Traceback" not in err
+    # an unfinished run: its latest checkpoint, said, probed beside it
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(run, unfinished, ignore=shutil.ignore_patterns("probes"))
+    shutil.rmtree(unfinished / "final")
+    capsys.readouterr()
+    assert main(["probe", str(unfinished), "--samples", "8"]) == 0
+    err = capsys.readouterr().err
+    assert "its latest checkpoint, step-000004 (it has no final/: the run is not finished)" in err
+    assert (unfinished / "probes" / "step-000004" / "probes.json").is_file()
+    assert {p.name for p in (unfinished / "checkpoints" / "step-000004").iterdir()} >= {"spec.yaml", "model.safetensors"}
+    assert not (unfinished / "checkpoints" / "step-000004" / "probes.json").exists()
+    shutil.rmtree(unfinished / "checkpoints")
+    for argv, said in ((["probe", str(unfinished)], "holds no trained weights yet"),
+                       (["probe", str(run / "final")], "is a folder but not a run"),
+                       (["probe"], "probe needs a spec")):
+        assert main(argv) == 2
+        assert said in capsys.readouterr().err

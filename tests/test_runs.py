@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from runfiles import snapshot, train_losses
 from safetensors.torch import load_file, save_file
 
 from crate_compose import cli
@@ -32,17 +33,6 @@ def _args(out: Path, *extra: str, steps: int = 4, sets: tuple[str, ...] = ()) ->
     overrides = [arg for o in [*TINY, *sets] for arg in ("--set", o)]
     return ["train", DIGITS, *overrides, "--data", "digits", "--steps", str(steps), "--batch-size", "16",
             "--log-every", "1", "--checkpoint-every", "2", "--no-progress", "--out", str(out), *extra]
-
-
-def _snapshot(folder: Path) -> dict[str, str]:
-    """sha256 of every file under ``folder`` except the lock (its holder is rewritten by each writer)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != locks.LOCK_FILE}
-
-
-def _losses(run: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {row["step"]: row["loss"] for row in rows if row["kind"] == "train"}
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +77,12 @@ def test_a_run_records_its_identity_and_hash(finished):
 
 def test_hybrid_resume_is_refused(killed, capsys):
     """A killed ISTA run resumed with ISTA's soft threshold used to continue silently as a hybrid."""
-    before = _snapshot(killed)
+    before = snapshot(killed)
     err = _refused(capsys, _args(killed, "--resume", sets=("encoder.layer.sparsify.primitive=ista_soft",)))
     assert "is another run" in err and "the spec differs" in err
     assert "primitive: ista'" in err and "primitive: ista_soft'" in err  # both values, as written in the spec
     assert "another --out" in err
-    assert _snapshot(killed) == before
+    assert snapshot(killed) == before
 
 
 @pytest.mark.parametrize("option, value, shown", [("--lr", "0.002", "settings.lr: 0.001 in the run, 0.002 now"),
@@ -100,19 +90,19 @@ def test_hybrid_resume_is_refused(killed, capsys):
                                                   ("--batch-size", "32", "settings.batch_size: 16 in the run, 32 now"),
                                                   ("--data", "photos", "")])
 def test_resume_refuses_other_settings_with_both_values(killed, capsys, option, value, shown):
-    before = _snapshot(killed)
+    before = snapshot(killed)
     code = cli.main([*_args(killed, "--resume"), option, value])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert shown in err
-    assert _snapshot(killed) == before
+    assert snapshot(killed) == before
 
 
 def test_resume_takes_the_runs_own_options_and_continues_exactly(finished, killed, capsys):
     argv = ["train", DIGITS, *[a for o in TINY for a in ("--set", o)], "--out", str(killed), "--resume",
             "--no-progress"]
     assert cli.main(argv) == 0, capsys.readouterr().err
-    assert _losses(killed) == _losses(finished)
+    assert train_losses(killed) == train_losses(finished)
     a, b = load_file(finished / "final" / "model.safetensors"), load_file(killed / "final" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [h["from_step"] for h in runs.read(killed).history] == [0, 2]
@@ -121,11 +111,11 @@ def test_resume_takes_the_runs_own_options_and_continues_exactly(finished, kille
 def test_a_finished_run_resumed_with_its_steps_changes_nothing(finished, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(finished, run)
-    before = _snapshot(run)
+    before = snapshot(run)
     assert cli.main(_args(run, "--resume")) == 0
     out = capsys.readouterr().out
     assert "is finished" in out and "Nothing was changed" in out
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
     assert json.loads((run / "result.json").read_text())["metrics"]["test_accuracy"] >= 0  # still valid JSON
 
 
@@ -134,7 +124,7 @@ def test_a_finished_run_resumed_with_more_steps_continues(finished, tmp_path, ca
     shutil.copytree(finished, run)
     assert cli.main(_args(run, "--resume", steps=6)) == 0, capsys.readouterr().err
     assert json.loads((run / "result.json").read_text())["steps"] == 6
-    assert sorted(_losses(run)) == list(range(1, 7))
+    assert sorted(train_losses(run)) == list(range(1, 7))
     assert {p.name for p in (run / "checkpoints").iterdir()} == {"step-000002", "step-000004", "step-000006"}
     record = runs.read(run)
     assert record.steps == 6 and record.identity == runs.read(finished).identity  # the same run, longer
@@ -144,10 +134,10 @@ def test_a_finished_run_resumed_with_more_steps_continues(finished, tmp_path, ca
 def test_a_second_run_into_a_run_folder_needs_resume(finished, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(finished, run)
-    before = _snapshot(run)
+    before = snapshot(run)
     err = _refused(capsys, _args(run))
     assert "already holds a run" in err and "pass --resume" in err
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
 
 
 def test_train_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
@@ -155,10 +145,10 @@ def test_train_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
     folder.mkdir()
     (folder / "notes.txt").write_text("my thesis")
     (folder / "spec.yaml").write_text("name: mine\n")
-    before = _snapshot(folder)
+    before = snapshot(folder)
     err = _refused(capsys, _args(folder))
     assert "not a crate-compose run" in err and "notes.txt" in err
-    assert _snapshot(folder) == before and sorted(p.name for p in folder.iterdir()) == ["notes.txt", "spec.yaml"]
+    assert snapshot(folder) == before and sorted(p.name for p in folder.iterdir()) == ["notes.txt", "spec.yaml"]
 
 
 def _tamper_state(run: Path, at: int, **changes) -> None:
@@ -209,25 +199,25 @@ CHECKPOINT_DAMAGE = {
 def test_a_damaged_checkpoint_is_named_and_nothing_changes(killed, capsys, damage):
     tamper, expected = CHECKPOINT_DAMAGE[damage]
     tamper(killed)
-    before = _snapshot(killed)
+    before = snapshot(killed)
     err = _refused(capsys, _args(killed, "--resume"))
     assert "step-000002 cannot be resumed from" in err and expected in err, err
     assert "Nothing was changed" in err
-    assert _snapshot(killed) == before
+    assert snapshot(killed) == before
 
 
 def test_resume_from_an_earlier_checkpoint_moves_later_ones_aside(finished, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(finished, run)
     _tamper_tensors(run / "checkpoints/step-000004/model.safetensors", _nan_weight)
-    damaged = _snapshot(run / "checkpoints" / "step-000004")
+    damaged = snapshot(run / "checkpoints" / "step-000004")
     err = _refused(capsys, _args(run, "--resume", steps=6))
     assert "--resume-from STEP (2)" in err
     assert cli.main(_args(run, "--resume-from", "2")) == 0, capsys.readouterr().err
     aside = next((run / "superseded").iterdir())
-    assert _snapshot(aside / "checkpoints" / "step-000004") == damaged  # moved, never deleted
+    assert snapshot(aside / "checkpoints" / "step-000004") == damaged  # moved, never deleted
     assert (aside / "final").is_dir() and (aside / "result.json").is_file()
-    assert _losses(run) == _losses(finished)
+    assert train_losses(run) == train_losses(finished)
 
 
 def test_checks_that_could_fail_late_run_before_the_first_step(tmp_path, capsys, monkeypatch):
@@ -248,11 +238,11 @@ def test_checks_that_could_fail_late_run_before_the_first_step(tmp_path, capsys,
 def test_a_second_writer_is_refused_naming_the_first(finished, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(finished, run)
-    before = _snapshot(run)
+    before = snapshot(run)
     with locks.hold(run):
         err = _refused(capsys, _args(run, "--resume", steps=6), status=3)
     assert f"process {os.getpid()}" in err and "is in use" in err
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
 
 
 def test_a_log_gets_plain_lines_not_a_redrawn_bar(tmp_path):

@@ -58,8 +58,8 @@ def family(name: str) -> Family:
 
 
 def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tuple[dict[str, int], list[str]]:
-    """The sizes a checkpoint's shapes give (patch size, width, depth, heads, classes...) among the
-    spec's ``sizes``, and notes. Where the shapes cannot tell the heads apart (one shared projection)
+    """The sizes a checkpoint's shapes give (patch size, width, depth, heads, classes...) that differ
+    from the spec's ``sizes``, and notes. Where the shapes cannot tell the heads apart (one shared projection)
     and the width is not a published one, the spec's heads are kept and the head dimension follows."""
     try:
         sizes = {k: v if isinstance(v, bool) else int(v) for k, v in found.sizes(checkpoint.tensors).items()}
@@ -78,7 +78,7 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tupl
         if name in spec_sizes and name not in sizes:
             notes.append(f"a {found.name} checkpoint does not give {name}: kept the spec's {spec_sizes[name]} "
                          f"(--set sizes.{name}=N to choose another)")
-    return {k: v for k, v in sizes.items() if k in spec_sizes}, notes
+    return {k: v for k, v in sizes.items() if k in spec_sizes and spec_sizes[k] != v}, notes  # only what changes
 
 
 def import_checkpoint(spec_ref, file: str | Path, family_name: str, *, overrides: Iterable[str] = (),

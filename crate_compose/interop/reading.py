@@ -17,7 +17,6 @@ finds the dictionary of tensors and strips such prefixes, and says what it did.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import pickle
 import warnings
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import WorkbenchError
+from ..files import sha256_of
 
 # where training scripts keep the weights, in the order they are looked for
 NESTING = ("state_dict", "model", "model_state_dict", "net", "module", "params")
@@ -49,14 +49,6 @@ class Checkpoint:
     notes: list[str] = field(default_factory=list)
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """The tensors of ``path`` (safetensors or a PyTorch file), unwrapped and with wrapper prefixes removed."""
     path = Path(path)
@@ -68,7 +60,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     tensors = _strip_prefixes(tensors, notes)
     if not tensors:
         raise CheckpointError(f"{path} holds no tensors")
-    return Checkpoint(path, tensors, sha256(path), notes)
+    return Checkpoint(path, tensors, sha256_of(path), notes)
 
 
 def _is_safetensors(path: Path) -> bool:

@@ -3,13 +3,20 @@
 ``probe_run`` measures every step's own objective layer by layer (:mod:`crate_compose.workbench.probes`) on
 a trained build and on the same spec untrained (same seed), and draws both on one figure, as
 paper 003 Figs. 3-4 do.
+
+A run folder stands for its weights (:func:`run_weights`): ``probe_run(None, weights="runs/x")`` (or
+``probe_run("runs/x")``) probes the run's ``final/`` (its latest checkpoint when there is no
+``final/``, with a note) with the spec beside those weights, on the data, image size and seed the run
+recorded, and writes beside the run (``runs/x/probes/final``), never into its builds.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -18,6 +25,9 @@ from ..building.builder import compile_spec, spec_of
 from ..building.plan import tied
 from ..errors import WorkbenchError
 from ..files import writable
+from ..language.zoo import presets
+from . import runs as run_records
+from .checkpoint import latest_checkpoint
 from .data import Data
 from .locks import hold
 from .probes import probe, write_probes
@@ -37,21 +47,108 @@ def _probe_inputs(data: Data, samples: int) -> tuple[torch.Tensor, dict[str, Any
     return inputs, extra
 
 
+@dataclass
+class RunWeights:
+    """What a run folder says about probing it: the weights (``final/``, else the latest checkpoint),
+    the spec beside them, and the data, image size and seed the run recorded."""
+
+    run: Path
+    weights: Path
+    spec: Path
+    data: str
+    image_size: int | None
+    seed: int
+    note: str
+
+
+def is_run(path: Any) -> bool:
+    """Whether ``path`` names a run folder (one that holds a ``run.json``)."""
+    return isinstance(path, (str, Path)) and Path(path).is_dir() and (Path(path) / run_records.RUN_FILE).exists()
+
+
+def run_weights(run: str | Path) -> RunWeights:
+    """The weights of the run folder ``run`` and what it was trained on (:class:`RunWeights`);
+    :class:`WorkbenchError` when it holds no weights yet, :class:`~crate_compose.workbench.runs.RunRecordError`
+    when its record cannot be trusted."""
+    run = Path(run)
+    record = run_records.read(run)
+    if record is None:
+        raise WorkbenchError(f"{run} holds no {run_records.RUN_FILE}, so it is not a run whose data can be known: "
+                             "give the spec, --data and --weights RUN/final")
+    final = run / "final"
+    if (final / WEIGHTS_FILE).is_file() and (final / SPEC_FILE).is_file():
+        weights, said = final, "its final/"
+    else:
+        weights = latest_checkpoint(run)
+        if weights is None:
+            raise WorkbenchError(f"{run} holds no trained weights yet (no final/, no checkpoint): probe it once "
+                                 "it has written a checkpoint")
+        said = f"its latest checkpoint, {weights.name} (it has no final/: the run is not finished)"
+    settings = record.identity.get("settings", {})
+    data = record.identity["data"]["name"]
+    image_size, seed = settings.get("image_size"), settings.get("seed", 0)
+    size = f", image size {image_size}" if image_size else ""
+    note = f"{run}: probing {said}, with its spec, on {data}{size} (seed {seed}), as the run recorded"
+    return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note)
+
+
+def _same_data(given: str, recorded: str) -> bool:
+    if given == recorded:
+        return True
+    prefix = "folder:"
+    return given.startswith(prefix) and recorded.startswith(prefix) and \
+        Path(given[len(prefix):]).resolve() == Path(recorded[len(prefix):]).resolve()
+
+
 def probe_run(
-    spec_ref,
-    data_name: str,
+    spec_ref=None,
+    data_name: str | None = None,
     *,
     weights: str | Path | None = None,
     overrides: Iterable[str] = (),
     out: str | Path | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     samples: int = PROBE_SAMPLES,
     image_size: int | None = None,
+    notes: Callable[[str], None] | None = None,
 ) -> tuple[Path, Path, dict[str, list[dict]]]:
     """Probe ``spec_ref`` (its input size set from the data) untrained, and trained with ``weights``
     (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png into ``out``
     (default: :func:`probe_folder`), both new or neither (:func:`crate_compose.workbench.probes.write_probes`),
-    holding the folder's lock (:func:`crate_compose.workbench.locks.hold`: another writer exits 3)."""
+    holding the folder's lock (:func:`crate_compose.workbench.locks.hold`: another writer exits 3).
+
+    A run folder as ``weights`` or as ``spec_ref`` (:func:`run_weights`) gives the weights, the spec
+    (unless ``spec_ref`` names one), the data, image size and seed (unless given); a ``data_name``
+    other than the run's is refused (the run's spec is fitted to its data: give the spec and
+    ``weights=RUN/final`` to measure it on other data). ``notes`` receives what was inferred
+    (default: printed on stderr). Without a run: ``data_name`` defaults to digits, ``seed`` to 0."""
+    say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
+    if is_run(spec_ref):
+        if weights is not None:
+            raise WorkbenchError(f"{spec_ref} is a run folder, which names its own weights: give it alone "
+                                 f"(probe {spec_ref}), or a spec with --weights {weights}")
+        spec_ref, weights = None, spec_ref
+    if weights is not None and is_run(weights):
+        found = run_weights(weights)
+        if data_name is not None and not _same_data(data_name, found.data):
+            raise WorkbenchError(f"--data {data_name}: the run {found.run} was trained on {found.data}, and its spec "
+                                 f"is fitted to that data; probe it on {found.data} (leave out --data), or measure "
+                                 f"its weights on other data with: probe SPEC --weights {found.weights} --data "
+                                 f"{data_name}")
+        spec_ref = spec_ref if spec_ref is not None else found.spec
+        weights, data_name = found.weights, found.data
+        image_size = image_size if image_size is not None else found.image_size
+        seed = seed if seed is not None else found.seed
+        say(found.note)
+    elif spec_ref is None:
+        raise WorkbenchError("probe needs a spec (a file or a zoo preset) or a run folder: crate-compose probe "
+                             "SPEC [--weights DIR] [--data NAME], or crate-compose probe RUN")
+    elif isinstance(spec_ref, (str, Path)) and Path(spec_ref).is_dir() and str(spec_ref) not in presets():
+        raise WorkbenchError(f"{spec_ref} is a folder but not a run (no {run_records.RUN_FILE}): give a spec file or "
+                             f"a zoo preset (for a build folder: probe {Path(spec_ref) / SPEC_FILE} --weights "
+                             f"{spec_ref} --data NAME), or a run folder")
+    data_name = data_name if data_name is not None else "digits"
+    seed = seed if seed is not None else 0
     spec, data = prepare(spec_ref, data_name, overrides, image_size, seed)
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     inputs, extra = _probe_inputs(data, samples)

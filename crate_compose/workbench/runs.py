@@ -3,7 +3,10 @@
 A run is defined by what it learns from and how: the resolved spec (its text, hashed), the task,
 the data set (its name and a fingerprint of its contents), the settings that shape the trajectory
 (batch, learning rate, weight decay, warm-up, seed, image size, gradient clipping, augmentation,
-label smoothing) and the package version. Their SHA-256 over canonical JSON is the run's hash.
+label smoothing), the package version, and for a fine-tuning run the build it starts from (``init``:
+the folder's resolved path and the SHA-256 of its weights file) and what it freezes (``freeze``;
+see :mod:`crate_compose.workbench.finetune`; a run from fresh weights has neither key, so its hash is
+the one it always had). Their SHA-256 over canonical JSON is the run's hash.
 ``--resume`` refuses any difference, naming the field with both values.
 
 Two things may change on resume without making another run:
@@ -43,6 +46,7 @@ RUN_FILE = "run.json"
 FORMAT = 1
 CADENCE = ("eval_every", "log_every", "checkpoint_every")  # what is logged and saved, not what is learned
 EXTENDABLE = ("steps",)
+STARTS = ("init", "freeze")  # a fine-tuning run's own keys of its identity (absent otherwise)
 MAX_RECORD_BYTES = 4_000_000  # a record is a few kB; its history grows by one line per resume
 # What a run folder may hold: its own files, the lock, temporary siblings ('.NAME.*')
 OWN = frozenset({RUN_FILE, ".lock", "spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", "checkpoints",
@@ -62,8 +66,10 @@ def warmup_of(settings: Settings) -> int:
     return settings.warmup if settings.warmup is not None else max(1, settings.steps // 20)
 
 
-def identity(spec_text: str, spec_name: str, settings: Settings, data_print: str, version: str) -> dict[str, Any]:
-    """What defines a run (see the module docstring); ``settings.warmup`` must be resolved."""
+def identity(spec_text: str, spec_name: str, settings: Settings, data_print: str, version: str,
+             start: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What defines a run (see the module docstring); ``settings.warmup`` must be resolved; ``start``:
+    a fine-tuning run's ``init`` and ``freeze`` (:func:`crate_compose.workbench.finetune.start_identity`)."""
     trajectory = {k: v for k, v in asdict(settings).items() if k not in (*CADENCE, *EXTENDABLE, "task", "data")}
     return {
         "spec": {"name": spec_name, "sha256": hashlib.sha256(spec_text.encode()).hexdigest()},
@@ -71,6 +77,7 @@ def identity(spec_text: str, spec_name: str, settings: Settings, data_print: str
         "data": {"name": settings.data, "fingerprint": data_print},
         "settings": trajectory,
         "version": version,
+        **{k: v for k, v in (start or {}).items() if k in STARTS},
     }
 
 
@@ -97,6 +104,11 @@ class Record:
         """The run's settings as :class:`Settings` fields (for options not given on resume)."""
         return {"task": self.identity["task"], "data": self.identity["data"]["name"], "steps": self.steps,
                 **self.identity["settings"], **self.cadence}
+
+    def start(self) -> tuple[str | None, str]:
+        """The build the run started from (its recorded path, or None) and what it freezes."""
+        init = self.identity.get("init")
+        return (init.get("path") if isinstance(init, dict) else None), self.identity.get("freeze", "none")
 
 
 def new_record(identity_: dict[str, Any], settings: Settings) -> Record:
@@ -150,8 +162,12 @@ def _record_problem(record: Record) -> str:
     if record.hash != digest(record.identity):
         return "its identity does not match its hash (the file was edited)"
     keys = {"spec", "task", "data", "settings", "version"}
-    if set(record.identity) != keys or not isinstance(record.identity.get("settings"), dict):
-        return f"its identity must have exactly the keys {sorted(keys)}"
+    if not keys <= set(record.identity) <= keys | set(STARTS) or not isinstance(record.identity.get("settings"), dict):
+        return f"its identity must have exactly the keys {sorted(keys)} (and {' or '.join(STARTS)} when fine-tuned)"
+    init = record.identity.get("init", {"path": "", "sha256": ""})
+    if not (isinstance(init, dict) and all(isinstance(init.get(k), str) for k in ("path", "sha256"))) or \
+            not isinstance(record.identity.get("freeze", "none"), str):
+        return "its init must give a path and a sha256, and its freeze a name"
     if set(record.cadence) != set(CADENCE) or not all(_whole(v) for v in record.cadence.values()):
         return f"cadence must give whole numbers >= 0 for {', '.join(CADENCE)}"
     return ""
@@ -202,10 +218,17 @@ def _short(text: str, limit: int = 80) -> str:
 def mismatch_message(run: Path, changes: list[tuple[str, Any, Any]], spec_detail: str) -> str:
     """One message for every difference between a run and what ``--resume`` was given."""
     parts = []
+    said_init = False
     for key, old, new in changes:
         if key == "spec.name" and any(k == "spec.sha256" for k, _, _ in changes):
             continue  # the name is a line of the spec: said with the rest
-        if key == "spec.sha256":
+        if key.startswith("init."):
+            if not said_init:
+                parts.append(_init_difference(changes))
+                said_init = True
+        elif key == "freeze":
+            parts.append(f"--freeze: {old or 'none'} in the run, {new or 'none'} now")
+        elif key == "spec.sha256":
             parts.append(f"the spec differs ({spec_detail})")
         elif key == "data.fingerprint":
             parts.append("the data's contents differ from what the run trained on")
@@ -213,6 +236,19 @@ def mismatch_message(run: Path, changes: list[tuple[str, Any, Any]], spec_detail
             parts.append(f"{key}: {_show(old)} in the run, {_show(new)} now")
     return (f"--resume: {run} is another run: " + "; ".join(parts) +
             ". A resumed run must be the same run; to train this one, start a new run with another --out")
+
+
+def _init_difference(changes: list[tuple[str, Any, Any]]) -> str:
+    """The build a fine-tuning run started from against the one given now, in one phrase."""
+    old = {key: a for key, a, _ in changes if key.startswith("init.")}
+    new = {key: b for key, _, b in changes if key.startswith("init.")}
+    path_then, path_now = old.get("init.path"), new.get("init.path")
+    if "init.path" in old and (path_then is None or path_now is None or path_then != path_now):
+        weights = " (and its weights differ)" if path_then and path_now and "init.sha256" in old else ""
+        return f"--init: {path_then or 'none'} in the run, {path_now or 'none'} now{weights}"
+    sha_then, sha_now = old.get("init.sha256"), new.get("init.sha256")
+    return (f"--init: the weights of the build the run started from have changed since (model.safetensors: "
+            f"sha256 {str(sha_then)[:12]}... in the run, {str(sha_now)[:12]}... now)")
 
 
 def _show(value: Any) -> str:

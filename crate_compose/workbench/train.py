@@ -16,6 +16,10 @@ A run folder holds::
     final/                    the trained build (crate_compose.load_build, crate-compose probe --weights)
     result.json               the last train loss, the evaluation, parameters and wall time
 
+``train(..., init="runs/pretrained/final", freeze="encoder")`` fine-tunes: the spec is built as
+usual, then the build's tensors are copied in by name, the head's left new where they do not fit
+(:mod:`crate_compose.workbench.finetune`); the build and the freeze are part of the run's identity.
+
 Under ``torchrun --nproc_per_node=N`` each process takes 1/N of every global batch, and
 DistributedDataParallel (gloo on the CPU, NCCL on CUDA) averages the gradients, so the update
 equals the single-process update on the whole batch. Only rank 0 writes files.
@@ -31,10 +35,11 @@ import io
 import json
 import math
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +55,7 @@ from ..errors import TrainError
 from ..files import naming, writable, write_atomic
 from ..language import loader
 from ..settings import AUGMENTATIONS, TASKS, Settings, settings_problems
-from . import checkpoint, locks, runs
+from . import checkpoint, finetune, locks, runs
 from .data import Data, load_data
 from .data import verify as verify_data
 from .distributed import Distributed
@@ -69,6 +74,7 @@ class Result:
     metrics: dict[str, float] = field(default_factory=dict)
     params: int = 0
     seconds: float = 0.0
+    trainable: int = 0  # the parameters that trained (fewer than params under --freeze encoder)
     already_finished: bool = False  # resumed with the steps it had finished: nothing was trained or written
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,6 +236,9 @@ def train(
     device: str = "cpu",
     progress: bool = True,
     memory_limit: str | float | None = None,
+    init: str | Path | None = None,
+    freeze: str = "none",
+    notes: Callable[[str], None] | None = None,
 ) -> Result:
     """Train ``spec_ref`` (a path, preset or Spec) as ``settings`` says; see the module docstring.
 
@@ -241,11 +250,20 @@ def train(
     the run recorded there only when nothing that defines it differs, from a checkpoint that
     :func:`crate_compose.workbench.checkpoint.verify` passes. A finished run resumed with the same steps is
     returned as it is (``Result.already_finished``), nothing written.
+
+    ``init`` (a build folder: ``build --out``, a run's ``final/``, a checkpoint) fine-tunes: its tensors
+    are copied into the new model by name, a head that does not fit is left newly initialized, and
+    anything else that does not fit is refused before anything is written
+    (:mod:`crate_compose.workbench.finetune`). ``freeze="encoder"`` trains the head alone. Both are part of
+    the run's identity, so ``resume`` needs the same ones. ``notes`` receives each note (the head left
+    new, the tensors of ``init`` not used, the parameters that train); default: printed on stderr.
     """
     overrides = list(overrides)
     _check_settings(settings)
+    finetune.check_freeze(freeze)
     spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed, memory_limit)
     _check(settings.task, spec, data, settings)
+    start = finetune.read_init(init) if init is not None else None
     dist = Distributed()
     dist.check_batch(settings.batch_size)
     run = Path(out) if out is not None else default_run(spec_ref, overrides)
@@ -254,11 +272,12 @@ def train(
     dist.start(device)
     try:
         with contextlib.ExitStack() as stack:
-            opening = _Opening(run, spec, data, settings, resume or resume_from is not None, resume_from, dist, device)
+            opening = _Opening(run, spec, data, settings, resume or resume_from is not None, resume_from, dist, device,
+                               start, freeze)
             plan = dist.agree(lambda: opening.open(stack))
             if plan.finished is not None:
                 return plan.finished
-            return _loop(opening, plan, stack, progress)
+            return _loop(opening, plan, stack, progress, notes or _say)
     finally:
         dist.stop()
 
@@ -285,18 +304,26 @@ class _Opening:
     """Rank 0's checks of a run folder before the first step (:meth:`open`), and the model they need."""
 
     def __init__(self, run: Path, spec, data: Data, settings: Settings, resume: bool, resume_from: int | None,
-                 dist: "Distributed", device: torch.device) -> None:
+                 dist: "Distributed", device: torch.device, init: finetune.Init | None = None,
+                 freeze: str = "none") -> None:
         self.run, self.spec, self.data, self.dist, self.device = run, spec, data, dist, device
         self.resume, self.resume_from = resume, resume_from
         self.spec_text = loader.dump(spec)
         self.settings = settings
         self.model = compile_spec(spec, seed=settings.seed, device=device, memory_limit="none")  # checked in train()
+        self.start = finetune.start_identity(init, freeze)
+        self.notes = finetune.apply_init(self.model, init) if init is not None else []  # a run from step 0 says them
+        if init is not None:
+            init.tensors = {}  # copied: its memory is given back before training
+        self.trainable = finetune.freeze(self.model, freeze)
+        self.freeze = freeze
         self.optimizer = _adamw(self.model, settings)
 
     def identity(self, settings: Settings) -> dict[str, Any]:
         from .. import __version__
 
-        return runs.identity(self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__)
+        return runs.identity(self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__,
+                             self.start)
 
     def open(self, stack: contextlib.ExitStack) -> _Plan:
         run = self.run
@@ -464,10 +491,21 @@ def _supersede(run: Path, step: int) -> None:
         shutil.copy2(run / "metrics.jsonl", aside / "metrics.jsonl")
 
 
-def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress: bool) -> Result:
+def _say(note: str) -> None:
+    print(f"note: {note}", file=sys.stderr)
+
+
+def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress: bool,
+          notes: Callable[[str], None]) -> Result:
     run, data, dist, device = opening.run, opening.data, opening.dist, opening.device
     settings, model, optimizer = plan.settings, opening.model, opening.optimizer
     writer = dist.rank == 0
+    params = sum(p.numel() for p in model.parameters())
+    if writer:
+        for note in opening.notes if plan.start == 0 else []:  # a resumed run's weights are its checkpoint's
+            notes(note)
+        if opening.freeze != "none":
+            notes(f"--freeze {opening.freeze}: {opening.trainable:,} of {params:,} parameters train (the head's)")
     patch = patch_size_of(model) if settings.task == "mae" else None
     if plan.checkpoint is not None:
         checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer)
@@ -513,8 +551,8 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         loss_value = next((r["loss"] for r in reversed(_rows(_read_metrics(run))) if r.get("kind") == "train"),
                           float("nan"))
         evaluation = evaluate(model, settings.task, data, settings, patch) if writer else {}
-    params = sum(p.numel() for p in model.parameters())
-    result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began)
+    result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began,
+                    opening.trainable)
     if writer:
         save_build(model, run / "final", extra={"seed": str(settings.seed), "steps": str(settings.steps)})
         write_atomic(run / "result.json", json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False) + "\n")
