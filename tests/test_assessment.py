@@ -73,6 +73,28 @@ def test_the_linear_probe_is_scikit_learn_with_c_chosen_on_a_validation_fifth(tr
     weights, model, data = trained
     result = linear_probe_weights(DIGITS, "digits", weights)
     (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
+    _agrees_with_scikit_learn(result, model, train_x, train_y, test_x, test_y)
+    assert result["test_accuracy"] > 0.9 and (result["train"], result["test"], result["dim"]) == (1437, 360, 64)
+
+
+def test_a_masked_autoencoder_on_photos_is_probed_on_which_photo_a_crop_comes_from(tmp_path):
+    """CRATE-MAE trained on crops of two photographs: unlabelled, so the probe's class is the photo."""
+    mae = "zoo/crate-mae-photos.yaml"
+    train(mae, Settings(steps=20, batch_size=32, task="mae", data="photos"), out=tmp_path / "run")
+    result = linear_probe_weights(mae, "photos", tmp_path / "run" / "final")
+    spec, data = prepare(mae, "photos")
+    model = compile_spec(spec)
+    load_weights(model, tmp_path / "run" / "final")
+    (train_x, _), (test_x, _) = tensors_of(data.train), tensors_of(data.test)
+    train_y, test_y = data.train.crops[:, 0], data.test.crops[:, 0]
+    assert set(train_y.tolist()) == {0, 1} and result["labels"] == "the photograph of each crop"
+    _agrees_with_scikit_learn(result, model, train_x, train_y, test_x, test_y)
+    assert result["knn_accuracy"] == pytest.approx(knn(features(model, train_x), train_y, features(model, test_x),
+                                                      test_y))
+
+
+def _agrees_with_scikit_learn(result, model, train_x, train_y, test_x, test_y):
+    """The probe's C, validation scores and test accuracy equal scikit-learn's run by hand on the same features."""
     train_f, test_f = features(model, train_x).numpy(), features(model, test_x).numpy()
     fit_x, val_x, fit_y, val_y = train_test_split(train_f, train_y.numpy(), test_size=0.2, random_state=0,
                                                   stratify=train_y.numpy())
@@ -90,7 +112,6 @@ def test_the_linear_probe_is_scikit_learn_with_c_chosen_on_a_validation_fifth(tr
     assert result["c"] == best and list(C_GRID) == [1.0, 10.0, 100.0, 1e3, 1e4, 1e5]
     assert result["validation_accuracy"] == pytest.approx({f"{float(c):g}": s for c, s in scores.items()})
     assert result["test_accuracy"] == pytest.approx(classifier.score(scaler.transform(test_f), test_y.numpy()))
-    assert result["test_accuracy"] > 0.9 and (result["train"], result["test"], result["dim"]) == (1437, 360, 64)
 
 
 def _knn_by_hand(train_f, train_y, test_f, k=20, t=0.07):

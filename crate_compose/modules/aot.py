@@ -49,16 +49,27 @@ class AoT(Residual):
             attn = torch.where(attn > self.tau, torch.full_like(attn, self.tau), torch.zeros_like(attn))
         return attn
 
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys, values ``(B, K, n, p)`` of ``x`` (normalized here) and the map back to tokens ``(K*p, d)``."""
         u = self.norm(x)  # (B, n, d)
         if self.variant == "mssa":
             w = self.subspaces(u).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)  # (B, K, n, p)
-            q = k = v = w
-            back = self.subspaces.weight  # (K*p, d): h @ U^T in rows
-        else:
-            qkv = self.qkv(u).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, K, n, p)
-            back = self.out.weight.t()  # (K*p, d)
+            return w, w, w, self.subspaces.weight  # (K*p, d): h @ U^T in rows
+        qkv = self.qkv(u).unflatten(-1, (3, self.heads, self.head_dim))  # (B, n, 3, K, p)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, K, n, p)
+        return q, k, v, self.out.weight.t()  # (K*p, d)
+
+    def _attention(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         scores = self.scale * float32(q) @ float32(k).transpose(-1, -2)  # (B, K, n, n), float32 for half builds
-        h = self.weights(scores).to(v.dtype) @ v  # (B, K, n, p)
+        return self.weights(scores)
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """``phi(scale * q_k k_k^T)`` per head, ``(B, K, n, n)``, at the step's input ``x``: the weights
+        :meth:`split` applies (rows sum to 1 for ``phi = softmax``; thresholded rows need not)."""
+        q, k, _, _ = self._project(x)
+        return self._attention(q, k)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, v, back = self._project(x)
+        h = self._attention(q, k).to(v.dtype) @ v  # (B, K, n, p)
         return x, self.step_size * (h.transpose(1, 2).flatten(2) @ back)  # (B, n, d)

@@ -4,11 +4,13 @@ A causal step that mixes tokens keeps a state of what it has seen, ``decode(x_ne
 (y_new, state)`` (see :mod:`crate_compose.workbench.decoding`, which runs a model's steps with these states):
 :class:`Growing` is the cache of keys and values that grows along the token axis, and
 :func:`causal_attention` attends the newest queries to every cached key. :func:`kind_of` tells how a
-step decodes, :func:`state_bytes` what its state holds.
+step decodes, :func:`state_bytes` what its state holds. :func:`attention_weights` writes out the
+softmax weights that fused attention applies (what ``crate-compose show`` draws).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import WorkbenchError
+from .precision import float32
 
 
 class DecodingError(WorkbenchError):
@@ -59,6 +62,19 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     mask = torch.ones(s, t, dtype=torch.bool, device=q.device).tril(diagonal=t - s)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def attention_weights(q: torch.Tensor, k: torch.Tensor, *, causal: bool = False) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(p))`` of shape ``(..., n, n)``: the weights that
+    ``scaled_dot_product_attention(q, k, v, is_causal=causal)`` applies to ``v`` (it computes them fused
+    and never returns them). With ``causal``, the mask is aligned top-left as there (query i sees keys
+    0..i). Computed in float32 for half-precision inputs (the result too)."""
+    scores = float32(q) @ float32(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n, t = scores.shape[-2:]
+        hidden = torch.ones(n, t, dtype=torch.bool, device=scores.device).triu(diagonal=1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    return torch.softmax(scores, dim=-1)
 
 
 def kind_of(module: nn.Module) -> str | None:

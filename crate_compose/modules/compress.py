@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .causal import DecodingError, Growing, causal_attention
+from .causal import DecodingError, Growing, attention_weights, causal_attention
 from .precision import LayerNorm
 from .residual import Residual
 
@@ -54,6 +54,13 @@ class MSSA(Residual):
         w = self.heads_of(x)  # (B, K, n, p)
         h = F.scaled_dot_product_attention(w, w, w, is_causal=self.causal)  # softmax(w w^T p^-1/2) w
         return h.transpose(1, 2).flatten(2)  # (B, n, K*p)
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """``softmax(w_k w_k^T / sqrt(p))`` per head, ``(B, K, n, n)``, at the step's input ``x``
+        (normalized here): the weights :meth:`attend` applies to ``w_k`` (fused there, written out
+        here; ``tests/test_pictures.py`` recomputes the step's output from them)."""
+        w = self.heads_of(self.norm(x))
+        return attention_weights(w, w, causal=self.causal)
 
     def decode(self, x: torch.Tensor, cache: Growing | None) -> tuple[torch.Tensor, Growing]:
         """Causal MSSA on new tokens ``x`` given the cached ``U^T z`` of earlier ones (book eq. 5.3.26-5.3.31):

@@ -6,6 +6,9 @@ the update it computes.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 from torch import nn
 
@@ -55,3 +58,23 @@ class Unmask(nn.Module):
         fill = self.mask_token.to(x.dtype).expand(x.shape[0], self.tokens - visible.shape[1], -1)
         index = restore.unsqueeze(-1).expand(-1, -1, x.shape[-1])
         return torch.cat([prefix, torch.cat([visible, fill], dim=1).gather(1, index)], dim=1)
+
+
+@contextlib.contextmanager
+def unmasked(model: nn.Module) -> Iterator[None]:
+    """Every :class:`Mask` of ``model`` hides nothing while inside: its output becomes its input, an
+    empty mask and the identity order (a forward hook; the modules are left as they were). The
+    encoder of a masked autoencoder then sees every patch, as its features are probed and pictured."""
+
+    def nothing_hidden(module, args, output):
+        x = args[0]
+        tokens = x.shape[1] - module.skip
+        order = torch.arange(tokens, device=x.device).expand(x.shape[0], -1)
+        return x, torch.zeros(x.shape[0], tokens, dtype=x.dtype, device=x.device), order
+
+    handles = [m.register_forward_hook(nothing_hidden) for m in model.modules() if isinstance(m, Mask)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

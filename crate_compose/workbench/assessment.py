@@ -77,12 +77,17 @@ def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *
         model = compile_spec(spec, seed=seed)
     else:
         spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed)
-    if not data.classes:
-        raise WorkbenchError(f"data set '{data_name}' has no classes to probe for")
     (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
+    labels = "classes"
+    if not data.classes:
+        if data.train.crops is None:
+            raise WorkbenchError(f"data set '{data_name}' has no classes to probe for")
+        # crops of photographs: the class of a crop is the photograph it was cut from (train crops from
+        # each photo's left 75%, test crops from its right 25%)
+        train_y, test_y, labels = data.train.crops[:, 0], data.test.crops[:, 0], "the photograph of each crop"
     train_f = features(model, train_x, layer=layer, pool=pool)
     test_f = features(model, test_x, layer=layer, pool=pool)
     result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
     result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
     return {"spec": spec.name, "data": data_name, "weights": str(weights) if weights else None,
-            "layer": "last" if layer is None else layer, "pool": pool, **result.to_dict()}
+            "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, **result.to_dict()}

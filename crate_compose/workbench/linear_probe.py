@@ -27,6 +27,7 @@ from torch import fx
 
 from ..building.builder import spec_of
 from ..errors import WorkbenchError
+from ..modules.mask import unmasked
 
 POOLS = ("cls", "mean")
 C_GRID = tuple(10.0**k for k in range(6))  # 10^0 .. 10^5, as paper 001 App. B
@@ -57,7 +58,8 @@ def has_class_token(model: fx.GraphModule) -> bool:
 def features(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = None, pool: str = "cls",
              batch: int = BATCH) -> torch.Tensor:
     """``(N, d)`` frozen features of ``inputs``: the class token (``pool="cls"``) or the mean of the
-    tokens (``"mean"``) that the encoder step :func:`feature_site` outputs, in float64."""
+    tokens (``"mean"``) that the encoder step :func:`feature_site` outputs, in float64. A masked
+    autoencoder's mask hides nothing meanwhile: the encoder sees every patch, as in 001's probes."""
     if pool not in POOLS:
         raise WorkbenchError(f"--pool {pool}: expected one of {', '.join(POOLS)}")
     if pool == "cls" and not has_class_token(model):
@@ -73,7 +75,7 @@ def features(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None =
     model.eval()
     device = next(model.parameters()).device
     try:
-        with torch.no_grad():
+        with torch.no_grad(), unmasked(model):
             for start in range(0, len(inputs), batch):
                 model(inputs[start:start + batch].to(device))
     finally:
