@@ -52,6 +52,10 @@ _LAZY = {
     "Summary": ("building.summary", "Summary"),
     "summarize": ("building.summary", "summarize"),
     "presets": ("language.zoo", "presets"),
+    **{name: ("interop.exchange", name) for name in
+       ("import_checkpoint", "export_checkpoint", "write_checkpoint", "load_checkpoint")},
+    "read_checkpoint": ("interop.reading", "read_checkpoint"),
+    "InteropError": ("interop.reading", "InteropError"),
     **{name: ("building.inspection", name) for name in ("validate", "derive", "inspect")},
 }
 
@@ -65,6 +69,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .building.derivation import derive_decoder
     from .building.inspection import derive, inspect, validate
     from .building.summary import Summary, summarize
+    from .interop.exchange import export_checkpoint, import_checkpoint, load_checkpoint, write_checkpoint
+    from .interop.reading import InteropError, read_checkpoint
     from .language.loader import dump as dump_spec
     from .language.loader import load as load_spec
     from .language.schema import json_schema

@@ -293,8 +293,8 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(importing)
     importing.add_argument("checkpoint", type=Path, help="the checkpoint: safetensors, or a PyTorch file (read with "
                            "torch.load(weights_only=True): a file that needs more is refused, nothing in it runs)")
-    importing.add_argument("--from", dest="family", required=True, metavar="FAMILY", choices=FAMILY_NAMES,
-                           help=f"whose code saved it: {', '.join(FAMILY_NAMES)}")
+    importing.add_argument("--from", dest="family", default=None, metavar="FAMILY", choices=FAMILY_NAMES,
+                           help=f"whose code saved it: {', '.join(FAMILY_NAMES)} (default: told by its tensors' names)")
     importing.add_argument("--infer-sizes", action="store_true", help="set the spec's sizes (patch size, width, "
                            "depth, heads, classes, ...) from the checkpoint's shapes; --set still wins")
     importing.add_argument("--out", type=Path, help="build folder to write (default: out/<spec name>)")
@@ -568,7 +568,8 @@ def _import(args: argparse.Namespace) -> int:
     cc.save(imported.module, out, extra=imported.provenance())
     print(cc.summarize(imported.module).table())
     count = len(imported.module.state_dict())
-    print(f"imported {count} tensors of {args.checkpoint} ({args.family}) into {out}/: spec.yaml, model.safetensors")
+    print(f"imported {count} tensors of {args.checkpoint} ({imported.family.name}) into {out}/: spec.yaml, "
+          "model.safetensors")
     return 0
 
 

@@ -161,3 +161,25 @@ def test_the_commands_print_json_and_refuse_clearly(trained, tmp_path, capsys):
     assert "no model.safetensors there" in capsys.readouterr().err
     assert main(["linear-probe", DIGITS, "--weights", str(weights), "--layer", "7"]) == 2
     assert "--layer 7: the encoder has layers 0..3" in capsys.readouterr().err
+
+
+def test_the_probe_keeps_the_heads_classes_of_the_weights(tmp_path):
+    """The papers probe an ImageNet network on other data: the head (unused) keeps the weights' classes,
+    here a checkpoint of 1,000 classes in the authors' layout probed on a folder of 2."""
+    from PIL import Image
+    from reference.authors import state_dict
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    for label in (0, 1):
+        (tmp_path / f"digit{label}").mkdir()
+        for i, image in enumerate(digits.images[digits.target == label][:30]):
+            Image.fromarray((image * 255 / 16).astype(np.uint8)).convert("RGB").save(tmp_path / f"digit{label}/{i}.png")
+    sizes = dict(image_size=8, channels=3, patch_size=4, d=32, depth=2, heads=2, head_dim=16, classes=1000)
+    torch.save({"state_dict": state_dict("crate", sizes, dtype=torch.float32)}, tmp_path / "crate.pth")
+    overrides = ["sizes.channels=3", "sizes.classes=1000", "sizes.patch_size=4", "sizes.d=32", "sizes.heads=2",
+                 "sizes.depth=2", "preprocess.patch_embed.args.norm=true"]
+    result = linear_probe_weights(DIGITS, f"folder:{tmp_path}", tmp_path / "crate.pth",
+                                  overrides=overrides)
+    assert result["labels"] == "classes" and result["dim"] == 32 and result["train"] + result["test"] == 60
+    assert result["test_accuracy"] > 0.7

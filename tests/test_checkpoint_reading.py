@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from crate_compose.interop.reading import CheckpointError, read_checkpoint
+from crate_compose.interop.reading import InteropError, read_checkpoint
 
 TENSORS = {"cls_token": torch.randn(1, 1, 4), "mlp_head.1.weight": torch.randn(3, 4)}
 
@@ -65,7 +65,7 @@ def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
     marker = tmp_path / "ran"
     path = tmp_path / "evil.pth"
     torch.save({"model": TENSORS, "extra": Payload(marker)}, path)
-    with pytest.raises(CheckpointError, match="refused.*weights_only=True") as error:
+    with pytest.raises(InteropError, match="refused.*weights_only=True") as error:
         read_checkpoint(path)
     assert "system" in str(error.value) and str(path) in str(error.value)
     assert not marker.exists()
@@ -75,7 +75,7 @@ def test_a_raw_pickle_is_refused_too(tmp_path):
     marker = tmp_path / "ran"
     path = tmp_path / "evil.pkl"
     path.write_bytes(pickle.dumps({"w": Payload(marker)}))
-    with pytest.raises(CheckpointError):
+    with pytest.raises(InteropError):
         read_checkpoint(path)
     assert not marker.exists()
 
@@ -84,7 +84,7 @@ def test_a_raw_pickle_is_refused_too(tmp_path):
 def test_garbage_and_truncated_files_are_refused_with_their_name(tmp_path, content):
     path = tmp_path / "broken.pth"
     path.write_bytes(content)
-    with pytest.raises(CheckpointError, match="broken.pth"):
+    with pytest.raises(InteropError, match="broken.pth"):
         read_checkpoint(path)
 
 
@@ -92,17 +92,17 @@ def test_a_truncated_torch_file_is_refused(tmp_path):
     path = tmp_path / "cut.pth"
     torch.save({"model": TENSORS}, path)
     path.write_bytes(path.read_bytes()[:200])
-    with pytest.raises(CheckpointError, match="cut.pth"):
+    with pytest.raises(InteropError, match="cut.pth"):
         read_checkpoint(path)
 
 
 def test_a_file_without_a_dictionary_of_tensors_says_what_it_found(tmp_path):
     path = tmp_path / "list.pth"
     torch.save({"model": [1, 2, 3], "epoch": 1}, path)
-    with pytest.raises(CheckpointError, match="no dictionary of tensors.*'model'"):
+    with pytest.raises(InteropError, match="no dictionary of tensors.*'model'"):
         read_checkpoint(path)
 
 
 def test_a_missing_file_is_named(tmp_path):
-    with pytest.raises(CheckpointError, match="no such checkpoint file"):
+    with pytest.raises(InteropError, match="no such checkpoint file"):
         read_checkpoint(tmp_path / "nowhere.pth")

@@ -53,7 +53,7 @@ def _built(primitive: registry.Primitive, args, shape, context: Context, consume
         return None
     tokens, *published = out if primitive.publishes else (out,)
     return Footprint(tuple(tokens.shape[1:]), {n: tuple(p.shape) for n, p in module.named_parameters()},
-                     tuple(tuple(v.shape[1:]) for v in published), isinstance(module, Residual),
+                     tuple(tuple(v.shape[1:]) for v in published), isinstance(module, Residual) and module.adds_skip,
                      frozenset(n for n, p in module.named_parameters() if not p.requires_grad))
 
 

@@ -18,9 +18,10 @@ import torch
 from reference.authors import SIZES, forward, state_dict
 
 import crate_compose as cc
+from crate_compose.errors import WorkbenchError
 from crate_compose.interop.exchange import export_checkpoint, import_checkpoint, write_checkpoint
 from crate_compose.interop.families import FAMILIES
-from crate_compose.interop.reading import CheckpointError
+from crate_compose.interop.reading import InteropError
 
 TOLERANCE = 1e-10
 
@@ -137,7 +138,7 @@ def test_the_published_sizes_fit_their_presets_name_for_name(family, size):
 def test_a_checkpoint_of_another_width_is_refused_naming_both_sides(tmp_path):
     preset, sizes, _ = SMALL["crate"]
     path = saved(tmp_path, "crate", state_dict("crate", sizes))
-    with pytest.raises(CheckpointError) as error:
+    with pytest.raises(InteropError) as error:
         import_checkpoint(preset, path, "crate")  # crate-tiny's own sizes: d 384
     text = str(error.value)
     assert "cls_token is (1, 1, 48) in the checkpoint; preprocess.class_token.token is (1, 1, 384) in the spec" in text
@@ -149,7 +150,7 @@ def test_missing_and_extra_tensors_are_each_named(tmp_path):
     state = state_dict("crate", sizes)
     del state["transformer.layers.1.1.fn.weight"]
     state["transformer.layers.0.0.fn.extra"] = torch.zeros(3)
-    with pytest.raises(CheckpointError) as error:
+    with pytest.raises(InteropError) as error:
         import_checkpoint(preset, saved(tmp_path, "crate", state), "crate", infer=True, overrides=overrides)
     text = str(error.value)
     assert "transformer.layers.1.1.fn.weight is missing from the checkpoint (it would fill " \
@@ -160,7 +161,7 @@ def test_missing_and_extra_tensors_are_each_named(tmp_path):
 def test_a_spec_step_the_family_does_not_have_is_named(tmp_path):
     preset, sizes, overrides = SMALL["crate"]
     path = saved(tmp_path, "crate", state_dict("crate", sizes))
-    with pytest.raises(CheckpointError, match=r"encoder.layer_0.sparsify \(ista_mm, encoder layer 0\) has no "
+    with pytest.raises(InteropError, match=r"encoder.layer_0.sparsify \(ista_mm, encoder layer 0\) has no "
                                               r"counterpart in crate checkpoints"):
         import_checkpoint(preset, path, "crate", infer=True,
                           overrides=[*overrides, "encoder.layer.sparsify.primitive=ista_mm"])
@@ -168,12 +169,44 @@ def test_a_spec_step_the_family_does_not_have_is_named(tmp_path):
 
 def test_the_wrong_family_is_refused_with_what_it_lacks(tmp_path):
     path = saved(tmp_path, "tost", state_dict("tost", SMALL["tost"][1]))
-    with pytest.raises(CheckpointError, match="cannot read the sizes of a crate checkpoint"):
+    with pytest.raises(InteropError, match="cannot read the sizes of a crate checkpoint"):
         import_checkpoint("crate-tiny", path, "crate", infer=True)
 
 
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_the_family_is_told_by_the_names_of_the_tensors(tmp_path, family):
+    preset, sizes, overrides = SMALL[family]
+    imported = import_checkpoint(preset, saved(tmp_path, family, state_dict(family, sizes)), infer=True,
+                                 overrides=overrides)
+    assert imported.family.name == family
+
+
+def test_a_checkpoint_of_no_family_asks_for_one(tmp_path):
+    path = tmp_path / "other.pth"
+    torch.save({"encoder.weight": torch.zeros(2, 2)}, path)
+    with pytest.raises(InteropError, match="cannot tell whose code saved it .*encoder.weight.*give --from crate"):
+        import_checkpoint("crate-tiny", path)
+
+
+def test_every_command_that_takes_weights_reads_an_authors_checkpoint_as_its_import(tmp_path):
+    """evaluate (and probe, linear-probe, show: the same loader) on the .pth equals it on the imported build."""
+    from crate_compose.workbench.assessment import evaluate_weights
+
+    sizes = dict(image_size=8, channels=1, patch_size=4, d=32, depth=2, heads=2, head_dim=16, classes=10)
+    path = saved(tmp_path, "crate", state_dict("crate", sizes, dtype=torch.float32))
+    spec = "specs/crate-digits.yaml"
+    overrides = ["sizes.patch_size=4", "sizes.d=32", "sizes.heads=2", "sizes.depth=2",
+                 "preprocess.patch_embed.args.norm=true"]
+    cc.save(import_checkpoint(spec, path, overrides=overrides).module, tmp_path / "imported")
+    direct = evaluate_weights(spec, "digits", path, overrides=overrides)
+    built = evaluate_weights(spec, "digits", tmp_path / "imported", overrides=overrides)
+    assert direct["test_loss"] == built["test_loss"] and direct["test_accuracy"] == built["test_accuracy"]
+    with pytest.raises(WorkbenchError, match="(?s)--weights .*does not fit.*import SPEC FILE --infer-sizes"):
+        evaluate_weights(spec, "digits", path)
+
+
 def test_an_unknown_family_is_refused_with_the_known_ones():
-    with pytest.raises(CheckpointError, match="unknown family 'crates'.*did you mean 'crate'"):
+    with pytest.raises(InteropError, match="unknown family 'crates'.*did you mean 'crate'"):
         import_checkpoint("crate-tiny", "x.pth", "crates")
 
 

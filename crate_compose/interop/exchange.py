@@ -25,8 +25,8 @@ from ..files import save_tensors, staged
 from ..language import loader
 from ..language.spec import Spec
 from .families import FAMILIES, Family
-from .mapping import check, correspond, notes_on_arguments, to_ours, to_theirs
-from .reading import Checkpoint, CheckpointError, read_checkpoint
+from .mapping import Pair, check, correspond, notes_on_arguments, to_ours, to_theirs
+from .reading import Checkpoint, InteropError, read_checkpoint
 
 SHOWN = 20  # problems listed before "... and N more"
 
@@ -52,7 +52,7 @@ def family(name: str) -> Family:
     """The family called ``name``; an unknown one is refused with the known ones."""
     if name not in FAMILIES:
         hint = did_you_mean(name, FAMILIES)
-        raise CheckpointError(f"unknown family {name!r}: expected one of {', '.join(FAMILIES)}"
+        raise InteropError(f"unknown family {name!r}: expected one of {', '.join(FAMILIES)}"
                               + (f" ({hint})" if hint else ""))
     return FAMILIES[name]
 
@@ -64,7 +64,7 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tupl
     try:
         sizes = {k: v if isinstance(v, bool) else int(v) for k, v in found.sizes(checkpoint.tensors).items()}
     except (KeyError, IndexError, ZeroDivisionError) as error:
-        raise CheckpointError(f"{checkpoint.path}: cannot read the sizes of a {found.name} checkpoint from it "
+        raise InteropError(f"{checkpoint.path}: cannot read the sizes of a {found.name} checkpoint from it "
                               f"({type(error).__name__}: {error}); is it a {found.name} checkpoint?") from None
     notes = []
     inner = sizes.pop("inner", None)
@@ -81,15 +81,17 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tupl
     return {k: v for k, v in sizes.items() if k in spec_sizes and spec_sizes[k] != v}, notes  # only what changes
 
 
-def import_checkpoint(spec_ref, file: str | Path, family_name: str, *, overrides: Iterable[str] = (),
+def import_checkpoint(spec_ref, file: str | Path, family_name: str | None = None, *, overrides: Iterable[str] = (),
                       infer: bool = False, dtype: torch.dtype | None = None, seed: int = 0) -> Imported:
     """Build ``spec_ref`` (a path, preset name or Spec) with the weights of the authors' checkpoint ``file``.
 
+    ``family_name``: whose code saved it (default: told by the names of its tensors, :func:`detect`).
     ``infer``: set the spec's sizes from the checkpoint first (``--set`` overrides still win).
     ``dtype``: of the built network (default: float64 for a float64 checkpoint, else float32).
-    Raises :class:`CheckpointError` naming every tensor that does not fit."""
-    found = family(family_name)
+    Raises :class:`InteropError` naming every tensor that does not fit."""
+    named = None if family_name is None else family(family_name)  # an unknown name before the file is read
     checkpoint = read_checkpoint(file)
+    found = named or detect(checkpoint)
     overrides = list(overrides)
     sizes: dict[str, int] = {}
     notes = list(checkpoint.notes)
@@ -105,25 +107,59 @@ def import_checkpoint(spec_ref, file: str | Path, family_name: str, *, overrides
                          *overrides]
         spec = loader.load(spec_ref, overrides)
     theirs = checkpoint.tensors
-    skipped: list[str] = []
-    shapes = compile_spec(spec, meta=True)  # shapes only: a misfit is refused before memory is spent
-    steps = plan(explicit(spec))
-    pairs, problems = correspond(steps, shapes.state_dict(), found)
-    if not problems:
-        problems, skipped = check(pairs, shapes.state_dict(), theirs, found, tied(spec))
-    if problems:
-        raise CheckpointError(_refusal(checkpoint.path, spec.name, found, problems, infer))
+    pairs, skipped = fitted(spec, compile_spec(spec, meta=True).state_dict(), checkpoint, found, infer)  # on meta:
     dtype = dtype or (torch.float64 if all(t.dtype == torch.float64 for t in theirs.values() if t.is_floating_point())
-                      else torch.float32)
+                      else torch.float32)  # a misfit is refused before memory is spent
     module = compile_spec(spec, seed=seed, dtype=dtype)
     module.load_state_dict(to_ours(pairs, theirs, dtype), strict=True)
     notes += notes_on_arguments(pairs, found)
     return Imported(module, found, checkpoint, sizes, notes, skipped)
 
 
-def _refusal(path: Path, spec: str, found: Family, problems: list[str], inferred: bool) -> str:
+def fitted(spec: Spec, ours: dict[str, torch.Tensor], checkpoint: Checkpoint, found: Family,
+           inferred: bool | None = False) -> tuple[list[Pair], list[str]]:
+    """The pairs of ``spec``'s tensors (its state dict ``ours``, on meta or not) with the checkpoint's,
+    and the checkpoint's tensors left out on purpose; :class:`InteropError` naming every misfit."""
+    pairs, problems = correspond(plan(explicit(spec)), ours, found)
+    skipped: list[str] = []
+    if not problems:
+        problems, skipped = check(pairs, ours, checkpoint.tensors, found, tied(spec))
+    if problems:
+        raise InteropError(_refusal(checkpoint.path, spec.name, found, problems, inferred))
+    return pairs, skipped
+
+
+def load_checkpoint(module: fx.GraphModule, file: str | Path | Checkpoint, family_name: str | None = None) -> list[str]:
+    """Load the authors' checkpoint ``file`` (a path, or a :class:`Checkpoint` already read) into a built
+    ``module`` (its spec must fit: no sizes are inferred); returns the notes (what was unwrapped, left
+    out, computed otherwise)."""
+    named = None if family_name is None else family(family_name)
+    checkpoint = file if isinstance(file, Checkpoint) else read_checkpoint(file)
+    found = named or detect(checkpoint)
+    ours = module.state_dict()
+    pairs, skipped = fitted(spec_of(module), ours, checkpoint, found, inferred=None)
+    dtype = next((t.dtype for t in ours.values() if t.is_floating_point()), torch.float32)
+    module.load_state_dict(to_ours(pairs, checkpoint.tensors, dtype), strict=True)
+    return [f"{checkpoint.path} read as a {found.name} checkpoint", *checkpoint.notes,
+            *(f"not used: {s}" for s in skipped), *notes_on_arguments(pairs, found)]
+
+
+def detect(checkpoint: Checkpoint) -> Family:
+    """The family whose code saved ``checkpoint``, told by a tensor name only that family's code uses."""
+    found = [f for f in FAMILIES.values() if f.marker in checkpoint.tensors]
+    if len(found) != 1:
+        some = ", ".join(list(checkpoint.tensors)[:4])
+        raise InteropError(f"{checkpoint.path}: cannot tell whose code saved it (its tensors begin {some}); "
+                              f"give --from {'|'.join(FAMILIES)}")
+    return found[0]
+
+
+def _refusal(path: Path, spec: str, found: Family, problems: list[str], inferred: bool | None) -> str:
+    """The refusal: every problem (the first ``SHOWN``), and how sizes could be read (``inferred``: the
+    import inferred them already; False: it could; None: the command cannot, ``import`` can)."""
     shown = problems[:SHOWN] + ([f"... and {len(problems) - SHOWN} more"] if len(problems) > SHOWN else [])
-    hint = "" if inferred else "\n  (--infer-sizes sets the spec's sizes from the checkpoint)"
+    hint = "" if inferred else ("\n  (--infer-sizes sets the spec's sizes from the checkpoint)" if inferred is False else
+                                "\n  (crate-compose import SPEC FILE --infer-sizes builds the spec at the checkpoint's sizes)")
     return (f"{path} does not fit {spec} as a {found.name} checkpoint ({found.code}): "
             f"{len(problems)} problem{'s' if len(problems) != 1 else ''}:\n"
             + "\n".join(f"  {p}" for p in shown) + hint)
@@ -137,7 +173,7 @@ def export_checkpoint(module: fx.GraphModule, family_name: str) -> dict[str, tor
     ours = module.state_dict()
     pairs, problems = correspond(plan(explicit(spec)), ours, found)
     if problems:
-        raise CheckpointError(f"{spec.name} cannot be written as a {found.name} checkpoint ({found.code}):\n"
+        raise InteropError(f"{spec.name} cannot be written as a {found.name} checkpoint ({found.code}):\n"
                               + "\n".join(f"  {p}" for p in problems[:SHOWN]))
     theirs = to_theirs(pairs, ours)
     if found.fill is not None:

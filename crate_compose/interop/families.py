@@ -69,6 +69,7 @@ class Family:
     name: str
     code: str
     spec: str
+    marker: str  # a tensor name only this family's checkpoints hold (how a file's family is told)
     places: tuple[Place, ...]
     sizes: Callable[[dict[str, torch.Tensor]], dict[str, int]]
     unused: dict[str, str] = field(default_factory=dict)
@@ -133,6 +134,7 @@ CRATE = Family(
     name="crate",
     code="Ma-Lab-Berkeley/CRATE, model/crate.py",
     spec="crate-base",
+    marker="to_patch_embedding.1.weight",
     places=(
         Place("preprocess", "patch_embed", {**pair("norm_in", "to_patch_embedding.1"),
                                             **pair("project", "to_patch_embedding.2"),
@@ -181,6 +183,7 @@ CRATE_MAE = Family(
     name="crate-mae",
     code="Ma-Lab-Berkeley/CRATE, model/crate_ae/crate_ae.py (+ crate_encoder.py, crate_decoder.py)",
     spec="crate-mae-base",
+    marker="decoder_pos_embed",
     places=(
         Place("preprocess", "patch_embed", pair("project", "patch_embed.proj")),
         Place("preprocess", "mask", {"mask_token": "mask_token"}),
@@ -216,6 +219,7 @@ CRATE_ALPHA = Family(
     name="crate-alpha",
     code="UCSC-VLAA/CRATE-alpha, torch_inference/model/crate_alpha.py",
     spec="crate-alpha-base16",
+    marker="conv1.weight",
     places=(
         Place("preprocess", "patch_embed", pair("project", "conv1")),
         Place("preprocess", "class_token", {"token": "cls_token"}),
@@ -258,6 +262,7 @@ TOST = Family(
     name="tost",
     code="RobinWu218/ToST, tost_vision/tost.py",
     spec="tost-small",
+    marker="pos_embeder.token_projection.weight",
     places=(
         Place("preprocess", "conv_patch_embed", _conv_stem("patch_embed.proj")),
         Place("preprocess", "fourier_positions", pair("token_projection", "pos_embeder.token_projection")),
@@ -312,6 +317,7 @@ TOST_LM = Family(
     name="tost-lm",
     code="RobinWu218/ToST, tost_lang/model_TSSA.py (TSSA=True)",
     spec="tost-lm-base",
+    marker="transformer.h.0.attn.denom_bias",
     places=(
         *LM_EMBEDDINGS,
         Place("encoder", "tssa", {**pair("norm", "transformer.h.{layer}.ln_1"), **pair("qkv", "transformer.h.{layer}.attn.c_attn"),
@@ -332,6 +338,7 @@ CRATE_LM = Family(
     name="crate-lm",
     code="crate-lm/crate-lm, crate_overcomplete.py",
     spec="crate-lm-base",
+    marker="transformer.h.0.ista.weight",
     places=(
         *LM_EMBEDDINGS,
         Place("encoder", "mssa", {**pair("norm", "transformer.h.{layer}.prenorm_1"),

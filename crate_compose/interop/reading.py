@@ -35,8 +35,9 @@ PREFIXES = ("module.", "_orig_mod.")
 SAFETENSORS_SUFFIXES = (".safetensors",)
 
 
-class CheckpointError(WorkbenchError):
-    """A checkpoint that cannot be read or does not fit the spec; the message names the file."""
+class InteropError(WorkbenchError):
+    """Another code's checkpoint that cannot be read or does not fit the spec; the message names the file.
+    (A training checkpoint of this package's own that is damaged is a ``workbench.checkpoint.CheckpointError``.)"""
 
 
 @dataclass
@@ -53,13 +54,13 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """The tensors of ``path`` (safetensors or a PyTorch file), unwrapped and with wrapper prefixes removed."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file" if not path.exists() else f"{path} is not a file")
+        raise InteropError(f"{path}: no such checkpoint file" if not path.exists() else f"{path} is not a file")
     notes: list[str] = []
     loaded = _read_safetensors(path) if _is_safetensors(path) else _read_pytorch(path)
     tensors = _unwrap(loaded, path, notes)
     tensors = _strip_prefixes(tensors, notes)
     if not tensors:
-        raise CheckpointError(f"{path} holds no tensors")
+        raise InteropError(f"{path} holds no tensors")
     return Checkpoint(path, tensors, sha256_of(path), notes)
 
 
@@ -77,7 +78,7 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(path)
     except Exception as error:  # safetensors' own error types; nothing in the file is ever executed
-        raise CheckpointError(f"{path} is not a readable safetensors file ({type(error).__name__}: {error})") from None
+        raise InteropError(f"{path} is not a readable safetensors file ({type(error).__name__}: {error})") from None
 
 
 def _read_pytorch(path: Path) -> Any:
@@ -87,13 +88,13 @@ def _read_pytorch(path: Path) -> Any:
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         wanted = _what_it_asked_for(str(error))
-        raise CheckpointError(
+        raise InteropError(
             f"{path} refused: it holds Python objects beyond tensors{wanted}, and reading them could run code. "
             "crate-compose reads PyTorch files only with torch.load(weights_only=True). If you trust the file, "
             "load it in Python yourself and save its state dict with safetensors.torch.save_file"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError) as error:
-        raise CheckpointError(
+        raise InteropError(
             f"{path} is neither a safetensors nor a PyTorch checkpoint that can be read "
             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'truncated?'})"
         ) from None
@@ -128,7 +129,7 @@ def _unwrap(loaded: Any, path: Path, notes: list[str]) -> dict[str, torch.Tensor
         loaded = loaded[key]
     kind = type(loaded).__name__
     keys = ", ".join(repr(k) for k in list(loaded)[:8]) if isinstance(loaded, dict) else ""
-    raise CheckpointError(
+    raise InteropError(
         f"{path} holds no dictionary of tensors where one is expected (found a {kind}{': ' + keys if keys else ''}); "
         f"looked under {', '.join(repr(k) for k in NESTING)}"
     )

@@ -29,9 +29,11 @@ from .train import prepare
 TOP_K = 5
 
 
+FEATURES_ONLY = ("classes",)  # the linear probe reads features: the head keeps the weights' classes
+
 def _loaded(spec_ref, data_name: str, weights: str | Path, overrides: Iterable[str], image_size: int | None,
-            seed: int):
-    spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed)
+            seed: int, keep: tuple[str, ...] = ()):
+    spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed, keep=keep)
     model = compile_spec(spec, seed=seed)
     load_weights(model, Path(weights))
     return spec, data, model
@@ -73,10 +75,10 @@ def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
     network of ``seed``, a baseline) on ``data_name``'s splits."""
     if weights is None:
-        spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed)
+        spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed, keep=FEATURES_ONLY)
         model = compile_spec(spec, seed=seed)
     else:
-        spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed)
+        spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, keep=FEATURES_ONLY)
     (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
     labels = "classes"
     if not data.classes:

@@ -25,6 +25,8 @@ from ..building.builder import compile_spec, spec_of
 from ..building.plan import tied
 from ..errors import WorkbenchError
 from ..files import writable
+from ..interop.exchange import load_checkpoint
+from ..interop.reading import InteropError, read_checkpoint
 from ..language.zoo import presets
 from . import runs as run_records
 from .checkpoint import latest_checkpoint
@@ -149,7 +151,7 @@ def probe_run(
                              f"{spec_ref} --data NAME), or a run folder")
     data_name = data_name if data_name is not None else "digits"
     seed = seed if seed is not None else 0
-    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed)
+    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=("classes",))  # heads are not probed
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     inputs, extra = _probe_inputs(data, samples)
     runs: dict[str, list[dict]] = {}
@@ -198,7 +200,21 @@ def probe_folder(weights: str | Path | None, spec_name: str, out: str | Path | N
 
 
 def load_weights(model: torch.nn.Module, folder: Path) -> None:
-    """Load ``folder/model.safetensors`` into ``model``; a mismatch names the first differing tensor."""
+    """Load ``folder/model.safetensors`` into ``model``; a mismatch names the first differing tensor.
+    ``folder`` may also be a checkpoint file of the authors' code (:mod:`crate_compose.interop`): it is
+    read safely, its family told by its tensors' names, and every misfit named on both sides."""
+    if folder.is_file():
+        try:
+            checkpoint = read_checkpoint(folder)
+            if set(checkpoint.tensors) & set(model.state_dict()):  # this package's names: a build's weights file
+                raise WorkbenchError(f"--weights {folder}: a crate-compose weights file; give the folder that holds "
+                                     f"it with its spec ({folder.parent}), a run's final/ or a checkpoint")
+            notes = load_checkpoint(model, checkpoint)
+        except InteropError as error:
+            raise WorkbenchError(f"--weights {error}") from None
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        return
     path = folder / "model.safetensors"
     if not path.is_file():
         raise WorkbenchError(f"--weights {folder}: no model.safetensors there (give a run's final/ or a checkpoint)")

@@ -211,12 +211,13 @@ def _size(path: Path) -> int:
 
 
 def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
-            memory_limit: str | float | None = None):
+            memory_limit: str | float | None = None, *, keep: Iterable[str] = ()):
     """Load the spec and the data, the spec's input size set from the data (text: windows of the
-    spec's context); images over ``memory_limit`` are refused from their headers."""
+    spec's context); images over ``memory_limit`` are refused from their headers. Sizes named in
+    ``keep`` stay the spec's (``classes`` for a linear probe: the head is not used, the weights' fits)."""
     spec = loader.load(spec_ref, overrides)
     data = load_data(data_name, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
-    fit = data.spec_overrides(spec)  # [] for a spec written for this data
+    fit = [o for o in data.spec_overrides(spec) if not o.startswith(tuple(f"sizes.{k}=" for k in keep))]
     return (loader.load(spec_ref, [*fit, *overrides]) if fit else spec), data
 
 
