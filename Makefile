@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
+# torchvision pins one torch: installed in the same command, pip keeps the CPU torch above
+TORCHVISION ?= torchvision==0.28.0
 
 .PHONY: setup graphviz demo test clean
 
@@ -13,7 +15,7 @@ setup: $(VENV)/.installed graphviz
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet "$(TORCH)" "$(TORCHVISION)"
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 

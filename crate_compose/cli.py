@@ -40,9 +40,15 @@ from .settings import (
     DTYPE_NAMES,
     FORMATS,
     FREEZES,
+    LOGGERS,
     MAX_IMAGE_SIZE,
     MAX_RUNS,
     MAX_SEEDS,
+    MAX_WORKERS,
+    NORMALIZATIONS,
+    OPTIMIZERS,
+    PRECISIONS,
+    SCHEDULES,
     TASKS,
     Settings,
 )
@@ -224,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(train)
     _run_arguments(train)
     train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
+    train.add_argument("--config", metavar="RECIPE", help="a recipe: a YAML file of training settings, or a shipped "
+                       "one (crate-pretrain, crate-finetune, crate-mae-pretrain, crate-mae-finetune, tost); "
+                       "options given here win over it")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint "
                        "(options not given are the run's; anything that would change the run is refused)")
     train.add_argument("--resume-from", type=COUNT, default=None, metavar="STEP",
@@ -248,6 +257,9 @@ def parser() -> argparse.ArgumentParser:
                        help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     probe.add_argument("--out", type=Path, help="folder for probes.json and probes.png, never inside a build "
                        "(default: RUN/probes/final or RUN/probes/step-N for a run's weights, else probes/<spec name>)")
+    probe.add_argument("--logger", choices=LOGGERS, default=None, help="tensorboard: the curves also as TensorBoard "
+                       "scalars beside probes.json (the layer as the step); none: not (default: tensorboard when "
+                       "the package is installed)")
 
     generate = command("generate", help="continue a text prompt with a byte-level language model (cached decoding)")
     _spec_arguments(generate)
@@ -357,7 +369,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     option("--data", help="digits, photos, subspaces, text or folder:PATH (default: digits)")
     option("--steps", type=COUNT, help=f"optimizer steps (default: {default.steps})")
     option("--batch-size", type=COUNT, help=f"global batch size (default: {default.batch_size})")
-    option("--lr", type=RATE, help=f"peak learning rate of AdamW (default: {default.lr:g})")
+    option("--lr", type=RATE, help=f"peak learning rate (default: {default.lr:g})")
     option("--weight-decay", type=_number(float, 0, what="a number"),
            help=f"AdamW weight decay (default: {default.weight_decay:g})")
     option("--warmup", type=NONNEGATIVE, help="linear warm-up steps (default: 5%% of the steps)")
@@ -366,16 +378,58 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     option("--log-every", type=COUNT, help=f"log the loss every N steps (default: {default.log_every})")
     option("--checkpoint-every", type=NONNEGATIVE, help="checkpoint every N steps (default: 0, at the end)")
     option("--image-size", type=IMAGE_SIZE, help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
-    option("--augment", choices=AUGMENTATIONS, help="shift: move each training image by up to one pixel "
-           "(default: none)")
+    option("--augment", choices=AUGMENTATIONS, help="shift: move each training image by up to one pixel; "
+           "crop-flip: a random resized crop (8-100%% of the area) and a horizontal flip (CRATE's pre-training); "
+           "randaugment: crop-flip and RandAugment (2 ops, magnitude 14; CRATE's fine-tuning) (default: none)")
+    # data pipeline
+    option("--workers", type=_number(int, 0, MAX_WORKERS, what="a whole number"), metavar="N",
+           help="DataLoader processes that decode and augment the batches (default: 0, in the training process; "
+           "not part of the run: a resume may change it, the batches are the same)")
+    option("--mixup", type=_number(float, 0, what="a number"), metavar="ALPHA",
+           help="MixUp with Beta(ALPHA, ALPHA) on every batch: soft targets (classify; default: 0, off)")
+    option("--cutmix", type=_number(float, 0, what="a number"), metavar="ALPHA",
+           help="CutMix with Beta(ALPHA, ALPHA) (classify; with --mixup, one of the two per batch; default: 0, off)")
+    option("--normalize", choices=NORMALIZATIONS, help="standardize images with the data's own statistics or "
+           "ImageNet's, train and test alike (default: data)")
     option("--label-smoothing", type=PROBABILITY, help="label smoothing of the cross-entropy (default: 0)")
+    option("--optimizer", choices=OPTIMIZERS, help="adamw, lion (the CRATE paper's) or sgd (with --momentum) "
+           f"(default: {default.optimizer})")
+    option("--beta1", type=PROBABILITY, help=f"AdamW's and Lion's first beta (default: {default.beta1})")
+    option("--beta2", type=PROBABILITY, help="their second beta (default: AdamW 0.999, Lion 0.99)")
+    option("--momentum", type=PROBABILITY, help=f"SGD's momentum (default: {default.momentum})")
+    option("--nesterov", action=argparse.BooleanOptionalAction, help="SGD with Nesterov momentum (default: no)")
+    option("--schedule", choices=SCHEDULES, help="after the warm-up: cosine decay to --min-lr, step decay "
+           f"(x --lr-decay every --lr-step steps) or constant (default: {default.schedule})")
+    option("--min-lr", type=_number(float, 0, what="a number"), help="where the cosine ends (default: 0)")
+    option("--lr-step", type=COUNT, help=f"step schedule: steps between decays (default: {default.lr_step})")
+    option("--lr-decay", type=_number(float, 0, 1, low_open=True, what="a number"),
+           help=f"step schedule: the factor of each decay (default: {default.lr_decay})")
+    option("--accumulate", type=COUNT, help="split each batch into N micro-batches and sum their gradients: the "
+           "same step in less memory (default: 1)")
+    option("--ema", type=_number(float, 0, 1, low_open=True, high_open=True, what="a number"),
+           help="keep an average of the weights with this decay (e.g. 0.9999), evaluated and saved in final-ema/")
+    option("--precision", choices=PRECISIONS, help="the forward's precision: bf16 or fp16 autocast (fp16 with a "
+           "gradient scaler; weights stay float32) (default: fp32)")
+    option("--compile", action=argparse.BooleanOptionalAction, help="torch.compile the model (default: no)")
+    option("--drop-path", type=PROBABILITY, help="stochastic depth: drop residual branches with a probability "
+           "rising to this at the last (default: 0)")
+    option("--epochs", type=COUNT, help="train this many passes over the training split (sets --steps)")
+    option("--warmup-epochs", type=NONNEGATIVE, help="warm up over this many passes (sets --warmup)")
+    option("--logger", choices=LOGGERS, help="tensorboard: the metrics also as TensorBoard event files in "
+           "RUN/tensorboard/; none: metrics.jsonl and metrics.csv only (default: tensorboard when the package is "
+           "installed, else none; not part of the run: a resume may change it)")
     parser.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, ... (default: cpu)")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress (without a terminal, progress is a plain line every tenth of the run)")
 
 
 RUN_OPTIONS = ("task", "data", "steps", "batch_size", "lr", "weight_decay", "warmup", "seed", "eval_every",
-               "log_every", "checkpoint_every", "image_size", "augment", "label_smoothing")
+               "log_every", "checkpoint_every", "image_size", "augment", "label_smoothing", "optimizer", "beta1",
+               "beta2", "momentum", "nesterov", "schedule", "min_lr", "lr_step", "lr_decay", "accumulate", "ema",
+               "precision", "compile", "drop_path", "epochs", "warmup_epochs")
+RUN_OPTIONS += ("workers", "mixup", "cutmix", "normalize")  # data pipeline
+
+RUN_OPTIONS += ("logger",)  # logging: where the metrics go besides metrics.jsonl (no part of the run's identity)
 
 
 def _notes(spec) -> None:
@@ -443,18 +497,23 @@ def _settings(args: argparse.Namespace, base: dict | None = None) -> Settings:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from .workbench.recipes import read_recipe
     from .workbench.runs import read
     from .workbench.train import default_run, train
 
+    recipe = read_recipe(args.config) if args.config else None
+    overrides = [*(recipe.overrides if recipe else []), *args.overrides]
     resume = args.resume or args.resume_from is not None
-    out = args.out or default_run(args.spec, args.overrides)
+    out = args.out or default_run(args.spec, overrides)
     record = read(out) if resume and out.is_dir() else None
-    base = record.settings() if record is not None else None
+    given = {k: v for k, v in (recipe.settings if recipe else {}).items()
+             if not (k == "epochs" and args.steps is not None) and not (k == "warmup_epochs" and args.warmup is not None)}
+    base = {**(record.settings() if record is not None else {}), **given}  # --steps, --warmup win over epochs
     init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
     init, freeze = args.init if args.init is not None else init, args.freeze or freeze
-    result = train(args.spec, _settings(args, base), overrides=args.overrides, out=out, resume=resume,
+    result = train(args.spec, _settings(args, base), overrides=overrides, out=out, resume=resume,
                    resume_from=args.resume_from, device=args.device, progress=args.progress,
-                   memory_limit=args.memory_limit, init=init, freeze=freeze)
+                   memory_limit=args.memory_limit, init=init, freeze=freeze, recipe=recipe.text if recipe else None)
     if not _rank_zero():
         return 0
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, (int, float)))
@@ -465,7 +524,9 @@ def _train(args: argparse.Namespace) -> int:
     count = f"{result.trainable:,} of {result.params:,}" if freeze != "none" else f"{result.params:,}"
     print(f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
           f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
-    print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/")
+    extra = "".join(f", {name}" for name in ("final-ema/", "recipe.yaml", "tensorboard/")
+                    if (Path(result.run) / name).exists())
+    print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
     return 0
 
 
@@ -478,7 +539,8 @@ def _probe(args: argparse.Namespace) -> int:
     from .workbench.probing import probe_run, probe_table
 
     table, figure, runs = probe_run(args.spec, args.data, weights=args.weights, overrides=args.overrides, out=args.out,
-                                    seed=args.seed, samples=args.samples, image_size=args.image_size)
+                                    seed=args.seed, samples=args.samples, image_size=args.image_size,
+                                    logger=args.logger)
     print(probe_table(runs))
     print(f"wrote {table} and {figure}")
     return 0

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 
 TASKS = ("classify", "mae", "lm")
 METRIC = {"classify": "test_accuracy", "mae": "test_masked_mse", "lm": "test_loss"}  # the number a task reports
-AUGMENTATIONS = ("none", "shift")
+AUGMENTATIONS = ("none", "shift", "crop-flip", "randaugment")  # workbench/loading.py
+NORMALIZATIONS = ("data", "imagenet")  # the statistics images are standardized with (workbench/loading.py)
+OPTIMIZERS = ("adamw", "lion", "sgd")  # workbench/optimizers.py
+SCHEDULES = ("cosine", "step", "constant")  # after the linear warm-up
+PRECISIONS = ("fp32", "bf16", "fp16")  # the forward's autocast dtype (weights and optimizer stay float32)
+LOGGERS = ("tensorboard", "none")  # logging: train --logger (TensorBoard event files beside metrics.jsonl)
 FREEZES = ("none", "encoder")  # train --freeze: "encoder" trains the head alone (every parameter not under head.)
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")  # parameter dtypes of a build
 FORMATS = ("svg", "png", "pdf", "dot")  # diagram formats
@@ -37,12 +42,38 @@ class Settings:
     grad_clip: float | None = 1.0
     augment: str = "none"  # "shift": move each training image by up to one pixel (seeded per step)
     label_smoothing: float = 0.0
+    # how the weights are updated (workbench/optimizers.py); the defaults are the runs before them
+    optimizer: str = "adamw"
+    beta1: float = 0.9
+    beta2: float | None = None  # default: AdamW 0.999, Lion 0.99
+    momentum: float = 0.9  # SGD
+    nesterov: bool = False  # SGD
+    schedule: str = "cosine"
+    min_lr: float = 0.0  # where the cosine ends
+    lr_step: int = 1000  # step schedule: every lr_step steps after the warm-up ...
+    lr_decay: float = 0.1  # ... the rate is multiplied by lr_decay
+    accumulate: int = 1  # micro-batches per step: the batch is split, the gradients summed (same step, less memory)
+    ema: float | None = None  # decay of an average of the weights, evaluated and saved beside them
+    precision: str = "fp32"
+    compile: bool = False  # torch.compile the model
+    drop_path: float = 0.0  # stochastic depth: the deepest residual branch is dropped with this probability
+    epochs: int | None = None  # when given, steps = epochs x (training examples // batch size)
+    warmup_epochs: int | None = None  # when given, warmup = warmup_epochs x (training examples // batch size)
+    # data pipeline (workbench/loading.py): workers change how fast batches come, never what they hold
+    workers: int = 0  # DataLoader worker processes that decode and augment (0: in the training process)
+    mixup: float = 0.0  # alpha of MixUp's Beta(alpha, alpha) (0: off); classification only
+    cutmix: float = 0.0  # alpha of CutMix (0: off); with mixup, one of the two per batch
+    normalize: str = "data"  # standardize with the data's own statistics, or "imagenet"'s
+    # logging: where metrics go besides metrics.jsonl and metrics.csv (workbench/eventlog.py); None: tensorboard
+    # when the package imports, else none. Not part of a run's identity (runs.OUTPUTS): a resume may change it
+    logger: str | None = None
 
 
 MAX_IMAGE_SIZE = 8192  # the side an image may be resized to (a 8192^2 RGB float image is 805 MB)
 MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
 MAX_RUNS = 256  # runs of one ablation grid (variants x seeds): at a minute a run, four hours of one machine
 MAX_SEEDS = 100  # seeds of one ablation grid
+MAX_WORKERS = 256  # DataLoader worker processes of one training process
 
 
 def settings_problems(settings: Settings) -> list[tuple[str, str]]:
@@ -74,6 +105,29 @@ def settings_problems(settings: Settings) -> list[tuple[str, str]]:
 
     choice("task", TASKS)
     choice("augment", AUGMENTATIONS)
+    choice("optimizer", OPTIMIZERS)
+    choice("schedule", SCHEDULES)
+    choice("precision", PRECISIONS)
+    if settings.logger is not None:  # logging: None picks tensorboard when it imports
+        choice("logger", LOGGERS)
+    for name in ("nesterov", "compile"):
+        if not isinstance(getattr(settings, name), bool):
+            problems.append((name, f"{getattr(settings, name)!r} is not true or false"))
+    whole("accumulate", 1, 1024)
+    whole("lr_step", 1)
+    whole("epochs", 1, optional=True)
+    whole("warmup_epochs", 0, optional=True)
+    number("beta1", 0, low_open=False, high=1)
+    number("beta2", 0, low_open=False, high=1, optional=True)
+    number("momentum", 0, low_open=False, high=1)
+    number("min_lr", 0, low_open=False)
+    number("lr_decay", 0, low_open=True, high=1.000001)
+    number("ema", 0, low_open=True, high=1, optional=True)
+    number("drop_path", 0, low_open=False, high=1)
+    if isinstance(settings.accumulate, int) and isinstance(settings.batch_size, int) and settings.accumulate >= 1 \
+            and settings.batch_size % settings.accumulate:
+        problems.append(("accumulate", f"{settings.accumulate} does not divide batch_size {settings.batch_size} "
+                         "(the batch is split into that many equal micro-batches)"))
     if not isinstance(settings.data, str) or not settings.data:
         problems.append(("data", f"{settings.data!r} is not a data set name"))
     for name in ("steps", "batch_size", "log_every"):
@@ -87,4 +141,13 @@ def settings_problems(settings: Settings) -> list[tuple[str, str]]:
     number("weight_decay", 0, low_open=False)
     number("grad_clip", 0, low_open=True, optional=True)
     number("label_smoothing", 0, low_open=False, high=1)
+    # data pipeline
+    whole("workers", 0, MAX_WORKERS)
+    number("mixup", 0, low_open=False)
+    number("cutmix", 0, low_open=False)
+    choice("normalize", NORMALIZATIONS)
+    for name in ("mixup", "cutmix"):
+        if getattr(settings, name) and settings.task != "classify":
+            problems.append((name, f"mixes labels into soft targets, so it goes with task classify, not "
+                             f"{settings.task!r}"))
     return problems

@@ -19,6 +19,7 @@ class Residual(nn.Module):
     """A step ``skip(Z) + branch(Z)``; with LayerScale, ``skip(Z) + gamma * branch(Z)``."""
 
     layer_scale: nn.Parameter | None
+    drop_path = 0.0  # stochastic depth: while training, the branch of each example is dropped with this probability
     adds_skip = True  # an instance may say False: its forward is the branch alone (and takes no LayerScale)
 
     def __init__(self) -> None:
@@ -36,8 +37,19 @@ class Residual(nn.Module):
         """``skip + branch``, or ``skip + gamma * branch`` with LayerScale (also for cached decoding)."""
         if self.layer_scale is not None:
             branch = self.layer_scale * branch
+        if self.drop_path and self.training:  # kept branches scaled by 1/(1-p): the expectation is unchanged
+            keep = torch.rand(branch.shape[0], *(1,) * (branch.ndim - 1), device=branch.device) >= self.drop_path
+            branch = branch * keep.to(branch.dtype) / (1 - self.drop_path)
         return skip + branch
 
     def enable_layer_scale(self, dim: int, init: float) -> None:
         """Scale the branch by a learned ``gamma`` of shape ``(dim,)``, initialized to ``init``."""
         self.layer_scale = nn.Parameter(torch.full((dim,), float(init)))
+
+
+def stochastic_depth(model: nn.Module, rate: float) -> None:
+    """Drop residual branches while training (Huang et al. 2016), with probability rising linearly
+    over the network's residual steps from 0 to ``rate`` at the last (DeiT's and XCiT's schedule)."""
+    steps = [m for m in model.modules() if isinstance(m, Residual) and m.adds_skip]
+    for i, module in enumerate(steps):
+        module.drop_path = rate * i / max(1, len(steps) - 1)

@@ -33,7 +33,7 @@ import json
 import os
 import re
 import statistics
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from .grids import Grid, GridError
 from .locks import LOCK_FILE, hold
 from .probes import plot_probes, probe, save_probes
 from .probing import PROBE_SAMPLES, _probe_inputs
-from .runs import CADENCE, RUN_FILE, differences, digest
+from .runs import RUN_FILE, differences, digest, learned
 from .train import prepare, train
 
 ABLATION_FILE = "ablation.json"
@@ -110,7 +110,8 @@ def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
     from .. import __version__
 
     spec = base_spec(spec_ref, grid)
-    settings = {k: v for k, v in asdict(grid.settings).items() if k not in ("seed", *CADENCE)}
+    # the logger (OUTPUTS) is where metrics go, not what a run learns: an ablation resumes with another
+    settings = {**learned(grid.settings, ("seed",)), "steps": grid.settings.steps}  # every run of a grid as long
     return {"spec": {"name": spec.name, "sha256": hashlib.sha256(loader.dump(spec).encode()).hexdigest()},
             "swaps": grid.swaps, "seeds": grid.seeds, "overrides": grid.overrides, "settings": settings,
             "version": __version__}

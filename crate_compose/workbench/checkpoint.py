@@ -3,9 +3,12 @@
 A checkpoint is ``RUN/checkpoints/step-000200/``::
 
     spec.yaml, model.safetensors, code.py, summary.txt   a build (``crate_compose.load_build`` reads it)
-    optimizer.safetensors                               AdamW's moments and step counts, the torch RNG
+    optimizer.safetensors                               the optimizer's state (AdamW's moments and step
+                                                        counts, Lion's or SGD's momentum), the torch RNG
+    ema.safetensors                                     the average of the weights (runs with --ema)
     state.json                                          step, the run's hash, settings, param-group
-                                                        hyper-parameters, metrics rows written so far
+                                                        hyper-parameters, metrics rows written so far,
+                                                        fp16's gradient scaler
 
 Nothing is pickled: tensors go through safetensors, everything else through JSON. A checkpoint is
 written under a temporary name and renamed into place, so a run killed while writing one (even with
@@ -40,12 +43,12 @@ from ..building.builder import spec_of
 from ..building.plan import tied
 from ..errors import WorkbenchError
 from ..files import save_tensors, staged_folder, write_atomic
+from .optimizers import EMA, state_keys
 
-STATE_FILE, OPTIMIZER_FILE = "state.json", "optimizer.safetensors"
+STATE_FILE, OPTIMIZER_FILE, EMA_FILE = "state.json", "optimizer.safetensors", "ema.safetensors"
 RNG_KEY = "rng.torch"
 MAX_STATE_BYTES = 1_000_000  # state.json is a few kB
 _STEP = re.compile(r"^step-(\d{6,})$")
-ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")  # what torch's AdamW keeps per parameter (amsgrad off)
 
 
 class CheckpointError(WorkbenchError):
@@ -65,7 +68,8 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
 
 
 def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torch.optim.Optimizer,
-                    settings: dict[str, Any], *, run_hash: str = "", metrics_rows: int = 0) -> Path:
+                    settings: dict[str, Any], *, run_hash: str = "", metrics_rows: int = 0, ema: EMA | None = None,
+                    scaler: torch.amp.GradScaler | None = None) -> Path:
     """Write ``RUN/checkpoints/step-NNNNNN`` atomically and return it."""
     final = run / "checkpoints" / f"step-{step:06d}"
     with staged_folder(final) as staging:  # an OSError names the file at its place in the checkpoint
@@ -73,8 +77,10 @@ def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torc
         tensors, groups = _optimizer_tensors(optimizer)
         tensors[RNG_KEY] = torch.get_rng_state()
         save_tensors(tensors, staging / OPTIMIZER_FILE)
+        if ema is not None:
+            save_tensors({k: v.detach().cpu().contiguous() for k, v in ema.tensors.items()}, staging / EMA_FILE)
         state = {"step": step, "identity": run_hash, "settings": settings, "param_groups": groups,
-                 "metrics_rows": metrics_rows}
+                 "metrics_rows": metrics_rows, **({"scaler": scaler.state_dict()} if scaler is not None else {})}
         write_atomic(staging / STATE_FILE, json.dumps(state, indent=2, default=str))
     return final
 
@@ -100,7 +106,8 @@ def latest_checkpoint(run: Path) -> Path | None:
 
 
 def verify(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, run_hash: str,
-           spec_text: str, settings: dict[str, Any], steps: int, metrics_rows: list[dict]) -> dict[str, Any]:
+           spec_text: str, settings: dict[str, Any], steps: int, metrics_rows: list[dict],
+           ema: EMA | None = None) -> dict[str, Any]:
     """Check the checkpoint at ``path`` as a whole against the run (see the module docstring);
     return its state. Raises :class:`CheckpointError` naming the checkpoint and the first problem."""
     try:
@@ -112,6 +119,8 @@ def verify(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             raise ValueError(f"{SPEC_FILE} is not the run's spec ({spec_difference(spec_text, text)})")
         _verify_weights(path, model)
         _verify_optimizer(path, model, optimizer, state["step"])
+        if ema is not None:
+            _verify_ema(path, ema)
     except ValueError as error:
         raise CheckpointError(f"checkpoint {path} cannot be resumed from: {error}") from None
     return state
@@ -216,8 +225,9 @@ def _verify_weights(path: Path, model: torch.nn.Module) -> None:
 
 
 def _verify_optimizer(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """AdamW's state: for each parameter either nothing (it never had a gradient) or a step count in
-    1..step and two moments of the parameter's shape and dtype, all finite; the torch RNG state."""
+    """The optimizer's state: for each parameter either nothing (it never had a gradient) or every tensor
+    the optimizer keeps (AdamW: a step count in 1..step and two moments; Lion: one moment; SGD: the
+    momentum) of the parameter's shape and dtype, all finite; the torch RNG state."""
     tensors = _read_tensors(path / OPTIMIZER_FILE)
     rng = tensors.pop(RNG_KEY, None)
     reference = torch.get_rng_state()
@@ -229,17 +239,36 @@ def _verify_optimizer(path: Path, model: torch.nn.Module, optimizer: torch.optim
     parameters = dict(enumerate(itertools.chain.from_iterable(group["params"] for group in groups)))
     names = {id(p): n for n, p in model.named_parameters()}
     seen = set()
+    keys = state_keys(optimizer)
     for index, parameter in parameters.items():
-        present = [k for k in ADAMW_STATE if f"{index}.{k}" in tensors]
-        if present and len(present) != len(ADAMW_STATE):
-            missing = sorted(set(ADAMW_STATE) - set(present))
+        present = [k for k in keys if f"{index}.{k}" in tensors]
+        if present and len(present) != len(keys):
+            missing = sorted(set(keys) - set(present))
             raise ValueError(f"{OPTIMIZER_FILE}: {index}.{missing[0]} is missing ({names.get(id(parameter))})")
         for key in present:
             seen.add(f"{index}.{key}")
             _check_moment(tensors[f"{index}.{key}"], key, index, parameter, names.get(id(parameter)), step)
     extra = sorted(set(tensors) - seen)
     if extra:
-        raise ValueError(f"{OPTIMIZER_FILE}: {extra[0]} is not a tensor AdamW keeps for this model")
+        raise ValueError(f"{OPTIMIZER_FILE}: {extra[0]} is not a tensor {type(optimizer).__name__} keeps for this "
+                         "model")
+
+
+def _verify_ema(path: Path, ema: EMA) -> None:
+    """The average of the weights: every tensor the run averages, of its shape, float32 and finite."""
+    if not (path / EMA_FILE).is_file():
+        raise ValueError(f"{EMA_FILE} is missing (the run keeps an average of its weights)")
+    tensors = _read_tensors(path / EMA_FILE)
+    for name, reference in ema.tensors.items():
+        found = tensors.get(name)
+        if found is None or found.shape != reference.shape or found.dtype != torch.float32:
+            shown = "missing" if found is None else f"{found.dtype} {tuple(found.shape)}"
+            raise ValueError(f"{EMA_FILE}: {name} is {shown}, the run's is float32 {tuple(reference.shape)}")
+        if not torch.isfinite(found).all():
+            raise ValueError(f"{EMA_FILE}: {name} holds NaN or infinite values")
+    extra = sorted(set(tensors) - set(ema.tensors))
+    if extra:
+        raise ValueError(f"{EMA_FILE}: {extra[0]} is not a tensor of this model")
 
 
 def _check_moment(tensor: torch.Tensor, key: str, index: int, parameter: torch.Tensor, name: str, step: int) -> None:
@@ -258,8 +287,9 @@ def _check_moment(tensor: torch.Tensor, key: str, index: int, parameter: torch.T
         raise ValueError(f"{label} holds NaN, infinite or (a second moment) negative values")
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Load weights, optimizer state and RNG from a checkpoint :func:`verify` has passed."""
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, ema: EMA | None = None,
+                    scaler: torch.amp.GradScaler | None = None) -> None:
+    """Load weights, optimizer state, RNG, the EMA and the scaler from a checkpoint :func:`verify` has passed."""
     model.load_state_dict(read_weights(path / WEIGHTS_FILE, tied(spec_of(model))), strict=True)
     state = json.loads((path / STATE_FILE).read_text())
     tensors = load_file(path / OPTIMIZER_FILE)
@@ -269,6 +299,11 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         index, name = key.split(".", 1)
         entries.setdefault(int(index), {})[name] = value
     optimizer.load_state_dict({"state": entries, "param_groups": state["param_groups"]})
+    if ema is not None:
+        for name, value in load_file(path / EMA_FILE).items():
+            ema.tensors[name].copy_(value)
+    if scaler is not None and "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
 
 
 def prune_partial(run: Path) -> None:

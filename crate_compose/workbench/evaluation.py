@@ -17,25 +17,16 @@ from ..building.placement import step_seed
 from ..modules.embed import patchify
 from ..settings import Settings
 from .data import Data
+from .loading import batch_of, renormalize
 from .losses import masked_reconstruction_loss
 
 EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
 
 
-def batch_of(dataset, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The examples ``indices`` of ``dataset`` as two stacked tensors (inputs, targets)."""
-    tensors = getattr(dataset, "tensors", None)
-    if tensors is not None:
-        return tensors[0][indices], tensors[1][indices]
-    items = [dataset[int(i)] for i in indices]
-    targets = [y for _, y in items]
-    targets = torch.stack(targets) if isinstance(targets[0], torch.Tensor) else torch.as_tensor(targets)
-    return torch.stack([x for x, _ in items]), targets
-
-
 def loss_of(task: str, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: int | None, smoothing: float = 0.0):
     """The task's loss on one batch: cross-entropy of the class or of every next token, or MSE on
-    masked patches (001 App. B.1)."""
+    masked patches (001 App. B.1). A classifier's targets are class indices (B,) or, from mixup and
+    cutmix, class probabilities (B, classes); label smoothing applies to both (``(1 - e) y + e / classes``)."""
     if task == "classify":
         return F.cross_entropy(outputs["output"].float(), y, label_smoothing=smoothing)
     if task == "lm":
@@ -55,7 +46,7 @@ def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch:
         torch.manual_seed(step_seed(settings.seed, "evaluation"))  # the same masks at every evaluation
         for start in range(0, len(data.test), 256):
             x, y = batch_of(data.test, torch.arange(start, min(start + 256, len(data.test))))
-            x, y = x.to(device), y.to(device)
+            x, y = renormalize(x, data, settings).to(device), y.to(device)  # as the training inputs (--normalize)
             outputs = model(x)
             n = len(x)
             loss_sum += loss_of(task, outputs, x, y, patch).item() * n

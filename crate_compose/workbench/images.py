@@ -32,8 +32,8 @@ from torch.utils.data import Dataset
 from ..building.budget import human
 from ..errors import DataError
 
-__all__ = ["FolderImages", "Limit", "check_memory", "image_header", "read_folder", "read_image", "scan_classes",
-           "stratified_split"]
+__all__ = ["FolderImages", "Limit", "check_memory", "image_header", "read_folder", "read_image", "read_rgb",
+           "scan_classes", "stratified_split"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
 STATS_SAMPLE = 512  # images read to estimate a folder's channel statistics
@@ -79,6 +79,15 @@ def read_image(path: Path, size: tuple[int, int] | None = None, limit: Limit = (
             image = image.resize((size[1], size[0]), Image.BILINEAR)
         pixels = np.asarray(image, dtype=np.uint8)
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1).float() / 255.0
+
+
+def read_rgb(path: Path, size: tuple[int, int] | None = None, limit: Limit = (None, "")) -> Any:
+    """An image file as an RGB Pillow image at its own size, for transforms that crop it before it is
+    resized (:mod:`crate_compose.workbench.loading`); checked as :func:`read_image` checks it for ``size``."""
+    with _opened(path, size, limit) as opened:
+        image = opened.convert("RGB")
+        image.load()
+    return image
 
 
 def image_header(path: Path, size: tuple[int, int] | None = None, limit: Limit = (None, "")) -> tuple[int, int]:

@@ -31,6 +31,8 @@ from ..language.zoo import presets
 from . import runs as run_records
 from .checkpoint import latest_checkpoint
 from .data import Data
+from .eventlog import choose as choose_logger
+from .eventlog import write_probe_curves
 from .locks import hold
 from .probes import probe, write_probes
 from .train import prepare
@@ -113,6 +115,7 @@ def probe_run(
     samples: int = PROBE_SAMPLES,
     image_size: int | None = None,
     notes: Callable[[str], None] | None = None,
+    logger: str | None = None,
 ) -> tuple[Path, Path, dict[str, list[dict]]]:
     """Probe ``spec_ref`` (its input size set from the data) untrained, and trained with ``weights``
     (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png into ``out``
@@ -123,8 +126,12 @@ def probe_run(
     (unless ``spec_ref`` names one), the data, image size and seed (unless given); a ``data_name``
     other than the run's is refused (the run's spec is fitted to its data: give the spec and
     ``weights=RUN/final`` to measure it on other data). ``notes`` receives what was inferred
-    (default: printed on stderr). Without a run: ``data_name`` defaults to digits, ``seed`` to 0."""
+    (default: printed on stderr). Without a run: ``data_name`` defaults to digits, ``seed`` to 0.
+    ``logger``: ``"tensorboard"`` also writes the curves as TensorBoard scalars beside the pair
+    (:func:`crate_compose.workbench.eventlog.write_probe_curves`), ``"none"`` not; default: tensorboard
+    when the package imports."""
     say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
+    logger = choose_logger(logger, say)
     if is_run(spec_ref):
         if weights is not None:
             raise WorkbenchError(f"{spec_ref} is a run folder, which names its own weights: give it alone "
@@ -163,6 +170,8 @@ def probe_run(
     title = f"{spec.name} on {data_name}: " + (" vs ".join(runs))
     with hold(folder, "write probes into"):
         table, figure = write_probes(runs, folder, title=title)
+        if logger == "tensorboard":
+            write_probe_curves(folder, runs)
     return table, figure, runs
 
 

@@ -16,6 +16,12 @@ Two things may change on resume without making another run:
 * the cadence (``eval_every``, ``log_every``, ``checkpoint_every``) changes what is logged and
   saved, not the weights; every change is kept in the record's ``history``.
 
+The logger (``logger``, ``--logger``: TensorBoard event files or none) is no part of the identity at
+all (:data:`OUTPUTS`): it says where the metrics are written besides metrics.jsonl, so a run may be
+resumed with another one (:mod:`crate_compose.workbench.eventlog`). Nor are the DataLoader's worker
+processes (``workers``, ``--workers``; :data:`MACHINERY`): the batches are the same with any number
+of them (:mod:`crate_compose.workbench.loading`), so a run may be resumed with another count.
+
 ``run.json``::
 
     {"format": 1, "hash": "...", "identity": {...}, "steps": 1000,
@@ -45,12 +51,29 @@ from ..settings import Settings
 RUN_FILE = "run.json"
 FORMAT = 1
 CADENCE = ("eval_every", "log_every", "checkpoint_every")  # what is logged and saved, not what is learned
+# settings added after runs were first recorded: at their default they are left out of a run's identity,
+# so a run recorded before them resumes (its run.json has no such key) and means the same run
+LATER = {name: getattr(Settings(), name) for name in (
+    "optimizer", "beta1", "beta2", "momentum", "nesterov", "schedule", "min_lr", "lr_step", "lr_decay", "accumulate",
+    "ema", "precision", "compile", "drop_path", "epochs", "warmup_epochs",
+    "mixup", "cutmix", "normalize")}  # data pipeline
+MACHINERY = ("workers",)  # how fast a run goes, never what it computes: no part of its identity (data pipeline)
+# logging: where the metrics are written besides metrics.jsonl (--logger), never what is learned: no part of
+# its identity, so a run resumes with another logger (or with the package no longer installed)
+OUTPUTS = ("logger",)
+
+
+def learned(settings: Settings, leave: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The settings that shape what a run learns (not its cadence, steps, machinery or outputs, nor
+    ``leave``), a later setting at its default left out (:data:`LATER`)."""
+    return {k: v for k, v in asdict(settings).items()
+            if k not in (*CADENCE, *EXTENDABLE, *MACHINERY, *OUTPUTS, *leave) and not (k in LATER and v == LATER[k])}
 EXTENDABLE = ("steps",)
 STARTS = ("init", "freeze")  # a fine-tuning run's own keys of its identity (absent otherwise)
 MAX_RECORD_BYTES = 4_000_000  # a record is a few kB; its history grows by one line per resume
 # What a run folder may hold: its own files, the lock, temporary siblings ('.NAME.*')
 OWN = frozenset({RUN_FILE, ".lock", "spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", "checkpoints",
-                 "final", "probes", "superseded"})
+                 "final", "final-ema", "probes", "superseded", "recipe.yaml", "tensorboard"})
 
 
 class RunMismatch(WorkbenchError):
@@ -70,7 +93,7 @@ def identity(spec_text: str, spec_name: str, settings: Settings, data_print: str
              start: dict[str, Any] | None = None) -> dict[str, Any]:
     """What defines a run (see the module docstring); ``settings.warmup`` must be resolved; ``start``:
     a fine-tuning run's ``init`` and ``freeze`` (:func:`crate_compose.workbench.finetune.start_identity`)."""
-    trajectory = {k: v for k, v in asdict(settings).items() if k not in (*CADENCE, *EXTENDABLE, "task", "data")}
+    trajectory = learned(settings, ("task", "data"))
     return {
         "spec": {"name": spec_name, "sha256": hashlib.sha256(spec_text.encode()).hexdigest()},
         "task": settings.task,
@@ -186,9 +209,15 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def _with_later(identity: dict[str, Any]) -> dict[str, Any]:
+    """An identity with the later settings it leaves out at their defaults written in (for messages)."""
+    settings = identity.get("settings")
+    return {**identity, "settings": {**LATER, **settings}} if isinstance(settings, dict) else identity
+
+
 def differences(recorded: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(field, recorded value, value now)`` for every field of two identities that differs."""
-    a, b = _flat(recorded), _flat(now)
+    a, b = _flat(_with_later(recorded)), _flat(_with_later(now))
     return [(key, a.get(key), b.get(key)) for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 

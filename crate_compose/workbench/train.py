@@ -12,6 +12,7 @@ A run folder holds::
 
     spec.yaml                 the resolved spec that was trained
     metrics.jsonl, .csv       one row per logged step (train loss, learning rate) and per evaluation
+    tensorboard/              the same rows and the throughput as TensorBoard scalars (--logger; workbench.eventlog)
     checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.workbench.checkpoint), every N steps
     final/                    the trained build (crate_compose.load_build, crate-compose probe --weights)
     result.json               the last train loss, the evaluation, parameters and wall time
@@ -42,26 +43,30 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from ..building import budget
 from ..building.artifacts import replaceable
 from ..building.artifacts import save as save_build
 from ..building.budget import human
-from ..building.builder import compile_spec
+from ..building.builder import compile_spec, spec_of
 from ..building.placement import step_seed
 from ..errors import TrainError
 from ..files import naming, writable, write_atomic
 from ..language import loader
+from ..modules.residual import stochastic_depth
 from ..settings import AUGMENTATIONS, TASKS, Settings, settings_problems
-from . import checkpoint, finetune, locks, runs
+from . import checkpoint, eventlog, finetune, locks, runs
 from .data import Data, load_data
 from .data import verify as verify_data
 from .distributed import Distributed
-from .evaluation import batch_of, evaluate, loss_of
+from .evaluation import evaluate, loss_of
+from .loading import batch_indices, batches, shift  # noqa: F401 (batch_indices, shift: their old place)
+from .loading import check as check_loading
 from .losses import patch_size_of
+from .optimizers import EMA, autocast, lr_at, optimizer_for, scaler_for, state_keys
 from .progress import bar as progress_bar
+
+EMA_FOLDER = "final-ema"  # the run's averaged weights (--ema), a build folder beside final/
 
 
 @dataclass
@@ -82,32 +87,6 @@ class Result:
         return {k: v for k, v in asdict(self).items() if k != "already_finished"}
 
 
-def lr_at(step: int, settings: Settings) -> float:
-    """Linear warm-up to ``lr``, then cosine decay to 0 (step counts from 1)."""
-    warmup = settings.warmup if settings.warmup is not None else max(1, settings.steps // 20)
-    if step <= warmup:
-        return settings.lr * step / warmup
-    progress = (step - warmup) / max(1, settings.steps - warmup)
-    return settings.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def batch_indices(step: int, size: int, settings: Settings) -> torch.Tensor:
-    """The examples of global batch ``step`` (from 1): a seeded permutation per epoch, drop-last."""
-    per_epoch = max(1, size // settings.batch_size)
-    epoch, position = divmod(step - 1, per_epoch)
-    generator = torch.Generator().manual_seed(step_seed(settings.seed, f"epoch/{epoch}"))
-    order = torch.randperm(size, generator=generator)
-    return order[position * settings.batch_size : (position + 1) * settings.batch_size]
-
-
-def shift(images: torch.Tensor, generator: torch.Generator, most: int = 1) -> torch.Tensor:
-    """Move each image by up to ``most`` pixels in each direction, filling with 0 (the standardized mean)."""
-    padded = F.pad(images, (most, most, most, most))
-    h, w = images.shape[-2:]
-    offsets = torch.randint(0, 2 * most + 1, (len(images), 2), generator=generator)
-    return torch.stack([padded[i, :, dy : dy + h, dx : dx + w] for i, (dy, dx) in enumerate(offsets.tolist())])
-
-
 def _check(task: str, spec, data: Data, settings: Settings) -> None:
     if task not in TASKS:
         raise TrainError(f"unknown task '{task}'; expected one of: {', '.join(TASKS)}")
@@ -115,6 +94,7 @@ def _check(task: str, spec, data: Data, settings: Settings) -> None:
         raise TrainError(f"unknown augmentation '{settings.augment}'; expected one of: {', '.join(AUGMENTATIONS)}")
     if settings.augment == "shift" and len(data.input_shape) != 3:
         raise TrainError(f"augment 'shift' moves images; data set '{data.name}' is not images")
+    check_loading(settings, data, task)  # crop-flip, randaugment, --normalize imagenet, --mixup, --cutmix
     if data.task_hint == "tokens":  # no task has a loss for token sets: say so once, not a hint per task
         raise TrainError(f"data set '{data.name}' holds token sets labeled per token, which no task trains on "
                          f"(classify: labeled images; mae: images, with a mask step; lm: text); measure spec "
@@ -146,11 +126,13 @@ class _Metrics:
     """Rows appended to metrics.jsonl and metrics.csv; a resumed run first keeps only the rows its
     checkpoint was written after (``keep``, counted in the checkpoint's state)."""
 
-    FIELDS = ("step", "kind", "loss", "lr", "seconds", "test_accuracy", "test_loss", "test_masked_mse",
-              "test_mean_patch_mse", "test_bits_per_byte", "test_unigram_loss")
+    TESTS = ("test_accuracy", "test_loss", "test_masked_mse", "test_mean_patch_mse", "test_bits_per_byte",
+             "test_unigram_loss")
+    FIELDS = ("step", "kind", "loss", "lr", "seconds", *TESTS, *(f"ema_{name}" for name in TESTS))  # --ema: both
 
-    def __init__(self, run: Path, keep: int, enabled: bool) -> None:
+    def __init__(self, run: Path, keep: int, enabled: bool, board: eventlog.Board | None = None) -> None:
         self.enabled = enabled
+        self.board = board  # logging: RUN/tensorboard's scalars of each row (None: --logger none)
         self.jsonl, self.csv = run / "metrics.jsonl", run / "metrics.csv"
         self.count = keep
         if not enabled:
@@ -171,6 +153,8 @@ class _Metrics:
             handle.write(json.dumps(_finite(row), allow_nan=False) + "\n")
         with naming(self.csv), open(self.csv, "a", newline="") as handle:
             csv.DictWriter(handle, self.FIELDS).writerow(row)
+        if self.board is not None:
+            self.board.add(row)
 
 
 def _rows(text: str) -> list[dict[str, Any]]:
@@ -240,6 +224,7 @@ def train(
     init: str | Path | None = None,
     freeze: str = "none",
     notes: Callable[[str], None] | None = None,
+    recipe: str | None = None,
 ) -> Result:
     """Train ``spec_ref`` (a path, preset or Spec) as ``settings`` says; see the module docstring.
 
@@ -258,12 +243,20 @@ def train(
     (:mod:`crate_compose.workbench.finetune`). ``freeze="encoder"`` trains the head alone. Both are part of
     the run's identity, so ``resume`` needs the same ones. ``notes`` receives each note (the head left
     new, the tensors of ``init`` not used, the parameters that train); default: printed on stderr.
+    ``recipe``: the text of the recipe the settings came from (``train --config``), saved as ``recipe.yaml``.
     """
     overrides = list(overrides)
     _check_settings(settings)
+    if settings.logger == "tensorboard":  # logging: a missing package is said before anything is written
+        eventlog.choose(settings.logger, error=TrainError)
     finetune.check_freeze(freeze)
     spec, data = prepare(spec_ref, settings.data, overrides, settings.image_size, settings.seed, memory_limit)
     _check(settings.task, spec, data, settings)
+    per_epoch = max(1, len(data.train) // settings.batch_size)  # passes over the training split, in whole batches
+    if settings.epochs is not None:
+        settings = replace(settings, steps=settings.epochs * per_epoch)
+    if settings.warmup_epochs is not None:
+        settings = replace(settings, warmup=settings.warmup_epochs * per_epoch)
     start = finetune.read_init(init) if init is not None else None
     dist = Distributed()
     dist.check_batch(settings.batch_size)
@@ -275,6 +268,7 @@ def train(
         with contextlib.ExitStack() as stack:
             opening = _Opening(run, spec, data, settings, resume or resume_from is not None, resume_from, dist, device,
                                start, freeze)
+            opening.recipe = recipe
             plan = dist.agree(lambda: opening.open(stack))
             if plan.finished is not None:
                 return plan.finished
@@ -318,7 +312,11 @@ class _Opening:
             init.tensors = {}  # copied: its memory is given back before training
         self.trainable = finetune.freeze(self.model, freeze)
         self.freeze = freeze
-        self.optimizer = _adamw(self.model, settings)
+        self.recipe: str | None = None  # train --config: its text, saved in the run folder
+        if settings.drop_path:
+            stochastic_depth(self.model, settings.drop_path)
+        self.optimizer = optimizer_for(self.model, settings)
+        self.ema = EMA(self.model, settings.ema) if settings.ema else None  # from the initial (or init's) weights
 
     def identity(self, settings: Settings) -> dict[str, Any]:
         from .. import __version__
@@ -394,10 +392,12 @@ class _Opening:
         if step is None:
             return plan  # killed before its first checkpoint: the same run from step 0
         rows = _rows(_read_metrics(self.run))
-        trajectory = {k: v for k, v in asdict(plan.settings).items() if k not in (*runs.CADENCE, "steps")}
+        trajectory = {k: v for k, v in asdict(plan.settings).items()
+                      if k not in (*runs.CADENCE, *runs.MACHINERY, *runs.OUTPUTS, "steps")}
         try:
-            state = checkpoint.verify(found[step], self.model, self.optimizer, run_hash=plan.record.hash,
-                                      spec_text=self.spec_text, settings=trajectory, steps=plan.settings.steps,
+            state = checkpoint.verify(found[step], self.model, self.optimizer, ema=self.ema, run_hash=plan.record.hash,
+                                      spec_text=loader.dump(spec_of(self.model)),  # as built: a derived
+                                      settings=trajectory, steps=plan.settings.steps,  # decoder written out
                                       metrics_rows=rows)
         except checkpoint.CheckpointError as error:
             earlier = [s for s in found if s < step]
@@ -410,7 +410,7 @@ class _Opening:
     def _prepare_folder(self, plan: _Plan) -> None:
         """Every check that could fail later, then the record: nothing is learned late."""
         run = self.run
-        for name in ("checkpoints", "final", "probes"):
+        for name in ("checkpoints", "final", "probes", eventlog.FOLDER):
             if (run / name).exists() and not (run / name).is_dir():
                 raise TrainError(f"{run / name} is a file where the run keeps a folder; move it away")
         for name in ("spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", runs.RUN_FILE):
@@ -424,13 +424,16 @@ class _Opening:
         checkpoint.prune_partial(run) if (run / "checkpoints").is_dir() else None
         runs.note_start(plan.record, plan.start, self.dist.world, str(self.device))
         write_atomic(run / "spec.yaml", self.spec_text)
+        if self.recipe is not None:  # the recipe as written (what it set is in the identity, with every setting)
+            write_atomic(run / "recipe.yaml", self.recipe)
         runs.write(run, plan.record)
 
     def _check_disk(self, plan: _Plan) -> None:
         """Free space for every checkpoint still to come and the final build, at their known size."""
         settings = plan.settings
         weights = sum(p.numel() * p.element_size() for p in self.model.state_dict().values())
-        each = weights * (1 + len(ADAMW_MOMENTS)) + 20_000  # weights, AdamW's moments, the small files
+        states = len([k for k in state_keys(self.optimizer) if k != "step"]) + (1 if self.ema else 0)
+        each = weights * (1 + states) + 20_000  # weights, the optimizer's moments, the EMA, the small files
         every = settings.checkpoint_every
         count = 1 + (len(range(plan.start + 1, settings.steps)) // every if every else 0)
         needed = count * each + weights
@@ -439,19 +442,6 @@ class _Opening:
             raise OSError(errno.ENOSPC, "No space left on device: " + f"{self.run}: {count} checkpoint{'s' * (count != 1)} of {human(each)} and the final "
                              f"build need about {human(needed)}; the disk has {human(free)} free (free space, "
                              "checkpoint less often with --checkpoint-every, or choose another --out)", str(self.run))
-
-
-ADAMW_MOMENTS = ("exp_avg", "exp_avg_sq")
-
-
-def _adamw(model: nn.Module, settings: Settings) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices only."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    other = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": other, "weight_decay": 0.0}],
-        lr=settings.lr,
-    )
 
 
 def _reached(run: Path) -> str:
@@ -490,6 +480,8 @@ def _supersede(run: Path, step: int) -> None:
         path.rename(aside / path.name)
     if (run / "metrics.jsonl").is_file():
         shutil.copy2(run / "metrics.jsonl", aside / "metrics.jsonl")
+    if (run / eventlog.FOLDER).is_dir():  # logging: the resumed run keeps only the points up to its checkpoint
+        shutil.copytree(run / eventlog.FOLDER, aside / eventlog.FOLDER)
 
 
 def _say(note: str) -> None:
@@ -508,31 +500,23 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         if opening.freeze != "none":
             notes(f"--freeze {opening.freeze}: {opening.trainable:,} of {params:,} parameters train (the head's)")
     patch = patch_size_of(model) if settings.task == "mae" else None
+    ema, scaler = opening.ema, scaler_for(settings, device)
     if plan.checkpoint is not None:
-        checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer)
-    metrics = _Metrics(run, plan.metrics_rows, writer)
+        checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer, ema=ema, scaler=scaler)
+    board = eventlog.open_board(run, settings.logger, plan.start, settings.batch_size, notes) if writer else None
+    metrics = _Metrics(run, plan.metrics_rows, writer, stack.enter_context(board) if board else None)  # logging
     net = torch.nn.parallel.DistributedDataParallel(model) if dist.active else model
+    if settings.compile:
+        net = torch.compile(net)
     model.train()
     bar = stack.enter_context(contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer)))
     began, loss_value, evaluation = time.perf_counter(), float("nan"), {}
+    loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
     for step in range(plan.start + 1, settings.steps + 1):
-        indices = dist.shard(batch_indices(step, len(data.train), settings))
-        x, y = batch_of(data.train, indices)
-        if settings.augment == "shift":
-            x = shift(x, torch.Generator().manual_seed(step_seed(settings.seed, f"augment/{step}/{dist.rank}")))
-        x, y = x.to(device), y.to(device)
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, settings)
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(step_seed(settings.seed, f"step/{step}/rank/{dist.rank}"))  # masks: the run's own draws
-            outputs = net(x)
-        loss = loss_of(settings.task, outputs, x, y, patch, settings.label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if settings.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        optimizer.step()
-        loss_value = dist.mean(loss.detach())
+        x, y = next(loading)  # decoded and augmented, seeded per step (in --workers processes)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss = _update(net, model, optimizer, scaler, ema, x, y, step, settings, patch, dist.rank, device)
+        loss_value = dist.mean(loss)
         if not math.isfinite(loss_value):
             raise _diverged(run, step, loss_value)
         if step % settings.log_every == 0 or step == settings.steps:
@@ -542,22 +526,70 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         bar.set_postfix(loss=f"{loss_value:.4f}")
         last = step == settings.steps
         if writer and (last or (settings.eval_every and step % settings.eval_every == 0)):
-            evaluation = evaluate(model, settings.task, data, settings, patch)
+            evaluation = _evaluate(model, ema, data, settings, patch)
             metrics.add({"step": step, "kind": "eval", **evaluation})
             bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
             checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings), run_hash=plan.record.hash,
-                                       metrics_rows=metrics.count)
+                                       metrics_rows=metrics.count, ema=ema, scaler=scaler)
     if plan.start == settings.steps:  # its last checkpoint, but result.json or final/ was lost: finish it again
         loss_value = next((r["loss"] for r in reversed(_rows(_read_metrics(run))) if r.get("kind") == "train"),
                           float("nan"))
-        evaluation = evaluate(model, settings.task, data, settings, patch) if writer else {}
+        evaluation = _evaluate(model, ema, data, settings, patch) if writer else {}
     result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began,
                     opening.trainable)
     if writer:
         save_build(model, run / "final", extra={"seed": str(settings.seed), "steps": str(settings.steps)})
+        if ema is not None:  # the averaged weights beside the weights: a build folder of their own
+            with ema.swapped_in(model):
+                save_build(model, run / EMA_FOLDER, extra={"seed": str(settings.seed), "steps": str(settings.steps),
+                                                           "ema": str(settings.ema)})
         write_atomic(run / "result.json", json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False) + "\n")
     return result
+
+
+def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Settings, patch, rank: int,
+            device: torch.device) -> torch.Tensor:
+    """One optimizer step on the batch ``(x, y)``: the learning rate of ``step``; ``settings.accumulate``
+    equal micro-batches, each forward under the precision's autocast with the step's own random draws
+    (masks, dropped paths), the gradients summed (and synchronized once, after the last); clipping, the
+    optimizer (through the fp16 scaler), and the EMA. Returns the batch's loss (detached)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(step, settings)
+    optimizer.zero_grad(set_to_none=True)
+    parts = settings.accumulate
+    unsynced = getattr(net, "no_sync", None) or getattr(getattr(net, "_orig_mod", None), "no_sync", None)
+    total = torch.zeros((), device=device)
+    for part, (xs, ys) in enumerate(zip(x.chunk(parts), y.chunk(parts))):
+        name = f"step/{step}/rank/{rank}" + (f"/part/{part}" if parts > 1 else "")
+        sync = unsynced() if unsynced is not None and part < parts - 1 else contextlib.nullcontext()
+        with sync, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(step_seed(settings.seed, name))  # the run's own draws, whatever ran before
+            with autocast(settings, device):
+                loss = loss_of(settings.task, net(xs), xs, ys, patch, settings.label_smoothing) / parts
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        total += loss.detach()
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients
+    if settings.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when a gradient overflowed; the scale adapts
+        scaler.update()
+    else:
+        optimizer.step()
+    if ema is not None:
+        ema.update(model)
+    return total
+
+
+def _evaluate(model, ema, data: Data, settings: Settings, patch) -> dict[str, float]:
+    """The test metrics of the weights, and of their average (``ema_`` before each name) when kept."""
+    found = evaluate(model, settings.task, data, settings, patch)
+    if ema is not None:
+        with ema.swapped_in(model):
+            found.update({f"ema_{k}": v for k, v in evaluate(model, settings.task, data, settings, patch).items()})
+    return found
 
 
 def _diverged(run: Path, step: int, loss: float) -> TrainError:

@@ -672,7 +672,8 @@ def _then(*setups):
     return setup
 
 
-METRICS_AND_RECORD = ("run/metrics.jsonl", "run/metrics.csv", "run/run.json")
+METRICS_AND_RECORD = ("run/metrics.jsonl", "run/metrics.csv", "run/run.json",
+                      "run/tensorboard/*")  # the event file is rewritten with the metrics from the checkpoint on
 case("r101", "fault", "ckpt-enospc", "the disk fills while the checkpoint at step 6 is written (injected ENOSPC)",
      _then(_finished, _inject_enospc("step-000006")), _steps6, 1, r"No space left on device.*<RUN>/checkpoints/step-000006",
      seconds=20, may_change=METRICS_AND_RECORD)

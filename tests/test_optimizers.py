@@ -1,0 +1,180 @@
+"""How a run updates its weights (workbench/optimizers.py and the step in workbench/train.py): the
+optimizers against their update rules written out here, the schedules, gradient accumulation against
+one whole batch, the EMA's recursion, precision, stochastic depth, and exact resume of all of it."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from runfiles import train_losses
+from safetensors.torch import load_file
+
+from crate_compose.modules.residual import Residual, stochastic_depth
+from crate_compose.settings import Settings, settings_problems
+from crate_compose.workbench import runs
+from crate_compose.workbench.optimizers import EMA, lr_at, optimizer_for
+from crate_compose.workbench.train import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+DIGITS = "specs/crate-digits.yaml"
+SMALL = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=2"]
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.tensor([[1.0, -2.0], [0.5, 3.0]]))
+        self.bias = torch.nn.Parameter(torch.tensor([0.25, -0.5]))
+
+
+def _one_step(settings: Settings, grads: dict[str, torch.Tensor]) -> Tiny:
+    model = Tiny()
+    optimizer = optimizer_for(model, settings)
+    for name, p in model.named_parameters():
+        p.grad = grads[name].clone()
+    optimizer.step()
+    return model
+
+
+GRADS = {"weight": torch.tensor([[0.1, -0.3], [0.0, 2.0]]), "bias": torch.tensor([-1.0, 0.5])}
+
+
+def test_lion_is_the_sign_of_the_interpolated_gradient_with_decoupled_decay_on_matrices_only():
+    settings = Settings(optimizer="lion", lr=0.01, weight_decay=0.5)
+    model = _one_step(settings, GRADS)
+    # Lion (Chen et al. 2023): w <- w(1 - lr wd) - lr sign(b1 m + (1 - b1) g), m = 0 at the first step
+    weight = torch.tensor([[1.0, -2.0], [0.5, 3.0]]) * (1 - 0.01 * 0.5) - 0.01 * torch.sign(0.1 * GRADS["weight"])
+    bias = torch.tensor([0.25, -0.5]) - 0.01 * torch.sign(0.1 * GRADS["bias"])  # no decay on vectors
+    assert torch.allclose(model.weight, weight) and torch.allclose(model.bias, bias)
+
+
+def test_sgd_with_momentum_and_nesterov_follows_torch():
+    for nesterov in (False, True):
+        settings = Settings(optimizer="sgd", lr=0.1, weight_decay=0.0, momentum=0.9, nesterov=nesterov)
+        model = _one_step(settings, GRADS)
+        assert torch.allclose(model.bias, torch.tensor([0.25, -0.5]) - 0.1 * GRADS["bias"] * (1.9 if nesterov else 1))
+
+
+def test_adamw_keeps_the_default_betas_and_takes_others():
+    model = Tiny()
+    assert optimizer_for(model, Settings()).param_groups[0]["betas"] == (0.9, 0.999)
+    assert optimizer_for(model, Settings(optimizer="lion")).param_groups[0]["betas"] == (0.9, 0.99)
+    assert optimizer_for(model, Settings(beta2=0.95)).param_groups[0]["betas"] == (0.9, 0.95)
+
+
+def test_the_schedules_after_a_linear_warm_up():
+    cosine = Settings(lr=1.0, steps=110, warmup=10, min_lr=0.1)
+    assert [lr_at(s, cosine) for s in (1, 5, 10)] == [0.1, 0.5, 1.0]
+    assert lr_at(60, cosine) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_at(110, cosine) == pytest.approx(0.1)
+    step = replace(cosine, schedule="step", lr_step=30, lr_decay=0.5)
+    assert [lr_at(s, step) for s in (11, 39, 40, 70, 100)] == [1.0, 1.0, 0.5, 0.25, 0.125]
+    assert lr_at(100, replace(cosine, schedule="constant")) == 1.0
+
+
+def test_the_ema_is_the_exponential_recursion():
+    model = Tiny()
+    ema = EMA(model, 0.9)
+    start = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    ema.update(model)
+    assert torch.allclose(ema.tensors["weight"], 0.9 * start + 0.1 * (start + 1))
+    with ema.swapped_in(model):
+        assert torch.allclose(model.weight, 0.9 * start + 0.1 * (start + 1))
+    assert torch.allclose(model.weight, start + 1)  # its own weights again
+
+
+def test_stochastic_depth_rises_to_the_rate_over_the_residual_steps_and_keeps_the_expectation():
+    import crate_compose as cc
+
+    model = cc.build(DIGITS, overrides=SMALL)
+    stochastic_depth(model, 0.2)
+    rates = [m.drop_path for m in model.modules() if isinstance(m, Residual) and m.adds_skip]
+    assert rates[0] == 0 and rates[-1] == pytest.approx(0.2) and rates == sorted(rates)
+    step = next(m for m in model.modules() if isinstance(m, Residual) and m.drop_path)
+    step.drop_path = 0.5
+    skip, branch = torch.zeros(4000, 3, 5), torch.ones(4000, 3, 5)
+    step.train()
+    out = step.combine(skip, branch)
+    assert set(out.unique().tolist()) == {0.0, 2.0} and abs(out.mean().item() - 1) < 0.05
+    assert (out[:, 0, 0:1] == out[:, :, :].amax((1, 2), keepdim=True)[:, :, 0]).all()  # a whole example at once
+    step.eval()
+    assert torch.equal(step.combine(skip, branch), branch)
+
+
+def test_settings_are_checked():
+    problems = dict(settings_problems(Settings(optimizer="adam", accumulate=3, ema=1.0, precision="fp8")))
+    assert set(problems) == {"optimizer", "accumulate", "ema", "precision"}
+    assert "does not divide batch_size 64" in problems["accumulate"]
+
+
+def test_accumulating_micro_batches_is_the_same_step_as_the_whole_batch(tmp_path):
+    base = Settings(steps=4, batch_size=32, lr=3e-3, log_every=1)
+    whole = train(DIGITS, base, overrides=SMALL, out=tmp_path / "whole", progress=False)
+    split = train(DIGITS, replace(base, accumulate=4), overrides=SMALL, out=tmp_path / "split", progress=False)
+    a, b = load_file(tmp_path / "whole/final/model.safetensors"), load_file(tmp_path / "split/final/model.safetensors")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    assert whole.train_loss == pytest.approx(split.train_loss, abs=1e-5)
+
+
+RECIPE_LIKE = Settings(steps=6, batch_size=32, lr=1e-3, optimizer="lion", weight_decay=0.5, ema=0.9, accumulate=2,
+                       drop_path=0.1, label_smoothing=0.1, checkpoint_every=3, log_every=1)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_a_killed_run_resumes_exactly_with_lion_ema_accumulation_and_precision(tmp_path, precision):
+    settings = replace(RECIPE_LIKE, precision=precision)
+    train(DIGITS, settings, overrides=SMALL, out=tmp_path / "whole", progress=False)
+    broken = tmp_path / "broken"
+    train(DIGITS, settings, overrides=SMALL, out=broken, progress=False)
+    shutil.rmtree(broken / "checkpoints/step-000006"), shutil.rmtree(broken / "final")  # killed after step 3's
+    shutil.rmtree(broken / "final-ema"), (broken / "result.json").unlink()              # checkpoint
+    record = json.loads((broken / runs.RUN_FILE).read_text())
+    assert record["identity"]["settings"]["precision" if precision != "fp32" else "optimizer"]  # recorded
+    train(DIGITS, settings, overrides=SMALL, out=broken, resume=True, progress=False)
+    for folder in ("final", "final-ema"):
+        a = load_file(tmp_path / "whole" / folder / "model.safetensors")
+        b = load_file(broken / folder / "model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a), folder
+    assert train_losses(tmp_path / "whole") == train_losses(broken)
+    ema = load_file(broken / "checkpoints/step-000006/ema.safetensors")
+    final = load_file(broken / "final-ema/model.safetensors")
+    assert all(torch.equal(ema[k], final[k].float()) for k in final if k in ema)
+
+
+def test_resuming_with_another_optimizer_is_refused(tmp_path):
+    train(DIGITS, replace(RECIPE_LIKE, steps=3), overrides=SMALL, out=tmp_path / "run", progress=False)
+    with pytest.raises(runs.RunMismatch, match="settings.optimizer: lion in the run, adamw now"):
+        train(DIGITS, replace(RECIPE_LIKE, optimizer="adamw"), overrides=SMALL, out=tmp_path / "run", resume=True,
+              progress=False)
+
+
+def test_a_run_from_before_these_settings_keeps_its_identity():
+    """Settings at their defaults stay out of the identity: run.json files written before them still match."""
+    identity = runs.identity("spec", "name", replace(Settings(), warmup=5), "data", "0.1.0")
+    assert not set(identity["settings"]) & set(runs.LATER)
+    assert "optimizer" in runs.identity("spec", "name", replace(Settings(optimizer="lion"), warmup=5), "d", "v")["settings"]
+
+
+def test_epochs_set_the_steps_and_the_warm_up(tmp_path):
+    result = train(DIGITS, Settings(epochs=1, warmup_epochs=1, batch_size=256), overrides=SMALL, out=tmp_path / "r",
+                   progress=False)
+    assert result.steps == 1437 // 256  # the digits' training split, in whole batches
+    assert json.loads((tmp_path / "r" / runs.RUN_FILE).read_text())["identity"]["settings"]["warmup"] == 5
+
+
+def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_path):
+    settings = Settings(steps=2, batch_size=16, lr=1e-3)
+    train(DIGITS, settings, overrides=SMALL, out=tmp_path / "eager", progress=False)
+    train(DIGITS, replace(settings, compile=True), overrides=SMALL, out=tmp_path / "compiled", progress=False)
+    a = load_file(Path(tmp_path / "eager/final/model.safetensors"))
+    b = load_file(Path(tmp_path / "compiled/final/model.safetensors"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
