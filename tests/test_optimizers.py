@@ -178,3 +178,16 @@ def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_pat
     a = load_file(Path(tmp_path / "eager/final/model.safetensors"))
     b = load_file(Path(tmp_path / "compiled/final/model.safetensors"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
+
+
+def test_a_checkpoint_written_before_these_settings_resumes(tmp_path):
+    """Its state.json lacks the later settings: they had their defaults then."""
+    run = tmp_path / "run"
+    settings = Settings(steps=4, batch_size=16, checkpoint_every=2)
+    train(DIGITS, settings, overrides=SMALL, out=run, progress=False)
+    shutil.rmtree(run / "checkpoints/step-000004"), shutil.rmtree(run / "final"), (run / "result.json").unlink()
+    state_file = run / "checkpoints/step-000002/state.json"
+    state = json.loads(state_file.read_text())
+    state["settings"] = {k: v for k, v in state["settings"].items() if k not in runs.LATER and k != "workers"}
+    state_file.write_text(json.dumps(state))
+    assert train(DIGITS, settings, overrides=SMALL, out=run, resume=True, progress=False).steps == 4

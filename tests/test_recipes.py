@@ -4,6 +4,7 @@ winning, the text kept in the run folder, and each shipped recipe running a few 
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,20 @@ def test_the_command_line_wins_and_a_resume_that_differs_is_refused(tmp_path, ca
     assert _train("crate-pretrain", run, "--resume", "--steps", "6") == 2  # the recipe's lr, not the run's
     assert "settings.lr: 0.001 in the run, 0.00024 now" in capsys.readouterr().err
     assert snapshot(run) == before
+
+
+def test_the_crate_recipe_trains_from_a_folder_laid_out_as_cifar10(tmp_path):
+    """train/<class>/*.png and test/<class>/*.png at 32x32, written here: the recipe's augmentation in 2 workers."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from folder_run import write_folder
+
+    data = tmp_path / "cifar-layout"
+    assert write_folder(data) == (1437, 360)
+    out = tmp_path / "run"
+    code = main(["train", "crate-tiny", "--config", "crate-pretrain", "--data", f"folder:{data}", "--image-size", "32",
+                 "--set", "sizes.patch_size=8", "--set", "sizes.depth=1", "--steps", "3", "--batch-size", "16",
+                 "--workers", "2", "--out", str(out), "--no-progress"])
+    assert code == 0
+    record = (out / "run.json").read_text()
+    assert '"optimizer": "lion"' in record and '"augment": "crop-flip"' in record
+    assert (out / "final" / "model.safetensors").is_file()

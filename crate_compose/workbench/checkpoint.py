@@ -44,6 +44,7 @@ from ..building.plan import tied
 from ..errors import WorkbenchError
 from ..files import save_tensors, staged_folder, write_atomic
 from .optimizers import EMA, state_keys
+from .runs import LATER
 
 STATE_FILE, OPTIMIZER_FILE, EMA_FILE = "state.json", "optimizer.safetensors", "ema.safetensors"
 RNG_KEY = "rng.torch"
@@ -157,10 +158,11 @@ def _verified_state(path: Path, optimizer, run_hash: str, settings: dict, steps:
     if state["identity"] != run_hash:
         raise ValueError(f"{STATE_FILE} belongs to another run (hash {state['identity'][:12]}, "
                          f"the run's is {run_hash[:12]})")
-    changed = sorted(k for k in settings if state["settings"].get(k) != settings[k])
+    saved = {**LATER, **state["settings"]}  # a checkpoint written before a setting existed had its default
+    changed = sorted(k for k in settings if saved.get(k) != settings[k])
     if changed:
         key = changed[0]
-        raise ValueError(f"{STATE_FILE}: settings.{key} is {state['settings'].get(key)!r}, the run's is "
+        raise ValueError(f"{STATE_FILE}: settings.{key} is {saved.get(key)!r}, the run's is "
                          f"{settings[key]!r}")
     _verify_metrics(state["metrics_rows"], step, rows)
     _verify_groups(state["param_groups"], optimizer.state_dict()["param_groups"])
