@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from .causal import softmax_attention
 from .precision import LayerNorm, float32, softmax
 from .residual import Residual
 
@@ -71,5 +72,8 @@ class AoT(Residual):
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v, back = self._project(x)
-        h = self._attention(q, k).to(v.dtype) @ v  # (B, K, n, p)
+        if self.phi == "softmax":  # exactly softmax attention: the fused kernel (attention() writes it out)
+            h = softmax_attention(q, k, v, scale=self.scale)  # (B, K, n, p)
+        else:
+            h = self._attention(q, k).to(v.dtype) @ v  # (B, K, n, p)
         return x, self.step_size * (h.transpose(1, 2).flatten(2) @ back)  # (B, n, d)

@@ -51,15 +51,46 @@ class Growing:
         return 0 if self.storage is None else self.storage.numel() * self.storage.element_size()
 
 
+# On CPU, PyTorch's fused (flash) attention kernel runs bfloat16 at about its float32 speed, while the
+# products written out run at the bfloat16 matrix rate: one MSSA head block of CRATE-B (8 x 12 heads,
+# 197 tokens) takes 27 ms forward and backward written out against 55 ms fused, and the written-out
+# form stays ahead up to the 1024 keys measured (benchmarks/RESULTS.md, "train_step.py"). In float32
+# the fused kernel is the faster one (26 against 35 ms), and on CUDA it always is.
+EXPLICIT_BF16_CPU_KEYS = 1024
+
+
+def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                      scale: float | None = None) -> torch.Tensor:
+    """``softmax(q k^T * scale [+ causal mask]) v`` (``scale`` ``p^-1/2`` unless given; the causal mask
+    aligned top-left), ``(..., n, p)``: :func:`F.scaled_dot_product_attention`, whose fused kernels
+    accumulate in float32, except for bfloat16 on CPU with at most :data:`EXPLICIT_BF16_CPU_KEYS` keys,
+    where the three products are written out: logits in bfloat16 (float32's range, so no overflow) and
+    the softmax computed in float32 by the CPU kernel and rounded to bfloat16, as the fused kernel
+    rounds the weights it applies. ``q is k is v`` (MSSA) is made contiguous once."""
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and k.shape[-2] <= EXPLICIT_BF16_CPU_KEYS:
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        if q is k and k is v:
+            q = k = v = q.contiguous()  # one copy for batched products that need no more
+        else:
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        scores = (q * scale) @ k.transpose(-1, -2)  # (..., n, t)
+        if causal:
+            n, t = scores.shape[-2:]
+            hidden = torch.ones(n, t, dtype=torch.bool, device=scores.device).triu(diagonal=1)
+            scores = scores.masked_fill(hidden, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``softmax(q k^T / sqrt(p) + M) v`` for the *last* ``s`` positions of ``t`` keys: query i sits at
     position ``t - s + i`` and sees keys up to there. (``scaled_dot_product_attention(is_causal=True)``
     aligns the mask top-left, so one query would see only the first key.)"""
     s, t = q.shape[-2], k.shape[-2]
     if s == 1:  # the newest token sees every key
-        return F.scaled_dot_product_attention(q, k, v)
+        return softmax_attention(q, k, v)
     if s == t:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return softmax_attention(q, k, v, causal=True)
     mask = torch.ones(s, t, dtype=torch.bool, device=q.device).tril(diagonal=t - s)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .causal import DecodingError, Growing, attention_weights, causal_attention
+from .causal import DecodingError, Growing, attention_weights, causal_attention, softmax_attention
 from .precision import LayerNorm
 from .residual import Residual
 
@@ -52,7 +51,7 @@ class MSSA(Residual):
     def attend(self, x: torch.Tensor) -> torch.Tensor:
         """``concat_k SSA(x | U_k)`` of shape ``(B, n, K*p)``; ``x`` already normalized."""
         w = self.heads_of(x)  # (B, K, n, p)
-        h = F.scaled_dot_product_attention(w, w, w, is_causal=self.causal)  # softmax(w w^T p^-1/2) w
+        h = softmax_attention(w, w, w, causal=self.causal)  # softmax(w w^T p^-1/2) w, fused
         return h.transpose(1, 2).flatten(2)  # (B, n, K*p)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:

@@ -37,4 +37,10 @@ class LayerNorm(nn.LayerNorm):
             return super().forward(x)
         weight = self.weight.float() if self.weight is not None else None
         bias = self.bias.float() if self.bias is not None else None
+        if x.device.type == "cpu" and not torch.is_grad_enabled():
+            # PyTorch's CPU kernel takes half tokens with float32 parameters and computes in float32
+            # itself (statistics and arithmetic; the same values to the last place), without the two
+            # copies of the tokens below: 9x faster at CRATE-B's (8, 197, 768). Not while gradients are
+            # taken: its weight and bias gradients accumulate in half precision (5e-2 off at that size).
+            return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
         return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).to(x.dtype)

@@ -15,6 +15,48 @@ from .precision import LayerNorm
 from .residual import Residual
 
 
+def ista_step(
+    u: torch.Tensor,
+    dictionary: torch.Tensor,
+    step_size: float,
+    lambd: float,
+    threshold: str = "relu",
+    *,
+    folded: bool | None = None,
+) -> torch.Tensor:
+    """``ReLU(u + eta (u - u D^T) D - eta lambda)`` in rows (``threshold="soft"``: ``S_{eta lambda}(.)``),
+    for ``u`` of shape ``(..., d)`` and ``D`` of shape ``(d, d)``: :class:`ISTA`'s step, in as few passes
+    over the tokens as the sizes allow.
+
+    * Two products (``folded=False``): ``r = u - u D^T`` and ``u + eta r D``, each one ``addmm`` whose
+      add and scale run inside the matrix product; then the threshold, in place.
+    * One product (``folded=True``): the step is linear in ``u`` before its threshold,
+      ``u + eta (u - u D^T) D = u M`` with ``M = I + eta (D - D^T D)``, so it is one ``addmm`` with the
+      bias ``-eta lambda`` and one threshold in place. Forming ``M`` costs ``d^3`` multiply-adds, the
+      product it saves ``N d^2`` (``N`` tokens in all), in the backward pass likewise.
+
+    ``folded=None`` takes the one product when there are at least ``d`` tokens (a training batch) and
+    the two otherwise (decoding a few tokens). Both compute the same step; they differ by rounding
+    (``tests/test_speed_paths.py``: 1e-10 in float64, the dtype's precision in half).
+    """
+    rows = u.reshape(-1, u.shape[-1])  # (N, d)
+    shift = step_size * lambd
+    if folded is None:
+        folded = rows.shape[0] >= rows.shape[1]
+    if folded:
+        m = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
+        m.diagonal().add_(1.0)  # + I
+        if threshold == "soft":  # S_{eta lambda}, 003 eq. 116-117
+            out = F.softshrink(rows @ m, shift)
+        else:
+            out = torch.addmm(rows.new_full((1,), -shift), rows, m).relu_()
+    else:
+        r = torch.addmm(rows, rows, dictionary.t(), alpha=-1.0)  # u - u D^T
+        step = torch.addmm(rows, r, dictionary, alpha=step_size)  # u + eta r D
+        out = F.softshrink(step, shift) if threshold == "soft" else step.sub_(shift).relu_()
+    return out.view(u.shape)
+
+
 class ISTA(nn.Module):
     """``ISTA(LN z | D)``: one proximal-gradient step on ``lambda ||x||_1 + 1/2 ||z - D x||^2`` (003 eq. 17)."""
 
@@ -37,12 +79,7 @@ class ISTA(nn.Module):
         nn.init.kaiming_uniform_(self.dictionary)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        u = self.norm(z)  # (B, n, d)
-        grad = F.linear(u - F.linear(u, self.dictionary), self.dictionary.t())  # D^T (u - D u), columns
-        step = u + self.step_size * grad
-        if self.threshold == "soft":  # S_{eta lambda}, 003 eq. 116-117
-            return F.softshrink(step, self.step_size * self.lambd)
-        return F.relu(step - self.step_size * self.lambd)
+        return ista_step(self.norm(z), self.dictionary, self.step_size, self.lambd, self.threshold)
 
 
 class ISTAMM(nn.Module):
@@ -78,7 +115,9 @@ class ISTAMM(nn.Module):
         u = self.norm(z)  # (B, n, d)
         alpha = self.alpha if self.alpha is not None else z.shape[-1] / (z.shape[-2] * self.precision**2)
         gain = 1 + 4 / (9 * (1 + alpha))  # eq. 86: the minimizer of the majorizer
-        return F.relu(gain * (u @ self.dictionary) - 4 * self.lambd / (9 * alpha))  # eq. 87-88, 92
+        rows = u.reshape(-1, u.shape[-1])
+        out = torch.addmm(rows.new_full((1,), -4 * self.lambd / (9 * alpha)), rows, self.dictionary, alpha=gain)
+        return out.relu_().view(u.shape)  # eq. 87-88, 92: ReLU(gain u D - 4 lambda / (9 alpha)), one addmm
 
 
 class ISTAODL(Residual):
@@ -126,8 +165,12 @@ class ISTAODL(Residual):
         """The sparse code ``a2`` of shape ``(B, n, ratio*d)`` (``LN`` applied here)."""
         eta, threshold = self.step_size, self.step_size * self.lambd
         u = self.norm(x)  # (B, n, d)
-        a1 = F.relu(eta * (u @ self.dictionary) - threshold)  # (B, n, r*d)
-        return F.relu(a1 - eta * ((a1 @ self.dictionary.t() - u) @ self.dictionary) - threshold)  # (B, n, r*d)
+        rows = u.reshape(-1, u.shape[-1])  # (N, d)
+        first = torch.addmm(rows.new_full((1,), -threshold), rows, self.dictionary, alpha=eta)  # eta u D - eta lambda
+        a1 = F.relu(first)  # (N, r*d)
+        # a1 - eta (a1 D^T - u) D - eta lambda = (a1 + first) - eta (a1 D^T) D: one product and one addmm
+        a2 = torch.addmm(a1 + first, a1 @ self.dictionary.t(), self.dictionary, alpha=-eta).relu_()
+        return a2.view(*u.shape[:-1], a2.shape[-1])  # (B, n, r*d)
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         synthesis = self.dictionary if self.synthesis is None else self.synthesis

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .causal import Growing, attention_weights, causal_attention
+from .causal import Growing, attention_weights, causal_attention, softmax_attention
 from .precision import LayerNorm
 from .residual import Residual
 
@@ -48,7 +48,7 @@ class MHSA(Residual):
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = self.project(x)
-        h = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # softmax(q k^T / sqrt p) v
+        h = softmax_attention(q, k, v, causal=self.causal)  # softmax(q k^T / sqrt p) v, fused
         return x, self.out(h.transpose(1, 2).flatten(2))
 
     def decode(self, x: torch.Tensor, cache: tuple[Growing, Growing] | None):
