@@ -106,21 +106,19 @@ def test_ista_paths_are_the_formula_with_their_gradients_in_float64(threshold, f
         _close(g, e, f"ista {threshold} folded={folded} {name}")
 
 
-@pytest.mark.parametrize("tokens", [5, 40])
-def test_ista_module_takes_one_product_for_a_batch_and_two_for_a_few_tokens(tokens, monkeypatch):
-    chosen = []
-    real = ista_step
-
-    def spy(u, D, *args, folded=None, **kwargs):
-        rows = u.reshape(-1, u.shape[-1]).shape[0]
-        chosen.append(rows >= u.shape[-1])
-        return real(u, D, *args, folded=folded, **kwargs)
-
-    monkeypatch.setattr(sparsify, "ista_step", spy)
+@pytest.mark.parametrize("fold", [True, False], ids=["fold-on", "fold-off"])
+@pytest.mark.parametrize("tokens", [5, 40], ids=["5-tokens", "40-tokens"])
+def test_ista_module_takes_one_product_for_a_batch_and_two_for_a_few_tokens(tokens, fold, monkeypatch):
+    """The one product (its ``M`` is an ``addmm`` of two (d, d) matrices) for at least d = 24 tokens with
+    ``sparsify.FOLD`` on; the two products otherwise. The module computes the formula either way."""
+    shapes = []
+    real = torch.addmm
+    monkeypatch.setattr(torch, "addmm", lambda bias, a, b, **kw: shapes.append(tuple(a.shape)) or real(bias, a, b, **kw))
+    monkeypatch.setattr(sparsify, "FOLD", fold)
     step = _randomize(ISTA(24))
-    z = _tokens((1, tokens, 24))
+    z = _tokens((2, tokens, 24))
     _close(step(z), _ista_exact(_ln(z, step.norm), step.dictionary), "ISTA module")
-    assert chosen == [tokens >= 24]
+    assert ((24, 24) in shapes) == (fold and 2 * tokens >= 24), shapes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

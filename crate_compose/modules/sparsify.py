@@ -14,6 +14,9 @@ from torch import nn
 from .precision import LayerNorm
 from .residual import Residual
 
+# ISTA takes its one-product form for at least d tokens; False: always two (benchmarks/train_step.py counts both).
+FOLD = True
+
 
 def ista_step(
     u: torch.Tensor,
@@ -36,13 +39,13 @@ def ista_step(
       product it saves ``N d^2`` (``N`` tokens in all), in the backward pass likewise.
 
     ``folded=None`` takes the one product when there are at least ``d`` tokens (a training batch) and
-    the two otherwise (decoding a few tokens). Both compute the same step; they differ by rounding
+    :data:`FOLD` is on, the two otherwise (decoding a few tokens). Both compute the same step; they differ by rounding
     (``tests/test_speed_paths.py``: 1e-10 in float64, the dtype's precision in half).
     """
     rows = u.reshape(-1, u.shape[-1])  # (N, d)
     shift = step_size * lambd
     if folded is None:
-        folded = rows.shape[0] >= rows.shape[1]
+        folded = FOLD and rows.shape[0] >= rows.shape[1]
     if folded:
         m = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
         m.diagonal().add_(1.0)  # + I
