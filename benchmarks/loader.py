@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
+from machine import cpu_stall_us, publish  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -171,11 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         for p, rate in model.items():
             print(f"CRATE-Tiny training step ({device}, {p}): {rate:.0f} images/s", file=sys.stderr, flush=True)
     text = report(rows, model, device, args, time.perf_counter() - wall)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as handle:
-            handle.write("\n" + text)
-        print(f"appended to {args.out}", file=sys.stderr)
+    publish(text, args.out)
     return 0
 
 

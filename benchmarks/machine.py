@@ -10,3 +10,14 @@ def cpu_stall_us() -> int | None:
             return int(pressure.readline().split("total=")[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def publish(text: str, out: str | None) -> None:
+    """Print a benchmark's report, and append it to ``out`` (benchmarks/RESULTS.md) when given."""
+    import sys
+
+    print(text)
+    if out:
+        with open(out, "a") as handle:
+            handle.write("\n" + text)
+        print(f"appended to {out}", file=sys.stderr)

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_stall_us  # benchmarks/machine.py, beside this script (torch-free: a parent holding
+from machine import cpu_stall_us, publish  # benchmarks/machine.py, beside this script (torch-free: a parent holding
 # torch would lend its pages to each child's peak RSS before the exec)
 
 HERE = Path(__file__).resolve().parent
@@ -84,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 memory[label] = max(memory.get(label, 0), peak)
             print(f"round {kept}: " + ", ".join(f"{s:.2f}" for s, _ in results.values()), file=sys.stderr, flush=True)
     text = report({k: statistics.median(v) for k, v in times.items()}, memory, kept, dropped)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as handle:
-            handle.write("\n" + text)
-        print(f"appended to {args.out}", file=sys.stderr)
+    publish(text, args.out)
     return 0
 
 

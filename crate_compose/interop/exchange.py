@@ -72,7 +72,7 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tupl
         sizes["head_dim"] = inner // spec_sizes["heads"]
         notes.append(f"the checkpoint's shapes do not give the number of heads: kept the spec's {spec_sizes['heads']} "
                      f"(head dimension {sizes['head_dim']}); --set sizes.heads=K to choose another")
-    elif "heads" in sizes and found.name in ("crate", "crate-mae", "crate-alpha", "crate-lm"):
+    elif "head_dim" in sizes:  # heads from the published width (families whose heads the shapes give set no head_dim)
         notes.append(f"heads={sizes['heads']}: the published model of width {sizes['d']} (the shapes do not give it)")
     for name in ("image_size", "context"):
         if name in spec_sizes and name not in sizes:

@@ -93,9 +93,15 @@ def _count(tensors: dict[str, torch.Tensor], pattern: str) -> int:
     return len({m.group(1) for k in tensors if (m := re.match(pattern, k))})
 
 
-def _grid_side(tokens: int, extra: int) -> int:
-    side = math.isqrt(tokens - extra)
-    return side
+def _image_side(positions: torch.Tensor, patch: int) -> int:
+    """The image side a position table (1, 1 + side^2, d) with a class token's row implies."""
+    return math.isqrt(positions.shape[1] - 1) * patch
+
+
+def _conv_patches(weight: torch.Tensor, positions: torch.Tensor) -> dict[str, int]:
+    """Width, patch size, channels and image side from a strided patch convolution and the position table."""
+    d, patch = weight.shape[0], weight.shape[-1]
+    return {"d": d, "patch_size": patch, "channels": weight.shape[1], "image_size": _image_side(positions, patch)}
 
 
 # The published widths and their heads, where the checkpoint's shapes cannot tell the heads apart
@@ -116,8 +122,7 @@ def _crate_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     d = t["cls_token"].shape[-1]
     patch_dim = t["to_patch_embedding.1.weight"].shape[0]
     patch = math.isqrt(patch_dim // 3)
-    side = _grid_side(t["pos_embedding"].shape[1], 1)
-    return {"d": d, "patch_size": patch, "image_size": side * patch, "depth": _count(t, r"transformer\.layers\.(\d+)\."),
+    return {"d": d, "patch_size": patch, "image_size": _image_side(t["pos_embedding"], patch), "depth": _count(t, r"transformer\.layers\.(\d+)\."),
             "classes": t["mlp_head.1.weight"].shape[0], **_heads(d, t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
 
 
@@ -152,11 +157,9 @@ CRATE = Family(
 # --- CRATE-MAE (Ma-Lab-Berkeley/CRATE, model/crate_ae/) ------------------------------------------
 
 def _mae_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
-    weight = t["patch_embed.proj.weight"]
-    d, patch = weight.shape[0], weight.shape[-1]
-    side = _grid_side(t["decoder_pos_embed"].shape[1], 1)
-    return {"d": d, "patch_size": patch, "channels": weight.shape[1], "image_size": side * patch,
-            "depth": _count(t, r"blocks\.(\d+)\."), **_heads(d, t["blocks.0.layers.0.0.fn.qkv.weight"].shape[0])}
+    sizes = _conv_patches(t["patch_embed.proj.weight"], t["decoder_pos_embed"])
+    return {**sizes, "depth": _count(t, r"blocks\.(\d+)\."),
+            **_heads(sizes["d"], t["blocks.0.layers.0.0.fn.qkv.weight"].shape[0])}
 
 
 def _mae_fill(theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -206,11 +209,9 @@ CRATE_MAE = Family(
 # --- CRATE-alpha (UCSC-VLAA/CRATE-alpha, torch_inference/model/crate_alpha.py) -------------------
 
 def _alpha_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
-    weight = t["conv1.weight"]
-    d, patch = weight.shape[0], weight.shape[-1]
-    side = _grid_side(t["pos_embedding"].shape[1], 1)
-    ratio = t["transformer.layers.0.1.fn.D"].shape[1] // d
-    return {"d": d, "patch_size": patch, "channels": weight.shape[1], "image_size": side * patch, "ratio": ratio,
+    sizes = _conv_patches(t["conv1.weight"], t["pos_embedding"])
+    d = sizes["d"]
+    return {**sizes, "ratio": t["transformer.layers.0.1.fn.D"].shape[1] // d,
             "depth": _count(t, r"transformer\.layers\.(\d+)\."), "classes": t["mlp_head.1.weight"].shape[0],
             **_heads(d, t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
 

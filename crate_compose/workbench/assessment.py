@@ -24,12 +24,11 @@ from .evaluation import batch_of, evaluate
 from .linear_probe import features, knn, linear_probe
 from .losses import patch_size_of
 from .probing import load_weights
-from .train import prepare
+from .train import HEADLESS, prepare
 
 TOP_K = 5
 
 
-FEATURES_ONLY = ("classes",)  # the linear probe reads features: the head keeps the weights' classes
 
 def _loaded(spec_ref, data_name: str, weights: str | Path, overrides: Iterable[str], image_size: int | None,
             seed: int, keep: tuple[str, ...] = ()):
@@ -75,10 +74,10 @@ def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
     network of ``seed``, a baseline) on ``data_name``'s splits."""
     if weights is None:
-        spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed, keep=FEATURES_ONLY)
+        spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed, keep=HEADLESS)
         model = compile_spec(spec, seed=seed)
     else:
-        spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, keep=FEATURES_ONLY)
+        spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, keep=HEADLESS)
     (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
     labels = "classes"
     if not data.classes:

@@ -31,7 +31,7 @@ from . import drawings
 from .locks import hold
 from .looking import StepView, Views, look, not_images, pca_rgb
 from .probing import CHECKPOINT, load_weights
-from .train import prepare
+from .train import HEADLESS, prepare
 
 __all__ = ["Shown", "StepView", "Views", "draw", "look", "pca_rgb", "picture_folder", "show"]
 
@@ -124,7 +124,7 @@ def show(spec_ref, data_name: str, *, weights: str | Path | None = None, overrid
     first = loader.load(spec_ref, overrides)
     if len(first.input.shape) != 3:  # token input (a language model): refused before any data is read
         raise SpecError([Problem(not_images(first), ("input", "shape"), first.locate(("input", "shape")))])
-    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=("classes",))  # the head is not shown
+    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS)  # the head is not shown
     if len(data.input_shape) != 3:
         raise WorkbenchError(f"data set '{data_name}' is not images (its inputs have shape {list(data.input_shape)}): "
                              "give an image data set (digits, photos, folder:PATH)")

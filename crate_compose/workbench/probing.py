@@ -35,7 +35,7 @@ from .eventlog import choose as choose_logger
 from .eventlog import write_probe_curves
 from .locks import hold
 from .probes import probe, write_probes
-from .train import prepare
+from .train import HEADLESS, prepare
 
 PROBE_SAMPLES = 256
 
@@ -158,7 +158,7 @@ def probe_run(
                              f"{spec_ref} --data NAME), or a run folder")
     data_name = data_name if data_name is not None else "digits"
     seed = seed if seed is not None else 0
-    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=("classes",))  # heads are not probed
+    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS)  # heads are not probed
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     inputs, extra = _probe_inputs(data, samples)
     runs: dict[str, list[dict]] = {}

@@ -194,6 +194,9 @@ def _size(path: Path) -> int:
         return -1
 
 
+HEADLESS = ("classes",)  # the sizes only a head uses: kept the weights' where the head is not used (prepare's keep)
+
+
 def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
             memory_limit: str | float | None = None, *, keep: Iterable[str] = ()):
     """Load the spec and the data, the spec's input size set from the data (text: windows of the
@@ -267,8 +270,7 @@ def train(
     try:
         with contextlib.ExitStack() as stack:
             opening = _Opening(run, spec, data, settings, resume or resume_from is not None, resume_from, dist, device,
-                               start, freeze)
-            opening.recipe = recipe
+                               start, freeze, recipe)
             plan = dist.agree(lambda: opening.open(stack))
             if plan.finished is not None:
                 return plan.finished
@@ -300,7 +302,7 @@ class _Opening:
 
     def __init__(self, run: Path, spec, data: Data, settings: Settings, resume: bool, resume_from: int | None,
                  dist: "Distributed", device: torch.device, init: finetune.Init | None = None,
-                 freeze: str = "none") -> None:
+                 freeze: str = "none", recipe: str | None = None) -> None:
         self.run, self.spec, self.data, self.dist, self.device = run, spec, data, dist, device
         self.resume, self.resume_from = resume, resume_from
         self.spec_text = loader.dump(spec)
@@ -312,7 +314,7 @@ class _Opening:
             init.tensors = {}  # copied: its memory is given back before training
         self.trainable = finetune.freeze(self.model, freeze)
         self.freeze = freeze
-        self.recipe: str | None = None  # train --config: its text, saved in the run folder
+        self.recipe = recipe  # train --config: its text, saved in the run folder
         if settings.drop_path:
             stochastic_depth(self.model, settings.drop_path)
         self.optimizer = optimizer_for(self.model, settings)
