@@ -74,6 +74,8 @@ def main() -> int:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--figure", type=Path, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="default: at the end")
     args = parser.parse_args()
     if not (args.data / "train").is_dir():
         print("wrote %d train and %d test images" % write_folder(args.data))
@@ -82,6 +84,7 @@ def main() -> int:
                "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
                "--warmup", str(max(1, args.steps // 20)), "--eval-every", str(max(1, args.steps // 10)),
                "--workers", str(args.workers), "--device", args.device, "--precision", args.precision,
+               "--seed", str(args.seed), "--checkpoint-every", str(args.checkpoint_every),
                "--out", str(args.out), "--no-progress", *(["--compile"] if args.compile else [])]
     print(" ".join(command[2:]))
     done = subprocess.run(command)

@@ -250,6 +250,7 @@ def parser() -> argparse.ArgumentParser:
                        "run folder (its final/, else its latest checkpoint) (without: the untrained network only)")
     probe.add_argument("--data", default=None, help="data set to probe on (default: a run's own, else digits; "
                        "another than a run's is refused)")
+    _normalize_argument(probe)
     probe.add_argument("--samples", type=COUNT, default=256, help="test inputs to measure on (default: 256)")
     probe.add_argument("--seed", type=SEED, default=None, help="seed of the untrained network (default: a run's "
                        "own, else 0)")
@@ -283,6 +284,7 @@ def parser() -> argparse.ArgumentParser:
                           "(default: the data's own task)")
     evaluate.add_argument("--image-size", type=IMAGE_SIZE, default=None,
                           help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    _normalize_argument(evaluate)
     evaluate.add_argument("--seed", type=SEED, default=0, help="seed of the evaluation's masks (default: 0)")
     evaluate.add_argument("--out", type=Path, help="also write the JSON to this file")
 
@@ -298,6 +300,7 @@ def parser() -> argparse.ArgumentParser:
                               help="the class token, or the mean of the tokens (default: cls)")
     probe_linear.add_argument("--image-size", type=IMAGE_SIZE, default=None,
                               help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    _normalize_argument(probe_linear)
     probe_linear.add_argument("--seed", type=SEED, default=0, help="seed of the validation split (default: 0)")
     probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
 
@@ -335,6 +338,7 @@ def parser() -> argparse.ArgumentParser:
                       "row by row in the patch grid from 0 (default: the centre patch)")
     show.add_argument("--image-size", type=IMAGE_SIZE, default=None, metavar="N",
                       help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
+    _normalize_argument(show)
     show.add_argument("--seed", type=SEED, default=0, metavar="N", help="seed of the untrained network and of the "
                       "reconstruction's masks (default: 0)")
     show.add_argument("--out", type=Path, metavar="DIR", help="folder for the PNG files, never inside a build (default: "
@@ -357,6 +361,14 @@ def parser() -> argparse.ArgumentParser:
                         "finished runs are kept, unfinished ones continue; a grid that differs is refused")
     _memory_argument(ablate)
     return top
+
+
+def _normalize_argument(parser: argparse.ArgumentParser) -> None:
+    """``--normalize`` of the commands that run trained weights on a data set's images."""
+    parser.add_argument("--normalize", choices=NORMALIZATIONS, default=None,
+                        help="standardize images with the data's own statistics or ImageNet's (default: as the "
+                        "weights were trained: a run's own setting; imagenet for the authors' checkpoints and "
+                        "builds imported from them; else data)")
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -540,7 +552,7 @@ def _probe(args: argparse.Namespace) -> int:
 
     table, figure, runs = probe_run(args.spec, args.data, weights=args.weights, overrides=args.overrides, out=args.out,
                                     seed=args.seed, samples=args.samples, image_size=args.image_size,
-                                    logger=args.logger)
+                                    logger=args.logger, normalize=args.normalize)
     print(probe_table(runs))
     print(f"wrote {table} and {figure}")
     return 0
@@ -605,7 +617,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .workbench.assessment import evaluate_weights
 
     return _answer(evaluate_weights(args.spec, args.data, args.weights, overrides=args.overrides, task=args.task,
-                                    image_size=args.image_size, seed=args.seed), args.out)
+                                    image_size=args.image_size, seed=args.seed, normalize=args.normalize), args.out)
 
 
 def _linear_probe(args: argparse.Namespace) -> int:
@@ -613,7 +625,7 @@ def _linear_probe(args: argparse.Namespace) -> int:
 
     return _answer(linear_probe_weights(args.spec, args.data, args.weights, overrides=args.overrides,
                                         layer=args.layer, pool=args.pool, image_size=args.image_size,
-                                        seed=args.seed), args.out)
+                                        seed=args.seed, normalize=args.normalize), args.out)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -650,7 +662,8 @@ def _show(args: argparse.Namespace) -> int:
     from .workbench.pictures import show
 
     shown = show(args.spec, args.data, weights=args.weights, overrides=args.overrides, layer=args.layer,
-                 images=args.images, patch=args.patch, out=args.out, seed=args.seed, image_size=args.image_size)
+                 images=args.images, patch=args.patch, out=args.out, seed=args.seed, image_size=args.image_size,
+                 normalize=args.normalize)
     for note in shown.notes:
         print(f"note: {note}", file=sys.stderr)
     for path, what in shown.files:

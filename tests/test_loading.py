@@ -150,8 +150,8 @@ def test_imagenet_normalization_standardizes_train_and_test_alike(folder):
     assert torch.allclose(x, (pixels - mean) / std, atol=1e-5)
     test = torch.stack([folder.test[i][0] for i in range(2)])
     raw = torch.stack([folder.test.raw(i) for i in range(2)])
-    assert torch.allclose(renormalize(test, folder, settings), (raw - mean) / std, atol=1e-5)
-    assert renormalize(test, folder, Settings()) is test
+    assert torch.allclose(renormalize(test, folder, settings.normalize), (raw - mean) / std, atol=1e-5)
+    assert renormalize(test, folder, "data") is test
 
 
 def test_settings_and_data_that_do_not_fit_are_refused(tmp_path, digits):

@@ -257,7 +257,7 @@ def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str,
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         rows.append(Row(label, params, metric, statistics.fmean(values), spread, statistics.fmean(seconds), values))
         _, data = prepare(spec_ref, grid.settings.data, overrides, grid.settings.image_size, 0, memory_limit)
-        inputs, extra = _probe_inputs(data, PROBE_SAMPLES)
+        inputs, extra = _probe_inputs(data, PROBE_SAMPLES, grid.settings.normalize)
         probes[label] = probe(load_build(out / _folder(label) / "seed-0" / "final"), inputs, **extra)
     return rows, probes
 

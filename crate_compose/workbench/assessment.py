@@ -22,20 +22,25 @@ from ..settings import Settings
 from .data import Data
 from .evaluation import batch_of, evaluate
 from .linear_probe import features, knn, linear_probe
+from .loading import renormalize
 from .losses import patch_size_of
-from .probing import load_weights
+from .probing import load_weights, standardize
 from .train import HEADLESS, prepare
 
 TOP_K = 5
 
 
 
-def _loaded(spec_ref, data_name: str, weights: str | Path, overrides: Iterable[str], image_size: int | None,
-            seed: int, keep: tuple[str, ...] = ()):
+def _loaded(spec_ref, data_name: str, weights: str | Path | None, overrides: Iterable[str], image_size: int | None,
+            seed: int, normalize: str | None, keep: tuple[str, ...] = ()):
+    """The spec fitted to the data, the data, the model with ``weights`` (none: untrained, of ``seed``)
+    and how its inputs are standardized (:func:`crate_compose.workbench.probing.standardize`)."""
     spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed, keep=keep)
+    normalize = standardize(weights, normalize, data)
     model = compile_spec(spec, seed=seed)
-    load_weights(model, Path(weights))
-    return spec, data, model
+    if weights is not None:
+        load_weights(model, Path(weights))
+    return spec, data, model, normalize
 
 
 def tensors_of(dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,21 +51,25 @@ def tensors_of(dataset) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def evaluate_weights(spec_ref, data_name: str, weights: str | Path, *, overrides: Iterable[str] = (),
-                     task: str | None = None, image_size: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint) on ``data_name``."""
-    spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed)
+                     task: str | None = None, image_size: int | None = None, seed: int = 0,
+                     normalize: str | None = None) -> dict[str, Any]:
+    """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint; or an authors'
+    checkpoint file) on ``data_name``, its images standardized as ``normalize`` says (default: as the
+    weights were trained, :func:`crate_compose.workbench.probing.normalization_of`)."""
+    spec, data, model, normalize = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, normalize)
     task = task or data.task_hint
     patch = patch_size_of(model) if task == "mae" else None
-    metrics = evaluate(model, task, data, Settings(task=task, data=data_name, seed=seed), patch)
+    metrics = evaluate(model, task, data, Settings(task=task, data=data_name, seed=seed, normalize=normalize), patch)
     if task == "classify" and (data.classes or 0) > TOP_K:
-        metrics["test_top5"] = _top_k(model, data, TOP_K)
-    return {"spec": spec.name, "data": data_name, "weights": str(weights), "task": task,
+        metrics["test_top5"] = _top_k(model, data, TOP_K, normalize)
+    return {"spec": spec.name, "data": data_name, "weights": str(weights), "task": task, "normalize": normalize,
             "examples": len(data.test), **metrics}
 
 
-def _top_k(model: torch.nn.Module, data: Data, k: int) -> float:
+def _top_k(model: torch.nn.Module, data: Data, k: int, normalize: str) -> float:
     """The share of test examples whose class is among the ``k`` largest logits."""
     inputs, labels = tensors_of(data.test)
+    inputs = renormalize(inputs, data, normalize)
     model.eval()
     with torch.no_grad():
         logits = torch.cat([model(inputs[s:s + 256])["output"] for s in range(0, len(inputs), 256)])
@@ -70,15 +79,14 @@ def _top_k(model: torch.nn.Module, data: Data, k: int) -> float:
 
 def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *, overrides: Iterable[str] = (),
                          layer: int | None = None, pool: str = "cls", image_size: int | None = None,
-                         seed: int = 0) -> dict[str, Any]:
+                         seed: int = 0, normalize: str | None = None) -> dict[str, Any]:
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
-    network of ``seed``, a baseline) on ``data_name``'s splits."""
-    if weights is None:
-        spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed, keep=HEADLESS)
-        model = compile_spec(spec, seed=seed)
-    else:
-        spec, data, model = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, keep=HEADLESS)
+    network of ``seed``, a baseline) on ``data_name``'s splits, standardized as ``normalize`` says
+    (default: as the weights were trained)."""
+    spec, data, model, normalize = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, normalize,
+                                           keep=HEADLESS)
     (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
+    train_x, test_x = renormalize(train_x, data, normalize), renormalize(test_x, data, normalize)
     labels = "classes"
     if not data.classes:
         if data.train.crops is None:
@@ -91,4 +99,5 @@ def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *
     result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
     result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
     return {"spec": spec.name, "data": data_name, "weights": str(weights) if weights else None,
-            "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, **result.to_dict()}
+            "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, "normalize": normalize,
+            **result.to_dict()}

@@ -46,7 +46,7 @@ def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch:
         torch.manual_seed(step_seed(settings.seed, "evaluation"))  # the same masks at every evaluation
         for start in range(0, len(data.test), 256):
             x, y = batch_of(data.test, torch.arange(start, min(start + 256, len(data.test))))
-            x, y = renormalize(x, data, settings).to(device), y.to(device)  # as the training inputs (--normalize)
+            x, y = renormalize(x, data, settings.normalize).to(device), y.to(device)  # as the training inputs (--normalize)
             outputs = model(x)
             n = len(x)
             loss_sum += loss_of(task, outputs, x, y, patch).item() * n

@@ -54,8 +54,8 @@ from ..settings import Settings
 from .data import Data
 from .images import FolderImages, read_rgb
 
-__all__ = ["AUGMENTING", "Examples", "StepBatches", "batch_indices", "batch_of", "batches", "check", "epoch_order",
-           "loader", "normalization", "renormalize", "shift", "transforms_v2"]
+__all__ = ["AUGMENTING", "Examples", "StepBatches", "batch_indices", "batch_of", "batches", "check",
+           "check_normalize", "epoch_order", "loader", "normalization", "renormalize", "shift", "transforms_v2"]
 
 AUGMENTING = ("crop-flip", "randaugment")  # per-example transforms (torchvision), images only
 CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's share of the image's area (DeiT, CRATE)
@@ -116,22 +116,23 @@ class StepBatches(Sampler):
 # ---------------------------------------------------------------- normalization
 
 
-def normalization(data: Data, settings: Settings) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The per-channel mean and std the model's inputs are standardized with: the data's own, or
-    ImageNet's (``settings.normalize``); None for data that is not standardized (text, token sets)."""
-    if settings.normalize == "imagenet":
-        return torch.tensor(IMAGENET_MEAN), torch.tensor(IMAGENET_STD)
+def normalization(data: Data, normalize: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The per-channel mean and std the model's inputs are standardized with: the data's own
+    (``normalize="data"``) or ImageNet's (``"imagenet"``); None for data that is not standardized
+    (text, token sets)."""
     if data.mean is None or data.std is None:
         return None
+    if normalize == "imagenet":
+        return torch.tensor(IMAGENET_MEAN), torch.tensor(IMAGENET_STD)
     return torch.tensor(data.mean), torch.tensor(data.std)
 
 
-def renormalize(x: torch.Tensor, data: Data, settings: Settings) -> torch.Tensor:
-    """Inputs of ``data`` (standardized with its own statistics) standardized as ``settings`` says
-    (unchanged with ``normalize="data"``): how the held-out split meets a model trained with ImageNet's."""
-    if settings.normalize == "data" or data.mean is None:
+def renormalize(x: torch.Tensor, data: Data, normalize: str) -> torch.Tensor:
+    """Inputs of ``data`` (standardized with its own statistics) standardized as ``normalize`` says
+    (unchanged with ``"data"``): how the held-out split meets a model trained with ImageNet's."""
+    if normalize == "data" or data.mean is None:
         return x
-    mean, std = normalization(data, settings)
+    mean, std = normalization(data, normalize)
     own_mean, own_std = torch.tensor(data.mean), torch.tensor(data.std)
     shape = (1, -1, 1, 1)
     pixels = x * own_std.view(shape).to(x) + own_mean.view(shape).to(x)
@@ -146,14 +147,20 @@ def check(settings: Settings, data: Data, task: str) -> None:
     images = len(data.input_shape) == 3 and data.mean is not None
     if settings.augment in AUGMENTING and not images:
         raise TrainError(f"augment '{settings.augment}' crops and flips images; data set '{data.name}' is not images")
-    if settings.normalize == "imagenet" and not (images and data.input_shape[0] == 3):
-        what = f"has {data.input_shape[0]} channel{'s' * (data.input_shape[0] != 1)}" if images else "is not images"
-        raise TrainError(f"normalize 'imagenet' standardizes RGB images with ImageNet's statistics; data set "
-                         f"'{data.name}' {what}")
+    check_normalize(settings.normalize, data)
     for name in ("mixup", "cutmix"):
         if getattr(settings, name) and (task != "classify" or not data.classes or not images):
             raise TrainError(f"--{name} mixes labeled images into soft targets: it goes with --task classify on "
                              f"labeled images, not task '{task}' on data set '{data.name}'")
+
+
+def check_normalize(normalize: str, data: Data, error: type[Exception] = TrainError) -> None:
+    """Refuse ImageNet's statistics for data that is not RGB images (raising ``error``)."""
+    images = len(data.input_shape) == 3 and data.mean is not None
+    if normalize == "imagenet" and not (images and data.input_shape[0] == 3):
+        what = f"has {data.input_shape[0]} channel{'s' * (data.input_shape[0] != 1)}" if images else "is not images"
+        raise error(f"normalize 'imagenet' standardizes RGB images with ImageNet's statistics; data set "
+                    f"'{data.name}' {what}")
 
 
 # ---------------------------------------------------------------- the examples of a batch
@@ -193,7 +200,7 @@ class Examples(Dataset):
         self.classes = data.classes
         self.size = tuple(data.input_shape[-2:])
         self.own = (torch.tensor(data.mean), torch.tensor(data.std)) if data.mean is not None else None
-        self.target = normalization(data, settings)
+        self.target = normalization(data, settings.normalize)
         self.per_example = settings.augment in AUGMENTING or settings.normalize != "data"
         self._transforms: dict[str, Any] | None = None  # built in each process on first use
 

@@ -28,9 +28,10 @@ from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
 from ..language import loader
 from . import drawings
+from .loading import normalization, renormalize
 from .locks import hold
 from .looking import StepView, Views, look, not_images, pca_rgb
-from .probing import CHECKPOINT, load_weights
+from .probing import CHECKPOINT, load_weights, standardize
 from .train import HEADLESS, prepare
 
 __all__ = ["Shown", "StepView", "Views", "draw", "look", "pca_rgb", "picture_folder", "show"]
@@ -112,12 +113,14 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
 
 def show(spec_ref, data_name: str, *, weights: str | Path | None = None, overrides: Iterable[str] = (),
          layer: int | None = None, images: int = IMAGES, patch: int | None = None, out: str | Path | None = None,
-         seed: int = 0, image_size: int | None = None) -> Shown:
+         seed: int = 0, image_size: int | None = None, normalize: str | None = None) -> Shown:
     """Draw the pictures of ``spec_ref`` (its input size set from ``data_name``) with ``weights`` (a
     build folder: a run's ``final/`` or a checkpoint; none: the untrained network of ``seed``) on
     ``images`` test images spread evenly over the test split (``i * len(test) // images``), at encoder layer ``layer`` (default: the last), and write them as
     PNG files into ``out`` (default: :func:`picture_folder`), all new or none, holding the folder's
-    lock. Everything is checked, gathered and drawn before the first file is written."""
+    lock. Everything is checked, gathered and drawn before the first file is written. The images are
+    standardized as ``normalize`` says (default: as the weights were trained,
+    :func:`crate_compose.workbench.probing.normalization_of`)."""
     overrides = list(overrides)
     if not 1 <= images <= MAX_IMAGES:
         raise WorkbenchError(f"--images {images}: show 1 to {MAX_IMAGES} images")
@@ -129,13 +132,16 @@ def show(spec_ref, data_name: str, *, weights: str | Path | None = None, overrid
         raise WorkbenchError(f"data set '{data_name}' is not images (its inputs have shape {list(data.input_shape)}): "
                              "give an image data set (digits, photos, folder:PATH)")
     folder = picture_folder(weights, spec.name, out)  # refused before anything is computed
+    normalize = standardize(weights, normalize, data)
     model = compile_spec(spec, seed=seed)
     if weights is not None:
         load_weights(model, Path(weights))
     count = min(images, len(data.test))
     chosen = [i * len(data.test) // count for i in range(count)]  # spread over the test split
-    inputs = torch.stack([data.test[i][0] for i in chosen])
-    views = look(model, inputs, layer=layer, patch=patch, mean=data.mean, std=data.std, seed=seed)
+    inputs = renormalize(torch.stack([data.test[i][0] for i in chosen]), data, normalize)
+    scale = normalization(data, normalize)  # how the inputs turn back into pixels
+    mean, std = (scale[0].tolist(), scale[1].tolist()) if scale is not None else (None, None)
+    views = look(model, inputs, layer=layer, patch=patch, mean=mean, std=std, seed=seed)
     trained = f"untrained (seed {seed})" if weights is None else f"weights {weights}"
     figures = draw(views, f"{spec.name} on {data_name}, {trained}", [f"test image {i}" for i in chosen])
     paths = {folder / name: content for name, (content, _) in figures.items()}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
 from ..building.builder import compile_spec, spec_of
@@ -33,6 +34,7 @@ from .checkpoint import latest_checkpoint
 from .data import Data
 from .eventlog import choose as choose_logger
 from .eventlog import write_probe_curves
+from .loading import check_normalize, renormalize
 from .locks import hold
 from .probes import probe, write_probes
 from .train import HEADLESS, prepare
@@ -40,11 +42,12 @@ from .train import HEADLESS, prepare
 PROBE_SAMPLES = 256
 
 
-def _probe_inputs(data: Data, samples: int) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The first ``samples`` test inputs, and the true subspaces and labels for synthetic tokens."""
+def _probe_inputs(data: Data, samples: int, normalize: str = "data") -> tuple[torch.Tensor, dict[str, Any]]:
+    """The first ``samples`` test inputs (standardized as ``normalize`` says), and the true subspaces
+    and labels for synthetic tokens."""
     count = min(samples, len(data.test))
     items = [data.test[i] for i in range(count)]
-    inputs = torch.stack([x for x, _ in items])
+    inputs = renormalize(torch.stack([x for x, _ in items]), data, normalize)
     extra: dict[str, Any] = {}
     if data.subspaces is not None:
         extra = {"subspaces": data.subspaces, "labels": torch.stack([torch.as_tensor(y) for _, y in items])}
@@ -63,6 +66,7 @@ class RunWeights:
     image_size: int | None
     seed: int
     note: str
+    normalize: str = "data"
 
 
 def is_run(path: Any) -> bool:
@@ -88,12 +92,57 @@ def run_weights(run: str | Path) -> RunWeights:
             raise WorkbenchError(f"{run} holds no trained weights yet (no final/, no checkpoint): probe it once "
                                  "it has written a checkpoint")
         said = f"its latest checkpoint, {weights.name} (it has no final/: the run is not finished)"
-    settings = record.identity.get("settings", {})
+    settings = record.settings()
     data = record.identity["data"]["name"]
-    image_size, seed = settings.get("image_size"), settings.get("seed", 0)
+    image_size, seed, normalize = settings.get("image_size"), settings.get("seed", 0), settings.get("normalize", "data")
     size = f", image size {image_size}" if image_size else ""
-    note = f"{run}: probing {said}, with its spec, on {data}{size} (seed {seed}), as the run recorded"
-    return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note)
+    scaled = ", standardized with ImageNet's statistics" if normalize == "imagenet" else ""
+    note = f"{run}: probing {said}, with its spec, on {data}{size}{scaled} (seed {seed}), as the run recorded"
+    return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note, normalize)
+
+
+AUTHORS = "the authors' checkpoints were trained on images standardized with ImageNet's mean and std"
+
+
+def normalization_of(weights: str | Path | None, given: str | None = None) -> tuple[str, str | None]:
+    """How the inputs of ``weights`` are standardized (``"data"`` or ``"imagenet"``), and a note saying
+    why when it was not ``given``: a run's ``final/``, ``final-ema/`` or checkpoint takes the run's
+    ``--normalize``; a checkpoint file of the authors' code, or a build imported from one
+    (``crate-compose import``), ImageNet's statistics, as every vision family trained; anything
+    else (other builds, no weights) the data's own."""
+    if given is not None:
+        return given, None
+    if weights is None:
+        return "data", None
+    weights = Path(weights)
+    if weights.is_file():
+        return "imagenet", f"--normalize imagenet: {AUTHORS} (give --normalize data to use the data's own)"
+    run = weights.parent.parent if weights.parent.name == "checkpoints" else weights.parent
+    if is_run(run):  # RUN/final, RUN/final-ema, RUN/checkpoints/step-N
+        record = run_records.read(run)
+        chosen = record.settings().get("normalize", "data") if record is not None else "data"
+        return chosen, (f"--normalize {chosen}: as the run {run} was trained" if chosen != "data" else None)
+    if (weights / WEIGHTS_FILE).is_file():
+        try:
+            with safe_open(weights / WEIGHTS_FILE, "pt") as handle:
+                imported = (handle.metadata() or {}).get("imported_from")
+        except (OSError, ValueError, SafetensorError):
+            imported = None  # an unreadable file is named by load_weights
+        if imported:
+            return "imagenet", (f"--normalize imagenet: {weights} was imported from {imported}, and {AUTHORS} "
+                                "(give --normalize data to use the data's own)")
+    return "data", None
+
+
+def standardize(weights: str | Path | None, given: str | None, data: Data,
+                say: Callable[[str], None] | None = None) -> str:
+    """:func:`normalization_of` ``weights``, checked against ``data`` (ImageNet's statistics need RGB
+    images), its note given to ``say`` (default: printed on stderr) when the data is images."""
+    normalize, note = normalization_of(weights, given)
+    check_normalize(normalize, data, WorkbenchError)
+    if note and data.mean is not None:
+        (say or (lambda text: print(f"note: {text}", file=sys.stderr)))(note)
+    return normalize
 
 
 def _same_data(given: str, recorded: str) -> bool:
@@ -116,6 +165,7 @@ def probe_run(
     image_size: int | None = None,
     notes: Callable[[str], None] | None = None,
     logger: str | None = None,
+    normalize: str | None = None,
 ) -> tuple[Path, Path, dict[str, list[dict]]]:
     """Probe ``spec_ref`` (its input size set from the data) untrained, and trained with ``weights``
     (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png into ``out``
@@ -129,7 +179,8 @@ def probe_run(
     (default: printed on stderr). Without a run: ``data_name`` defaults to digits, ``seed`` to 0.
     ``logger``: ``"tensorboard"`` also writes the curves as TensorBoard scalars beside the pair
     (:func:`crate_compose.workbench.eventlog.write_probe_curves`), ``"none"`` not; default: tensorboard
-    when the package imports."""
+    when the package imports. ``normalize`` (``"data"`` or ``"imagenet"``) standardizes the inputs;
+    default: as the weights were trained (:func:`normalization_of`)."""
     say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
     logger = choose_logger(logger, say)
     if is_run(spec_ref):
@@ -148,6 +199,7 @@ def probe_run(
         weights, data_name = found.weights, found.data
         image_size = image_size if image_size is not None else found.image_size
         seed = seed if seed is not None else found.seed
+        normalize = normalize if normalize is not None else found.normalize
         say(found.note)
     elif spec_ref is None:
         raise WorkbenchError("probe needs a spec (a file or a zoo preset) or a run folder: crate-compose probe "
@@ -160,7 +212,8 @@ def probe_run(
     seed = seed if seed is not None else 0
     spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS)  # heads are not probed
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
-    inputs, extra = _probe_inputs(data, samples)
+    normalize = standardize(weights, normalize, data, say)
+    inputs, extra = _probe_inputs(data, samples, normalize)
     runs: dict[str, list[dict]] = {}
     if weights is not None:
         trained = compile_spec(spec, seed=seed)
