@@ -230,18 +230,12 @@ def parser() -> argparse.ArgumentParser:
     _spec_arguments(train)
     _run_arguments(train)
     train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
-    train.add_argument("--config", metavar="RECIPE", help="a recipe: a YAML file of training settings, or a shipped "
-                       "one (crate-pretrain, crate-finetune, crate-mae-pretrain, crate-mae-finetune, tost); "
-                       "options given here win over it")
+    _recipe_argument(train)
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint "
                        "(options not given are the run's; anything that would change the run is refused)")
     train.add_argument("--resume-from", type=COUNT, default=None, metavar="STEP",
                        help="continue from the checkpoint at STEP; later checkpoints are moved to superseded/")
-    train.add_argument("--init", type=Path, default=None, metavar="DIR",
-                       help="fine-tune: start from the weights of the build DIR (build --out, a run's final/, a "
-                       "checkpoint) copied by name; a head that does not fit is left new (default: fresh weights)")
-    train.add_argument("--freeze", choices=FREEZES, default=None,
-                       help="encoder: train the head alone (every parameter not under head.); default: none")
+    _start_arguments(train)
     _memory_argument(train)
 
     probe = command("probe", help="measure each step's own objective layer by layer, trained against untrained")
@@ -356,11 +350,35 @@ def parser() -> argparse.ArgumentParser:
     ablate.add_argument("--seeds", type=_number(int, 1, MAX_SEEDS, what="a whole number"), default=None,
                         help=f"seeds per variant, 1 to {MAX_SEEDS} (default: the grid file's, else 1)")
     _run_arguments(ablate)
+    _recipe_argument(ablate)
+    _start_arguments(ablate, "every variant ")
     ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
     ablate.add_argument("--resume", action="store_true", help="continue the ablation in --out (its ablation.json): "
                         "finished runs are kept, unfinished ones continue; a grid that differs is refused")
     _memory_argument(ablate)
     return top
+
+
+def _recipe_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="RECIPE", help="a recipe: a YAML file of training settings, or a shipped "
+                        "one (crate-pretrain, crate-finetune, crate-mae-pretrain, crate-mae-finetune, tost); "
+                        "options given here win over it")
+
+
+def _start_arguments(parser: argparse.ArgumentParser, who: str = "") -> None:
+    """``--init`` and ``--freeze``: fine-tuning (train, and every variant of an ablation)."""
+    parser.add_argument("--init", type=Path, default=None, metavar="DIR",
+                        help=f"fine-tune: {who}start from the weights of the build DIR (build --out, a run's final/, "
+                        "a checkpoint) copied by name; a head that does not fit is left new (default: fresh weights)")
+    parser.add_argument("--freeze", choices=FREEZES, default=None,
+                        help="encoder: train the head alone (every parameter not under head.); default: none")
+
+
+def _recipe_settings(recipe, steps_given: bool, warmup_given: bool) -> dict:
+    """A recipe's settings, less its ``epochs`` when steps are given and its ``warmup_epochs`` when a
+    warm-up is: steps and warm-up given anywhere win over the recipe's passes."""
+    return {k: v for k, v in (recipe.settings if recipe else {}).items()
+            if not (k == "epochs" and steps_given) and not (k == "warmup_epochs" and warmup_given)}
 
 
 def _normalize_argument(parser: argparse.ArgumentParser) -> None:
@@ -518,8 +536,7 @@ def _train(args: argparse.Namespace) -> int:
     resume = args.resume or args.resume_from is not None
     out = args.out or default_run(args.spec, overrides)
     record = read(out) if resume and out.is_dir() else None
-    given = {k: v for k, v in (recipe.settings if recipe else {}).items()
-             if not (k == "epochs" and args.steps is not None) and not (k == "warmup_epochs" and args.warmup is not None)}
+    given = _recipe_settings(recipe, args.steps is not None, args.warmup is not None)
     base = {**(record.settings() if record is not None else {}), **given}  # --steps, --warmup win over epochs
     init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
     init, freeze = args.init if args.init is not None else init, args.freeze or freeze
@@ -576,16 +593,24 @@ def _generate(args: argparse.Namespace) -> int:
 def _ablate(args: argparse.Namespace) -> int:
     from .workbench.grids import combine, read_grid
 
+    from .workbench.recipes import read_recipe
+
     found = read_grid(args.grid) if args.grid else None  # checked before torch loads
-    settings = _settings(args, found.settings() if found else None)  # the command line wins
-    grid = combine(found, args.swap, args.overrides, args.seeds, settings)
+    recipe = read_recipe(args.config) if args.config else None
+    from_grid = found.settings() if found else {}
+    given = _recipe_settings(recipe, args.steps is not None or "steps" in from_grid,
+                             args.warmup is not None or "warmup" in from_grid)
+    settings = _settings(args, {**given, **from_grid})  # the command line wins over the grid, the grid over the recipe
+    grid = combine(found, args.swap, args.overrides, args.seeds, settings,
+                   recipe=(args.config, recipe.overrides) if recipe else None)
     for note in grid.notes:
         print(f"note: {note}", file=sys.stderr)
     from .workbench.ablation import ablate, base_spec
 
     out = args.out or Path("ablations") / base_spec(args.spec, grid).name
     rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device,
-                  memory_limit=args.memory_limit, resume=args.resume)
+                  memory_limit=args.memory_limit, resume=args.resume, init=args.init, freeze=args.freeze or "none",
+                  recipe=recipe.text if recipe else None)
     if not _rank_zero():
         return 0
     best = max(rows, key=lambda r: r.mean) if settings.task == "classify" else min(rows, key=lambda r: r.mean)

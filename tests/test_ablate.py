@@ -15,15 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from test_workbench import one_thread  # noqa: F401  (autouse: one thread for small matrices)
 
 from crate_compose import cli
 from crate_compose.language import loader
 from crate_compose.language.naming import safe_name
+from crate_compose.settings import MAX_RUNS, Settings
 from crate_compose.workbench import train as train_module
 from crate_compose.workbench.ablation import _folder, ablate, variant_label
 from crate_compose.workbench.grids import Grid, GridError, parse_swap
-from crate_compose.settings import MAX_RUNS, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
@@ -333,3 +334,63 @@ def _same_but_seconds(a: Path, b: Path) -> bool:
     def rows(path):
         return [line.split(",")[:6] + line.split(",")[7:] for line in path.read_text().splitlines()]
     return rows(a) == rows(b)
+
+
+# ---------------------------------------------------------------- recipes and fine-tuning (issue 20)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A tiny digits network trained a few steps: the build every variant is fine-tuned from."""
+    run = tmp_path_factory.mktemp("pretrained") / "run"
+    train_module.train(DIGITS, Settings(steps=4, batch_size=16), overrides=TINY, out=run)
+    return run / "final"
+
+
+def test_every_variant_is_fine_tuned_from_one_build_with_a_recipe(tmp_path, capsys, pretrained):
+    """``--config`` gives every run the recipe's settings (the command line winning) and its text;
+    ``--init --freeze encoder`` starts every variant from the same build and trains the head alone, so
+    the encoder of every variant ends exactly as it began."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "grid"
+    args = _args(out, "--swap", f"{SPARSIFY}=ista,ista_soft", "--config", "crate-finetune", "--image-size", "8",
+                 "--steps", "3", "--init", str(pretrained), "--freeze", "encoder")
+    assert cli.main(args) == 0
+    assert "fine-tuned from the weights of" in (out / "results.md").read_text()
+    start = load_file(pretrained / "model.safetensors")
+    for variant in ("sparsify-ista", "sparsify-ista_soft"):
+        run = out / variant / "seed-0"
+        identity = json.loads((run / "run.json").read_text())["identity"]
+        assert (identity["settings"]["lr"], identity["settings"]["weight_decay"]) == (5e-5, 0.01)  # the recipe's
+        assert identity["settings"]["augment"] == "randaugment" and identity["settings"]["batch_size"] == 16  # ours
+        assert identity["init"]["path"] == str(pretrained.resolve()) and identity["freeze"] == "encoder"
+        assert (run / "recipe.yaml").read_text() == (ROOT / "recipes" / "crate-finetune.yaml").read_text()
+        final = load_file(run / "final" / "model.safetensors")
+        body = [name for name in start if not name.startswith("head.")]
+        assert body and all(torch.equal(final[name], start[name]) for name in body), variant
+        assert any(not torch.equal(final[name], start[name]) for name in start if name.startswith("head."))
+    recorded = json.loads((out / "ablation.json").read_text())["identity"]
+    assert recorded["init"]["path"] == str(pretrained.resolve()) and recorded["freeze"] == "encoder"
+    _refused(capsys, _args(out, "--swap", f"{SPARSIFY}=ista,ista_soft", "--config", "crate-finetune", "--image-size",
+                           "8", "--steps", "3", "--resume"), "holds another ablation", "init")
+
+
+def test_a_variant_the_build_cannot_start_is_refused_before_anything_trains(tmp_path, capsys, pretrained):
+    out = tmp_path / "grid"
+    err = _refused(capsys, _args(out, "--swap", f"{SPARSIFY}=ista,ista_odl", "--steps", "2", "--init",
+                                 str(pretrained)), "variant sparsify=ista_odl", "synthesis", "is not in")
+    assert "variant sparsify=ista:" not in err and not out.exists()
+
+
+def test_the_grid_file_wins_over_the_recipe_and_the_command_line_over_both(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"swaps:\n  {SPARSIFY}: [ista]\nlr: 0.003\nweight_decay: 0.2\nsteps: 2\n"
+                    "set:\n" + "".join(f"  - {o}\n" for o in TINY))
+    out = tmp_path / "out"
+    assert cli.main(["ablate", DIGITS, "--grid", str(grid), "--config", "crate-pretrain", "--image-size", "8",
+                     "--weight-decay", "0.3", "--batch-size", "16", "--no-progress", "--out", str(out)]) == 0
+    settings = json.loads((out / "ablation.json").read_text())["identity"]["settings"]
+    assert (settings["optimizer"], settings["lr"], settings["weight_decay"], settings["steps"]) == \
+        ("lion", 0.003, 0.3, 2)  # recipe, grid file, command line, and the grid's steps over the recipe's epochs
+    assert "epochs" not in settings or settings["epochs"] is None

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..building.artifacts import load_build
 from ..building.budget import check_training
+from ..building.builder import compile_spec
 from ..building.inspection import validate
 from ..errors import Location, Problem, SpecError, WorkbenchError
 from ..files import write_atomic
@@ -47,6 +48,7 @@ from ..language.naming import GENERIC_KEYS, safe_name
 from ..language.overrides import parse_key_path
 from ..language.spec import Spec
 from ..settings import METRIC
+from .finetune import Init, fit_init, read_init, start_identity
 from .grids import Grid, GridError
 from .locks import LOCK_FILE, hold
 from .probes import plot_probes, probe, save_probes
@@ -83,17 +85,24 @@ class Row:
 
 
 def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu",
-           memory_limit: str | float | None = None, resume: bool = False) -> list[Row]:
+           memory_limit: str | float | None = None, resume: bool = False, init: str | Path | None = None,
+           freeze: str = "none", recipe: str | None = None) -> list[Row]:
     """Train every variant of ``grid`` for every seed into ``out``, then write the table and the
-    figure; ``resume`` continues the ablation ``out`` holds (see the module docstring)."""
+    figure; ``resume`` continues the ablation ``out`` holds (see the module docstring). ``init`` (a
+    build folder) fine-tunes every variant from the same weights, ``freeze`` as ``train``'s; every
+    variant must take them (checked before anything trains). ``recipe`` (a recipe's text, whose
+    settings are in ``grid.settings``) is saved in every run folder."""
     out = Path(out)
-    identity = _identity(spec_ref, grid)
-    _check_variants(spec_ref, grid, device, memory_limit)
+    start = read_init(init) if init is not None else None
+    identity = {**_identity(spec_ref, grid), **start_identity(start, freeze)}
+    _check_variants(spec_ref, grid, device, memory_limit, start)
     _check_folder(out, identity, resume)  # refused before the lock creates the folder
+    start = None  # its tensors are given back: each run reads the folder again (and checks its SHA-256)
     with hold(out, "ablate into"):
         if _check_folder(out, identity, resume):  # again: another process may have written there meanwhile
             _record(out, identity)
-        rows, probes = _train_grid(spec_ref, grid, out, progress, device, memory_limit)
+        rows, probes = _train_grid(spec_ref, grid, out, progress, device, memory_limit,
+                                   {"init": init, "freeze": freeze, "recipe": recipe})
         _write_results(out, rows, probes, identity)
     return rows
 
@@ -120,30 +129,34 @@ def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
 # ---------------------------------------------------------------- every variant, before anything trains
 
 
-def _check_variants(spec_ref, grid: Grid, device: str, memory_limit) -> None:
+def _check_variants(spec_ref, grid: Grid, device: str, memory_limit, start: Init | None = None) -> None:
     """Every variant fitted to the data (:func:`crate_compose.workbench.train.prepare`), walked through its
-    shapes (:func:`crate_compose.building.inspection.validate`) and its training's memory estimated
-    (:func:`crate_compose.building.budget.check_training`); each problem once, with the variants it is found
-    in, where its value was written."""
+    shapes (:func:`crate_compose.building.inspection.validate`), its training's memory estimated
+    (:func:`crate_compose.building.budget.check_training`) and, fine-tuning, the weights of ``start``
+    fitted to it (:func:`crate_compose.workbench.finetune.fit_init`); each problem once, with the variants
+    it is found in, where its value was written."""
     variants = grid.variants()
     found: dict[str, tuple[Problem, list[str]]] = {}
     for variant in variants:
-        for problem in _variant_problems(spec_ref, grid, variant, device, memory_limit):
+        for problem in _variant_problems(spec_ref, grid, variant, device, memory_limit, start):
             found.setdefault(str(problem), (problem, []))[1].append(variant_label(variant))
     if found:
         raise GridError([_of_variants(p, labels, len(variants)) for p, labels in found.values()])
 
 
-def _variant_problems(spec_ref, grid: Grid, variant: dict[str, str], device: str, memory_limit) -> list[Problem]:
+def _variant_problems(spec_ref, grid: Grid, variant: dict[str, str], device: str, memory_limit,
+                      start: Init | None) -> list[Problem]:
     settings = grid.settings
     per_process = max(1, settings.batch_size // int(os.environ.get("WORLD_SIZE", "1")))  # as train shares a batch
     try:
         spec, _ = prepare(spec_ref, settings.data, grid.assignments(variant), settings.image_size, 0, memory_limit)
         validate(spec)
         check_training(spec, per_process, device, memory_limit)
+        if start is not None:  # the variant's tensors, on the meta device: their names and shapes only
+            fit_init(compile_spec(spec, meta=True), start)
     except SpecError as error:
         return [_relocated(p, grid.origins) for p in error.problems]
-    except WorkbenchError as error:  # data that cannot follow the variant's sizes
+    except WorkbenchError as error:  # data that cannot follow the variant's sizes, weights that do not fit it
         return [Problem(str(error))]
     return []
 
@@ -234,8 +247,8 @@ def _read_identity(path: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- training and the table
 
 
-def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str,
-                memory_limit) -> tuple[list[Row], dict[str, list[dict]]]:
+def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str, memory_limit,
+                start: dict[str, Any]) -> tuple[list[Row], dict[str, list[dict]]]:
     rows: list[Row] = []
     probes: dict[str, list[dict]] = {}
     total, done = len(grid.variants()) * grid.seeds, 0
@@ -247,7 +260,7 @@ def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str,
             done += 1
             run = out / _folder(label) / f"seed-{seed}"
             result = train(spec_ref, replace(grid.settings, seed=seed), overrides=overrides, out=run, device=device,
-                           progress=progress, memory_limit=memory_limit, resume=(run / RUN_FILE).is_file())
+                           progress=progress, memory_limit=memory_limit, resume=(run / RUN_FILE).is_file(), **start)
             value = result.metrics.get(metric, float("nan"))
             said = "finished before, kept" if result.already_finished else f"{result.seconds:.0f} s"
             print(f"[{done}/{total}] {label}, seed {seed}: {metric} {value:.4f} ({said})", flush=True)
@@ -272,6 +285,16 @@ def _folder(label: str) -> str:
     return f"{name[:60]}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"
 
 
+def _start_said(identity: dict[str, Any]) -> str:
+    """Where every variant's weights start, as the table states it."""
+    init, freeze = identity.get("init"), identity.get("freeze", "none")
+    if init is None:
+        return "every variant of one seed starts from the same weights in the steps it does not swap."
+    frozen = ", its encoder frozen (the head alone trains)" if freeze == "encoder" else ""
+    return (f"every variant is fine-tuned from the weights of `{init['path']}` (SHA-256 {init['sha256'][:12]}…)"
+            f"{frozen}; a head that does not fit them starts new, from the seed.")
+
+
 def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], identity: dict[str, Any]) -> None:
     """The table (results.md, results.csv) and the probes, stating the settings of the grid's identity."""
     settings, seeds, name = identity["settings"], identity["seeds"], identity["spec"]["name"]
@@ -281,8 +304,7 @@ def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], id
         f"# Ablation of {name}",
         "",
         f"Task `{settings['task']}` on `{settings['data']}`, {settings['steps']} steps, batch "
-        f"{settings['batch_size']}, lr {settings['lr']}, seeds 0..{seeds - 1}; every variant of one seed "
-        "starts from the same weights in the steps it does not swap.",
+        f"{settings['batch_size']}, lr {settings['lr']}, seeds 0..{seeds - 1}; " + _start_said(identity),
         "",
         "| " + " | ".join(header) + " |",
         "|" + " --- |" * len(header),

@@ -121,10 +121,33 @@ def _shape(tensor: torch.Tensor) -> str:
     return str(tuple(tensor.shape))
 
 
+@dataclass
+class Fit:
+    """How ``init``'s tensors meet a model's (:func:`fit_init`): the copies ``(name, ours, theirs)``,
+    the head tensors left new by step, and init's tensors not used by step."""
+
+    copies: list[tuple[str, torch.Tensor, torch.Tensor]]
+    fresh: dict[str, list[tuple[str, torch.Tensor, torch.Tensor | None]]]
+    unused: dict[str, list[str]]
+    own: dict[str, torch.Tensor]
+    steps: set[str]
+
+
 def apply_init(model: torch.nn.Module, init: Init) -> list[str]:
     """Copy ``init``'s tensors into ``model`` by name (see the module docstring); return the notes
     (head tensors left newly initialized, tensors of ``init`` not used). Raises :class:`TrainError`
     listing every tensor that does not fit, before ``model`` is changed."""
+    fit = fit_init(model, init)
+    with torch.no_grad():
+        for _, tensor, theirs in fit.copies:
+            tensor.copy_(theirs)
+    return _fit_notes(fit, init, spec_of(model).name)
+
+
+def fit_init(model: torch.nn.Module, init: Init) -> Fit:
+    """Match ``init``'s tensors to ``model``'s by name and shape, ``model`` untouched (its tensors may be
+    on the meta device: an ablation checks every variant so before any trains); :class:`TrainError`
+    listing every tensor that does not fit (see the module docstring)."""
     spec = spec_of(model)
     ties = tied(spec)
     own = untie(model.state_dict(), ties)  # a tied tensor once, under its source's name
@@ -166,11 +189,14 @@ def apply_init(model: torch.nn.Module, init: Init) -> list[str]:
         raise TrainError(f"--init {folder}: {count} of the weights do not fit spec '{spec.name}' (only the head's "
                          "may differ; it is then newly initialized): " + "; ".join(problems[:SHOWN]) + more +
                          ". Nothing was written")
-    with torch.no_grad():
-        for _, tensor, theirs in copies:
-            tensor.copy_(theirs)
+    return Fit(copies, fresh, unused, own, steps)
+
+
+def _fit_notes(fit: Fit, init: Init, spec_name: str) -> list[str]:
+    """What :func:`apply_init` says: head steps left new, and init's tensors the model does not use."""
+    own, steps, folder, unused = fit.own, fit.steps, init.folder, fit.unused
     notes = []
-    for step, new in fresh.items():
+    for step, new in fit.fresh.items():
         whole = [name for name in own if _step_of(name, steps) == step]
         if len(whole) > 1 and len(new) == len(whole) and all(theirs is None for _, _, theirs in new):
             notes.append(f"{step} ({len(whole)} tensors) is not in {folder}: left newly initialized")
@@ -184,7 +210,7 @@ def apply_init(model: torch.nn.Module, init: Init) -> list[str]:
         groups = ", ".join(f"{step} ({len(names)} tensor{'s' * (len(names) != 1)})" if names != [step] else step
                            for step, names in _grouped(unused, init.stored).items())
         total = sum(len(names) for names in unused.values())
-        notes.append(f"{total} tensor{'s' * (total != 1)} of {folder} not used by spec '{spec.name}': {groups}")
+        notes.append(f"{total} tensor{'s' * (total != 1)} of {folder} not used by spec '{spec_name}': {groups}")
     return notes
 
 

@@ -219,10 +219,11 @@ def _key_hint(key: str) -> str:
 
 
 def combine(found: GridFile | None, swaps: list[str], sets: list[str], seeds: int | None,
-            settings: Settings) -> Grid:
+            settings: Settings, recipe: tuple[str, list[str]] | None = None) -> Grid:
     """The grid of a grid file and the command line (``--swap`` arguments, ``--set`` overrides,
-    ``--seeds``; ``settings`` already merged), the command line winning (see the module docstring).
-    :attr:`Grid.notes` also says which of the file's swaps a ``--swap`` replaced."""
+    ``--seeds``; ``settings`` already merged), the command line winning (see the module docstring);
+    ``recipe`` (its name and its spec overrides) comes first, so the grid file and the command line
+    win over it. :attr:`Grid.notes` also says which of the file's swaps a ``--swap`` replaced."""
     content = found.content if found else {}
     crossed = dict(content.get("swaps", {}))
     origins = found.origins() if found else {}
@@ -236,7 +237,10 @@ def combine(found: GridFile | None, swaps: list[str], sets: list[str], seeds: in
     if not crossed:
         raise WorkbenchError("ablate needs something to swap: --swap PATH=a,b,c or --grid FILE")
     origins.update({assignment: Location(f"--set {assignment!r}") for assignment in sets})
+    name, first = recipe or ("", [])
+    for assignment in first:
+        origins.setdefault(assignment, Location(f"--config {name}: set {assignment!r}"))
     grid = Grid(crossed, settings, seeds=seeds or content.get("seeds", 1),
-                overrides=[*content.get("set", []), *sets], origins=origins)
+                overrides=[*first, *content.get("set", []), *sets], origins=origins)
     grid.notes[:0] = replaced
     return grid
