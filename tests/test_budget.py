@@ -120,3 +120,28 @@ def test_depth_is_bounded_where_it_is_written(tmp_path, capsys):
     assert main(["validate", str(spec)]) == 2
     err = capsys.readouterr().err
     assert "less than or equal to 1024" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("options, copies, batches", [
+    ({}, 4, 1),  # AdamW: weights, gradients, two moments; the batch in use
+    ({"optimizer": "lion"}, 3, 1),
+    ({"optimizer": "sgd", "momentum": 0.0}, 2, 1),
+    ({"optimizer": "sgd"}, 3, 1),
+    ({"ema": 0.999}, 5, 1),
+    ({"workers": 4}, 4, 9),  # two batches prepared ahead by each worker
+])
+def test_a_run_is_estimated_with_its_optimizer_its_ema_and_its_prefetched_batches(options, copies, batches):
+    from crate_compose.workbench.train import Settings, check_run_memory
+
+    spec = cc.load_spec("crate-digits")
+    found = estimate(spec)
+    inputs = 64 * 4 * math.prod(spec.input.shape)
+    needed = found.parameters * 4 * copies + found.buffers_bytes + 64 * found.activation_bytes_per_sample \
+        + batches * inputs
+    settings = Settings(**options)
+    with pytest.raises(ResourceError) as caught:
+        check_run_memory(spec, settings, 64, "cpu", math.floor(needed * 0.9995))
+    assert f"{batches} input batch{'es' * (batches != 1)} held" in str(caught.value)
+    check_run_memory(spec, settings, 64, "cpu", math.ceil(needed * 1.0005))
+    # on a GPU the batches wait in the host's memory, not the device's: not counted against its limit
+    check_run_memory(spec, settings, 64, "cuda", math.ceil((needed - batches * inputs) * 1.0005))

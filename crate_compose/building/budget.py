@@ -5,10 +5,13 @@ weight exists, from the primitives' footprints (:func:`crate_compose.building.fo
 meta placement (:func:`crate_compose.building.placement.place`), neither of which allocates:
 
 * a **build** holds its parameters and buffers: ``P * bytes(dtype)``;
-* a **training run** holds, per process, the float32 parameters, their gradients and AdamW's two
-  moments (``4 * P * 4`` bytes), plus the activations of one batch: every tensor the forward
-  pass creates (views and in-place results excluded), measured per sample on the meta device and
-  scaled by the batch each process takes. It is an estimate: autograd keeps most of these, not all.
+* a **training run** holds, per process, float32 copies of the parameters: the weights, their
+  gradients and the optimizer's moments (AdamW two, Lion and SGD with momentum one), and an EMA
+  when one is kept (``4 * P * 4`` bytes with AdamW), plus the activations of one batch: every tensor
+  the forward pass creates (views and in-place results excluded), measured per sample on the meta
+  device and scaled by the batch each process takes; on the CPU also the input batches the
+  DataLoader's workers prepare ahead (``workers * 2``, and the one in use). It is an estimate:
+  autograd keeps most of these, not all.
 
 An estimate over the limit fails before allocating, with the estimate and the limit. The limit
 is, in order: the ``memory_limit`` argument (``--memory-limit`` on the command line), the
@@ -171,12 +174,28 @@ def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit
     check(spec, found.build_bytes(element_size), 0, f"building {spec.name}", limit, found)
 
 
-def check_training(spec: Spec, batch: int, device: str = "cpu", memory_limit: str | float | None = None) -> None:
-    """Refuse a training run whose weights, optimizer state and activations would not fit."""
+def check_training(spec: Spec, batch: int, device: str = "cpu", memory_limit: str | float | None = None, *,
+                   copies: int = ADAMW_COPIES, batches: int = 0) -> None:
+    """Refuse a training run whose weights, optimizer state and activations would not fit: ``copies``
+    float32 copies of the parameters (weights, gradients, the optimizer's moments, an EMA), the
+    activations of one batch, and ``batches`` batches of float32 inputs held besides (those the
+    DataLoader's workers prepare ahead, in the same memory when training on the CPU)."""
     limit = resolve_limit(memory_limit, device)
     if limit[0] is None:
         return
     found = estimate(spec)
-    weights = float(found.parameters) * 4 * ADAMW_COPIES + found.buffers_bytes
+    weights = float(found.parameters) * 4 * copies + found.buffers_bytes
     activations = float(batch) * found.activation_bytes_per_sample
-    check(spec, weights, activations, f"training {spec.name} with a batch of {batch:,} per process", limit, found)
+    inputs = float(batches) * batch * 4 * _elements(spec.input.shape)
+    what = f"training {spec.name} with a batch of {batch:,} per process"
+    if batches:
+        what += (f", {batches} input batch{'es' * (batches != 1)} held ({human(inputs)}: the one in use and those "
+                 "the workers prepare ahead)")
+    check(spec, weights, activations + inputs, what, limit, found)
+
+
+def _elements(shape) -> int:
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from ..building.artifacts import load_build
-from ..building.budget import check_training
 from ..building.builder import compile_spec
 from ..building.inspection import validate
 from ..errors import Location, Problem, SpecError, WorkbenchError
@@ -54,7 +53,7 @@ from .locks import LOCK_FILE, hold
 from .probes import plot_probes, probe, save_probes
 from .probing import PROBE_SAMPLES, _probe_inputs
 from .runs import RUN_FILE, differences, digest, learned
-from .train import prepare, train
+from .train import check_run_memory, prepare, train
 
 ABLATION_FILE = "ablation.json"
 FORMAT = 1
@@ -132,7 +131,7 @@ def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
 def _check_variants(spec_ref, grid: Grid, device: str, memory_limit, start: Init | None = None) -> None:
     """Every variant fitted to the data (:func:`crate_compose.workbench.train.prepare`), walked through its
     shapes (:func:`crate_compose.building.inspection.validate`), its training's memory estimated
-    (:func:`crate_compose.building.budget.check_training`) and, fine-tuning, the weights of ``start``
+    (:func:`crate_compose.workbench.train.check_run_memory`) and, fine-tuning, the weights of ``start``
     fitted to it (:func:`crate_compose.workbench.finetune.fit_init`); each problem once, with the variants
     it is found in, where its value was written."""
     variants = grid.variants()
@@ -151,7 +150,7 @@ def _variant_problems(spec_ref, grid: Grid, variant: dict[str, str], device: str
     try:
         spec, _ = prepare(spec_ref, settings.data, grid.assignments(variant), settings.image_size, 0, memory_limit)
         validate(spec)
-        check_training(spec, per_process, device, memory_limit)
+        check_run_memory(spec, settings, per_process, device, memory_limit)
         if start is not None:  # the variant's tensors, on the meta device: their names and shapes only
             fit_init(compile_spec(spec, meta=True), start)
     except SpecError as error:

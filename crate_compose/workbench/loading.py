@@ -55,7 +55,7 @@ from .data import Data
 from .images import FolderImages, read_rgb
 
 __all__ = ["AUGMENTING", "Examples", "StepBatches", "batch_indices", "batch_of", "batches", "check",
-           "check_normalize", "epoch_order", "loader", "normalization", "renormalize", "shift", "transforms_v2"]
+           "check_normalize", "epoch_order", "held_batches", "loader", "normalization", "renormalize", "shift", "transforms_v2"]
 
 AUGMENTING = ("crop-flip", "randaugment")  # per-example transforms (torchvision), images only
 CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's share of the image's area (DeiT, CRATE)
@@ -302,6 +302,13 @@ def _transforms(settings: Settings, size: tuple[int, int], classes: int | None) 
 
 def _as_is(batch: Any) -> Any:
     return batch  # Examples.__getitems__ makes the whole batch
+
+
+def held_batches(settings: Settings, device: torch.device | str) -> int:
+    """The input batches a run holds in host memory when it trains on the CPU: the one in use and
+    those the workers prepare ahead (``PREFETCH`` each); on another device its memory holds one, which
+    the activations count."""
+    return 1 + settings.workers * PREFETCH if torch.device(device).type == "cpu" else 0
 
 
 def loader(data: Data, settings: Settings, start: int = 0, rank: int = 0, world: int = 1,

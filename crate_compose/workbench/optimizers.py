@@ -52,6 +52,13 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
+def float32_copies(settings: Settings) -> int:
+    """The float32 copies of the parameters a run keeps: weights, gradients, the optimizer's moments
+    (AdamW two, Lion one, SGD one with momentum) and the EMA (what the memory estimate counts)."""
+    moments = {"adamw": 2, "lion": 1, "sgd": 1 if settings.momentum else 0}[settings.optimizer]
+    return 2 + moments + (1 if settings.ema else 0)
+
+
 def state_keys(optimizer: torch.optim.Optimizer) -> tuple[str, ...]:
     """The state tensors ``optimizer`` keeps per parameter (what a checkpoint holds for it)."""
     name = type(optimizer).__name__.lower()

@@ -60,10 +60,10 @@ from .data import Data, load_data
 from .data import verify as verify_data
 from .distributed import Distributed
 from .evaluation import evaluate, loss_of
-from .loading import batch_indices, batches, shift  # noqa: F401 (batch_indices, shift: their old place)
+from .loading import batch_indices, batches, held_batches, shift  # noqa: F401 (batch_indices, shift: their old place)
 from .loading import check as check_loading
 from .losses import patch_size_of
-from .optimizers import EMA, autocast, lr_at, optimizer_for, scaler_for, state_keys
+from .optimizers import EMA, autocast, float32_copies, lr_at, optimizer_for, scaler_for, state_keys
 from .progress import bar as progress_bar
 
 EMA_FOLDER = "final-ema"  # the run's averaged weights (--ema), a build folder beside final/
@@ -213,6 +213,14 @@ def default_run(spec_ref, overrides: Iterable[str] = ()) -> Path:
     return Path("runs") / loader.load(spec_ref, list(overrides)).name
 
 
+def check_run_memory(spec, settings: Settings, per_process: int, device: torch.device | str, memory_limit) -> None:
+    """Refuse a run whose memory estimate is over the limit (:func:`crate_compose.building.budget.check_training`):
+    the float32 copies its optimizer and EMA keep, the batch each process takes, and on the CPU the input
+    batches its workers prepare ahead."""
+    budget.check_training(spec, per_process, str(device), memory_limit, copies=float32_copies(settings),
+                          batches=held_batches(settings, device))
+
+
 def train(
     spec_ref,
     settings: Settings,
@@ -265,7 +273,7 @@ def train(
     dist.check_batch(settings.batch_size)
     run = Path(out) if out is not None else default_run(spec_ref, overrides)
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
-    budget.check_training(spec, max(1, settings.batch_size // dist.world), str(device), memory_limit)
+    check_run_memory(spec, settings, max(1, settings.batch_size // dist.world), device, memory_limit)
     dist.start(device)
     try:
         with contextlib.ExitStack() as stack:
