@@ -75,14 +75,18 @@ def test_a_run_records_its_identity_and_hash(finished):
     assert record.history[0]["from_step"] == 0
 
 
-def test_hybrid_resume_is_refused(killed, capsys):
+def test_hybrid_resume_is_refused(killed, finished, capsys):
     """A killed ISTA run resumed with ISTA's soft threshold used to continue silently as a hybrid."""
     before = snapshot(killed)
     err = _refused(capsys, _args(killed, "--resume", sets=("encoder.layer.sparsify.primitive=ista_soft",)))
     assert "is another run" in err and "the spec differs" in err
     assert "primitive: ista'" in err and "primitive: ista_soft'" in err  # both values, as written in the spec
     assert "another --out" in err
+    assert f"or its own spec: train {killed / 'spec.yaml'} --out {killed} --resume" in err
     assert snapshot(killed) == before
+    # the hint works: the run's own spec continues it to the same losses as the run that was not killed
+    assert cli.main(["train", str(killed / "spec.yaml"), "--out", str(killed), "--resume", "--no-progress"]) == 0
+    assert train_losses(killed) == train_losses(finished)
 
 
 @pytest.mark.parametrize("option, value, shown", [("--lr", "0.002", "settings.lr: 0.001 in the run, 0.002 now"),

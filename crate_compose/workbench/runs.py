@@ -263,8 +263,10 @@ def mismatch_message(run: Path, changes: list[tuple[str, Any, Any]], spec_detail
             parts.append("the data's contents differ from what the run trained on")
         else:
             parts.append(f"{key}: {_show(old)} in the run, {_show(new)} now")
+    again = (f" (to continue the run, give the spec and --set it was started with, or its own spec: train "
+             f"{run / 'spec.yaml'} --out {run} --resume)") if any(k == "spec.sha256" for k, _, _ in changes) else ""
     return (f"--resume: {run} is another run: " + "; ".join(parts) +
-            ". A resumed run must be the same run; to train this one, start a new run with another --out")
+            f". A resumed run must be the same run{again}; to train this one, start a new run with another --out")
 
 
 def _init_difference(changes: list[tuple[str, Any, Any]]) -> str:
