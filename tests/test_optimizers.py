@@ -191,3 +191,23 @@ def test_a_checkpoint_written_before_these_settings_resumes(tmp_path):
     state["settings"] = {k: v for k, v in state["settings"].items() if k not in runs.LATER and k != "workers"}
     state_file.write_text(json.dumps(state))
     assert train(DIGITS, settings, overrides=SMALL, out=run, resume=True, progress=False).steps == 4
+
+
+@pytest.mark.slow
+def test_a_bf16_compiled_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
+    """What a user does on a GPU, here on the CPU: ``--precision bf16 --compile`` with the recipe's
+    Lion, EMA and label smoothing, killed after its checkpoint at step 3 (everything later removed, as
+    a SIGKILL leaves it) and resumed: the same losses and the same final weights, bit for bit."""
+    settings = replace(RECIPE_LIKE, precision="bf16", compile=True, accumulate=1, drop_path=0.0)
+    whole = tmp_path / "whole"
+    train(DIGITS, settings, overrides=SMALL, out=whole, progress=False)
+    killed = tmp_path / "killed"
+    shutil.copytree(whole, killed)
+    for later in ("checkpoints/step-000006", "final", "final-ema"):
+        shutil.rmtree(killed / later)
+    (killed / "result.json").unlink()
+    train(DIGITS, settings, overrides=SMALL, out=killed, resume=True, progress=False)
+    assert train_losses(killed) == train_losses(whole)
+    for folder in ("final", "final-ema"):
+        a, b = load_file(whole / folder / "model.safetensors"), load_file(killed / folder / "model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a), folder

@@ -148,3 +148,21 @@ def test_train_on_a_folder_of_images_of_your_own(tmp_path, capsys):
     assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
     spec = cc.load_spec(tmp_path / "run" / "spec.yaml")
     assert spec.input.shape == [3, 8, 8] and spec.head[0].args["classes"] == 2
+
+
+def test_a_run_whose_output_no_longer_depends_on_its_input_is_stopped(tmp_path, capsys):
+    """ISTA's threshold far above every token (lambda 10^4) zeroes every code: every example gets the
+    same output and no gradient reaches the layers before. Such a run is stopped after 50 steps in a row
+    (exit status 2, its checkpoints kept) instead of training on without learning anything."""
+    from crate_compose.workbench.train import COLLAPSED
+
+    out = tmp_path / "dead"
+    args = _run_args(out, COLLAPSED + 30, "--set", "encoder.layer.sparsify.args.lambd=10000", "--checkpoint-every",
+                     "20", "--log-every", "10")
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "every example has had exactly the same output since step 1 (50 steps in a row" in err
+    assert "its checkpoints up to step 40 are intact; none is from before it" in err and "Traceback" not in err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000020", "step-000040"]
+    alive = tmp_path / "alive"  # the same run with the spec's threshold learns, and is not stopped
+    assert cli.main(_run_args(alive, COLLAPSED + 5, "--log-every", "10")) == 0

@@ -67,6 +67,7 @@ from .optimizers import EMA, autocast, float32_copies, lr_at, optimizer_for, sca
 from .progress import bar as progress_bar
 
 EMA_FOLDER = "final-ema"  # the run's averaged weights (--ema), a build folder beside final/
+COLLAPSED = 50  # training steps in a row whose every example got the same output: the run is stopped
 
 
 @dataclass
@@ -520,15 +521,18 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         net = torch.compile(net)
     model.train()
     bar = stack.enter_context(contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer)))
-    began, loss_value, evaluation = time.perf_counter(), float("nan"), {}
+    began, loss_value, evaluation, constant = time.perf_counter(), float("nan"), {}, 0
     loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
     for step in range(plan.start + 1, settings.steps + 1):
         x, y = next(loading)  # decoded and augmented, seeded per step (in --workers processes)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        loss = _update(net, model, optimizer, scaler, ema, x, y, step, settings, patch, dist.rank, device)
+        loss, same = _update(net, model, optimizer, scaler, ema, x, y, step, settings, patch, dist.rank, device)
         loss_value = dist.mean(loss)
         if not math.isfinite(loss_value):
             raise _diverged(run, step, loss_value)
+        constant = constant + 1 if dist.mean(same) == 1.0 else 0  # steps in a row, on every process
+        if constant >= COLLAPSED:
+            raise _collapsed(run, step - constant + 1, step, loss_value)
         if step % settings.log_every == 0 or step == settings.steps:
             metrics.add({"step": step, "kind": "train", "loss": loss_value, "lr": lr_at(step, settings),
                          "seconds": round(time.perf_counter() - began, 3)})
@@ -563,7 +567,8 @@ def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Setti
     """One optimizer step on the batch ``(x, y)``: the learning rate of ``step``; ``settings.accumulate``
     equal micro-batches, each forward under the precision's autocast with the step's own random draws
     (masks, dropped paths), the gradients summed (and synchronized once, after the last); clipping, the
-    optimizer (through the fp16 scaler), and the EMA. Returns the batch's loss (detached)."""
+    optimizer (through the fp16 scaler), and the EMA. Returns the batch's loss (detached) and whether
+    every example of the last micro-batch got the same output (:func:`_same_for_every_example`)."""
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, settings)
     optimizer.zero_grad(set_to_none=True)
@@ -576,9 +581,11 @@ def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Setti
         with sync, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(step_seed(settings.seed, name))  # the run's own draws, whatever ran before
             with autocast(settings, device):
-                loss = loss_of(settings.task, net(xs), xs, ys, patch, settings.label_smoothing) / parts
+                outputs = net(xs)
+                loss = loss_of(settings.task, outputs, xs, ys, patch, settings.label_smoothing) / parts
             (scaler.scale(loss) if scaler is not None else loss).backward()
         total += loss.detach()
+    same = _same_for_every_example(outputs["output"].detach())
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients
     if settings.grad_clip:
@@ -590,7 +597,15 @@ def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Setti
         optimizer.step()
     if ema is not None:
         ema.update(model)
-    return total
+    return total, same
+
+
+def _same_for_every_example(output: torch.Tensor) -> torch.Tensor:
+    """1.0 when every example of the (micro-)batch got exactly the same output, else 0.0 (a batch of one
+    example says nothing): the network no longer depends on its input."""
+    if len(output) < 2:
+        return torch.zeros((), device=output.device)
+    return (output == output[:1]).all().float()
 
 
 def _evaluate(model, ema, data: Data, settings: Settings, patch) -> dict[str, float]:
@@ -602,11 +617,25 @@ def _evaluate(model, ema, data: Data, settings: Settings, patch) -> dict[str, fl
     return found
 
 
-def _diverged(run: Path, step: int, loss: float) -> TrainError:
+def _kept(run: Path, step: int) -> str:
     found = [s for s in checkpoint.checkpoints(run) if s < step]
-    kept = f"its checkpoints up to step {max(found):,} are intact" if found else "no checkpoint was written"
-    error = TrainError(f"the loss is {loss} at step {step:,}: the run diverged and was stopped ({kept}); "
+    return f"its checkpoints up to step {max(found):,} are intact" if found else "no checkpoint was written"
+
+
+def _diverged(run: Path, step: int, loss: float) -> TrainError:
+    error = TrainError(f"the loss is {loss} at step {step:,}: the run diverged and was stopped ({_kept(run, step)}); "
                        "lower --lr or raise --warmup, and start a new run with another --out")
+    error.shared = True
+    return error
+
+
+def _collapsed(run: Path, since: int, step: int, loss: float) -> TrainError:
+    before = [s for s in checkpoint.checkpoints(run) if s < since]
+    last = f"the last from before step {since:,} is step {max(before):,}" if before else "none is from before it"
+    error = TrainError(f"every example has had exactly the same output since step {since:,} ({COLLAPSED} steps in a "
+                       f"row; loss {loss:.4f}): the network no longer depends on its input (a layer gives the same "
+                       f"tokens, or only zeros, whatever it is given), so it cannot learn; the run was stopped "
+                       f"({_kept(run, step + 1)}; {last}); lower --lr or raise --warmup, and start a new run with another --out")
     error.shared = True
     return error
 
