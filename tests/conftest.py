@@ -1,9 +1,41 @@
-"""Fixtures a test module asks for by name (``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+"""Fixtures a test module asks for by name (``pytestmark = pytest.mark.usefixtures("one_thread")``), and
+the device the device-aware tests run on: ``pytest --device cuda`` (or ``CRATE_COMPOSE_TEST_DEVICE=cuda``)
+runs every primitive against float32 and the half types, the fast paths against their formulas, and
+training with its exact resume on that device; the default is the CPU."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+DEVICE_VARIABLE = "CRATE_COMPOSE_TEST_DEVICE"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default=os.environ.get(DEVICE_VARIABLE, "cpu"),
+                     help=f"device of the device-aware tests: cpu, cuda, cuda:1, ... (default: ${DEVICE_VARIABLE} "
+                     "or cpu)")
+
+
+def pytest_configure(config):
+    try:
+        chosen = torch.device(config.getoption("--device"))
+    except RuntimeError as error:
+        raise pytest.UsageError(f"--device {config.getoption('--device')}: {error}") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--device {chosen}: this torch sees no CUDA device")
+
+
+def pytest_report_header(config):
+    return f"crate-compose test device: {config.getoption('--device')}"
+
+
+@pytest.fixture(scope="session")
+def device(request) -> torch.device:
+    """The device the device-aware tests put their modules and tensors on (``--device``)."""
+    return torch.device(request.config.getoption("--device"))
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,10 @@ BATCH = 2
 BUILTIN = {name: p for name, p in cc.all_primitives().items() if p.factory.__module__.startswith("crate_compose.")}
 
 
-def _inputs(primitive: registry.Primitive, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """A batch for the example shape, plus the values the primitive consumes (a restoring permutation)."""
+def _inputs(primitive: registry.Primitive, dtype: torch.dtype, seed: int = 0,
+            device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+    """A batch for the example shape, plus the values the primitive consumes (a restoring permutation),
+    drawn on the CPU (the same values on every device) and put on ``device``."""
     gen = torch.Generator().manual_seed(seed)
     if primitive.example.vocab:  # token ids
         x = torch.randint(0, primitive.example.vocab, (BATCH, *primitive.example.shape), generator=gen)
@@ -32,10 +34,11 @@ def _inputs(primitive: registry.Primitive, dtype: torch.dtype, seed: int = 0) ->
         assert name == "restore", f"no test input for consumed value {name!r}"
         tokens = primitive.example.args["tokens"]
         extra.append(torch.stack([torch.randperm(tokens, generator=gen) for _ in range(BATCH)]))
-    return (x, *extra)
+    return tuple(t.to(device) for t in (x, *extra))
 
 
-def _build(primitive: registry.Primitive, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.nn.Module:
+def _build(primitive: registry.Primitive, dtype: torch.dtype = torch.float32, seed: int = 0,
+           device: torch.device | str = "cpu") -> torch.nn.Module:
     torch.manual_seed(seed)
     args = primitive.args.model_validate(primitive.example.args)
     module = primitive.build(args, primitive.example.shape, registry.Context(image=primitive.example.shape
@@ -46,7 +49,7 @@ def _build(primitive: registry.Primitive, dtype: torch.dtype = torch.float32, se
     for buffer in module.buffers():  # BatchNorm running statistics: not the identity, so they are tested
         if buffer.is_floating_point() and buffer.numel() > 1:
             buffer.uniform_(0.5, 1.5)
-    return module.to(dtype).eval()
+    return module.to(dtype).to(device).eval()
 
 
 def _tokens(out):
@@ -75,10 +78,10 @@ def test_real_output_shape_equals_the_inferred_one(name):
 
 
 @pytest.mark.parametrize("name", WITH_EXAMPLE)
-def test_backward_gives_finite_gradients(name):
+def test_backward_gives_finite_gradients(name, device):
     primitive = cc.all_primitives()[name]
-    module = _build(primitive).train()
-    x, *extra = _inputs(primitive, torch.float32)
+    module = _build(primitive, device=device).train()
+    x, *extra = _inputs(primitive, torch.float32, device=device)
     x.requires_grad_(x.is_floating_point())
     out = _tokens(module(x, *extra))
     (out.square().mean() + out.mean()).backward()
@@ -90,12 +93,12 @@ def test_backward_gives_finite_gradients(name):
 
 
 @pytest.mark.parametrize("name", WITH_EXAMPLE)
-def test_float64_and_float32_agree(name):
+def test_float64_and_float32_agree(name, device):
     primitive = cc.all_primitives()[name]
-    module = _build(primitive, torch.float64)
-    single = _build(primitive, torch.float64).float()
+    module = _build(primitive, torch.float64, device=device)
+    single = _build(primitive, torch.float64, device=device).float()
     single.load_state_dict({k: v.float() for k, v in module.state_dict().items()})
-    inputs64 = _inputs(primitive, torch.float64)
+    inputs64 = _inputs(primitive, torch.float64, device=device)
     inputs32 = tuple(t.float() if t.is_floating_point() else t for t in inputs64)
     torch.manual_seed(1)  # steps that draw randomness (the mask) draw the same in both
     with torch.no_grad():
@@ -113,20 +116,20 @@ LARGE = {torch.float32: 1e6, torch.bfloat16: 1e4, torch.float16: 1e3}
 HALF_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # relative to max(|float32 output|, 1)
 
 
-def _half_and_reference(primitive, dtype):
+def _half_and_reference(primitive, dtype, device):
     """A module in ``dtype`` and the same weights in float32."""
-    reference = _build(primitive, torch.float32)
-    module = _build(primitive, torch.float32)
+    reference = _build(primitive, torch.float32, device=device)
+    module = _build(primitive, torch.float32, device=device)
     module.load_state_dict(reference.state_dict())
     return module.to(dtype), reference
 
 
 @pytest.mark.parametrize("dtype", list(LARGE), ids=str)
 @pytest.mark.parametrize("name", WITH_EXAMPLE)
-def test_large_inputs_give_finite_outputs_and_gradients(name, dtype):
+def test_large_inputs_give_finite_outputs_and_gradients(name, dtype, device):
     primitive = cc.all_primitives()[name]
-    module = _build(primitive, dtype).train()
-    x, *extra = _inputs(primitive, torch.float64)
+    module = _build(primitive, dtype, device=device).train()
+    x, *extra = _inputs(primitive, torch.float64, device=device)
     if x.is_floating_point():
         x = (x * LARGE[dtype]).to(dtype).requires_grad_(True)
     out = _tokens(module(x, *extra))
@@ -142,12 +145,12 @@ def test_large_inputs_give_finite_outputs_and_gradients(name, dtype):
 @pytest.mark.parametrize("scale", [1.0, "large"])
 @pytest.mark.parametrize("dtype", list(HALF_TOLERANCE), ids=str)
 @pytest.mark.parametrize("name", WITH_EXAMPLE)
-def test_half_precision_follows_float32(name, dtype, scale):
+def test_half_precision_follows_float32(name, dtype, scale, device):
     """The same weights and input (rounded to the half type) in float32: the half build agrees to
     the half type's precision, at ordinary and at large magnitudes."""
     primitive = cc.all_primitives()[name]
-    module, reference = _half_and_reference(primitive, dtype)
-    x, *extra = _inputs(primitive, torch.float64)
+    module, reference = _half_and_reference(primitive, dtype, device)
+    x, *extra = _inputs(primitive, torch.float64, device=device)
     if x.is_floating_point():
         x = (x * (LARGE[dtype] if scale == "large" else scale)).to(dtype)
     with torch.no_grad():

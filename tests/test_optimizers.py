@@ -130,16 +130,16 @@ RECIPE_LIKE = Settings(steps=6, batch_size=32, lr=1e-3, optimizer="lion", weight
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_a_killed_run_resumes_exactly_with_lion_ema_accumulation_and_precision(tmp_path, precision):
+def test_a_killed_run_resumes_exactly_with_lion_ema_accumulation_and_precision(tmp_path, precision, device):
     settings = replace(RECIPE_LIKE, precision=precision)
-    train(DIGITS, settings, overrides=SMALL, out=tmp_path / "whole", progress=False)
+    train(DIGITS, settings, overrides=SMALL, out=tmp_path / "whole", progress=False, device=str(device))
     broken = tmp_path / "broken"
-    train(DIGITS, settings, overrides=SMALL, out=broken, progress=False)
+    train(DIGITS, settings, overrides=SMALL, out=broken, progress=False, device=str(device))
     shutil.rmtree(broken / "checkpoints/step-000006"), shutil.rmtree(broken / "final")  # killed after step 3's
     shutil.rmtree(broken / "final-ema"), (broken / "result.json").unlink()              # checkpoint
     record = json.loads((broken / runs.RUN_FILE).read_text())
     assert record["identity"]["settings"]["precision" if precision != "fp32" else "optimizer"]  # recorded
-    train(DIGITS, settings, overrides=SMALL, out=broken, resume=True, progress=False)
+    train(DIGITS, settings, overrides=SMALL, out=broken, resume=True, progress=False, device=str(device))
     for folder in ("final", "final-ema"):
         a = load_file(tmp_path / "whole" / folder / "model.safetensors")
         b = load_file(broken / folder / "model.safetensors")
@@ -171,10 +171,11 @@ def test_epochs_set_the_steps_and_the_warm_up(tmp_path):
     assert json.loads((tmp_path / "r" / runs.RUN_FILE).read_text())["identity"]["settings"]["warmup"] == 5
 
 
-def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_path):
+def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_path, device):
     settings = Settings(steps=2, batch_size=16, lr=1e-3)
-    train(DIGITS, settings, overrides=SMALL, out=tmp_path / "eager", progress=False)
-    train(DIGITS, replace(settings, compile=True), overrides=SMALL, out=tmp_path / "compiled", progress=False)
+    train(DIGITS, settings, overrides=SMALL, out=tmp_path / "eager", progress=False, device=str(device))
+    train(DIGITS, replace(settings, compile=True), overrides=SMALL, out=tmp_path / "compiled", progress=False,
+          device=str(device))
     a = load_file(Path(tmp_path / "eager/final/model.safetensors"))
     b = load_file(Path(tmp_path / "compiled/final/model.safetensors"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
@@ -194,19 +195,20 @@ def test_a_checkpoint_written_before_these_settings_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_bf16_compiled_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
-    """What a user does on a GPU, here on the CPU: ``--precision bf16 --compile`` with the recipe's
-    Lion, EMA and label smoothing, killed after its checkpoint at step 3 (everything later removed, as
-    a SIGKILL leaves it) and resumed: the same losses and the same final weights, bit for bit."""
+def test_a_bf16_compiled_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path, device):
+    """What a user does on a GPU (``pytest --device cuda``; the CPU by default): ``--precision bf16
+    --compile`` with the recipe's Lion, EMA and label smoothing, killed after its checkpoint at step 3
+    (everything later removed, as a SIGKILL leaves it) and resumed: the same losses and the same final
+    weights, bit for bit."""
     settings = replace(RECIPE_LIKE, precision="bf16", compile=True, accumulate=1, drop_path=0.0)
     whole = tmp_path / "whole"
-    train(DIGITS, settings, overrides=SMALL, out=whole, progress=False)
+    train(DIGITS, settings, overrides=SMALL, out=whole, progress=False, device=str(device))
     killed = tmp_path / "killed"
     shutil.copytree(whole, killed)
     for later in ("checkpoints/step-000006", "final", "final-ema"):
         shutil.rmtree(killed / later)
     (killed / "result.json").unlink()
-    train(DIGITS, settings, overrides=SMALL, out=killed, resume=True, progress=False)
+    train(DIGITS, settings, overrides=SMALL, out=killed, resume=True, progress=False, device=str(device))
     assert train_losses(killed) == train_losses(whole)
     for folder in ("final", "final-ema"):
         a, b = load_file(whole / folder / "model.safetensors"), load_file(killed / folder / "model.safetensors")

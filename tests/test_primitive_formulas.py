@@ -8,6 +8,8 @@ checks run in float64 with a 1e-10 tolerance (plus one float32 run at 1e-5).
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -19,6 +21,13 @@ B, N = 3, 10
 ETA, LAMBDA = 0.1, 0.1
 LN_EPS = 1e-5
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+DEVICE = torch.device("cpu")  # the tests' --device, set for each test by _on_device
+
+
+@pytest.fixture(autouse=True)
+def _on_device(device, monkeypatch):
+    """Every step and its tokens on ``pytest --device`` (the CPU by default)."""
+    monkeypatch.setattr(sys.modules[__name__], "DEVICE", device)
 
 
 def _build(*extra, dtype="float64", seed=0):
@@ -27,12 +36,12 @@ def _build(*extra, dtype="float64", seed=0):
 
 
 def _step(name, *extra, dtype="float64", randomize=True):
-    step = _build(*extra, dtype=dtype).get_submodule(f"encoder.layer_0.{name}")
+    step = _build(*extra, dtype=dtype).get_submodule(f"encoder.layer_0.{name}").to(DEVICE)
     if randomize:
         gen = torch.Generator().manual_seed(11)
         with torch.no_grad():
             for pname, param in step.named_parameters():
-                noise = torch.randn(param.shape, generator=gen).to(param.dtype)
+                noise = torch.randn(param.shape, generator=gen).to(param.dtype).to(param.device)
                 if pname.startswith("norm"):
                     param.copy_(0.3 * noise + (1.0 if pname.endswith("weight") else 0.0))
                 else:  # subspaces, out, dictionary: scale ~ 1/sqrt(fan_in)
@@ -42,7 +51,7 @@ def _step(name, *extra, dtype="float64", randomize=True):
 
 def _tokens(dtype=torch.float64, seed=5, shape=(B, N, D)):
     gen = torch.Generator().manual_seed(seed)
-    return (2.0 * torch.randn(shape, generator=gen) + 0.5).to(dtype)
+    return (2.0 * torch.randn(shape, generator=gen) + 0.5).to(dtype).to(DEVICE)
 
 
 def _params(step):
@@ -69,7 +78,7 @@ def _heads_out(x, prm, causal=False):
         wk = w[..., k * P:(k + 1) * P]
         scores = wk @ wk.transpose(-1, -2) * P ** -0.5
         if causal:
-            above = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+            above = torch.triu(torch.ones(n, n, dtype=torch.bool, device=x.device), diagonal=1)
             scores = scores.masked_fill(above, float("-inf"))
         heads.append(_softmax(scores) @ wk)
     return torch.cat(heads, dim=-1)

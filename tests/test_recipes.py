@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from runfiles import snapshot, train_losses
 from safetensors.torch import load_file
 
@@ -72,10 +73,10 @@ def test_a_recipe_that_is_not_yaml_of_settings_is_refused(tmp_path):
         read_recipe("crate-pretrian")
 
 
-def _train(name: str, out: Path, *extra: str) -> int:
+def _train(name: str, out: Path, *extra: str, device: torch.device | str = "cpu") -> int:
     spec, data, sets = RUNS[name]
     args = ["train", str(ROOT / spec), "--config", name, "--data", data, "--out", str(out), "--steps", "4",
-            "--batch-size", "16", "--checkpoint-every", "2", "--log-every", "1", "--no-progress",
+            "--batch-size", "16", "--checkpoint-every", "2", "--log-every", "1", "--no-progress", "--device", str(device),
             *[a for s in sets for a in ("--set", s)], *extra]
     if name != "crate-mae-pretrain":
         args += ["--image-size", "16"]
@@ -83,15 +84,15 @@ def _train(name: str, out: Path, *extra: str) -> int:
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_each_recipe_runs_a_few_steps_and_resumes_exactly(tmp_path, name):
-    assert _train(name, tmp_path / "whole") == 0
+def test_each_recipe_runs_a_few_steps_and_resumes_exactly(tmp_path, name, device):
+    assert _train(name, tmp_path / "whole", device=device) == 0
     assert (tmp_path / "whole" / "recipe.yaml").read_text() == read_recipe(name).text
-    assert _train(name, tmp_path / "broken") == 0
+    assert _train(name, tmp_path / "broken", device=device) == 0
     broken = tmp_path / "broken"
     shutil.rmtree(broken / "checkpoints/step-000004"), shutil.rmtree(broken / "final"), (broken / "result.json").unlink()
     if (broken / "final-ema").exists():
         shutil.rmtree(broken / "final-ema")
-    assert _train(name, broken, "--resume") == 0
+    assert _train(name, broken, "--resume", device=device) == 0
     a, b = load_file(tmp_path / "whole/final/model.safetensors"), load_file(broken / "final/model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
     assert train_losses(tmp_path / "whole") == train_losses(broken)

@@ -71,7 +71,7 @@ def _gradients(fn, inputs: list[torch.Tensor], params: list[torch.Tensor], seed:
     for t in inputs + params:
         t.grad = None
     out = fn()
-    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out.device)
     (out.double() * cotangent).sum().backward()
     grads = [t.grad.clone() for t in inputs + params]
     for t in inputs + params:
@@ -123,15 +123,15 @@ def test_ista_module_takes_one_product_for_a_batch_and_two_for_a_few_tokens(toke
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("folded", [False, True], ids=["two-products", "one-product"])
-def test_ista_paths_in_lower_precision_forward_and_gradients(dtype, folded):
+def test_ista_paths_in_lower_precision_forward_and_gradients(dtype, folded, device):
     """The same (rounded) weights and tokens: float32 to 1e-5, half types to their tolerance."""
     d = 32
-    step = _randomize(ISTA(d))
-    z = _tokens((2, 20, d)).to(dtype).double()  # values the lower precision holds exactly
+    step = _randomize(ISTA(d)).to(device)
+    z = _tokens((2, 20, d)).to(dtype).double().to(device)  # values the lower precision holds exactly
     with torch.no_grad():
         for p in step.parameters():
             p.copy_(p.to(dtype).double())
-    low = ISTA(d).to(dtype)
+    low = ISTA(d).to(dtype).to(device)
     low.load_state_dict({k: v.to(dtype) for k, v in step.state_dict().items()})
     z_low = z.to(dtype).requires_grad_(True)
     z = z.requires_grad_(True)
@@ -153,18 +153,18 @@ def test_ista_paths_in_lower_precision_forward_and_gradients(dtype, folded):
 
 
 @pytest.mark.parametrize("folded", [False, True], ids=["two-products", "one-product"])
-def test_ista_under_bfloat16_autocast_follows_float64(folded):
+def test_ista_under_bfloat16_autocast_follows_float64(folded, device):
     """As benchmarks/train_step.py trains: float32 weights, bfloat16 autocast."""
     d = 32
-    step = _randomize(ISTA(d))
-    low = ISTA(d)
+    step = _randomize(ISTA(d)).to(device)
+    low = ISTA(d).to(device)
     low.load_state_dict({k: v.float() for k, v in step.state_dict().items()})
-    z = _tokens((2, 20, d))
+    z = _tokens((2, 20, d)).to(device)
     z_low = z.float().requires_grad_(True)
     z = z.requires_grad_(True)
 
     def run():
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             return ista_step(low.norm(z_low), low.dictionary, ETA, LAMBDA, folded=folded)
 
     got, got_grads = _gradients(run, [z_low], [low.dictionary])
@@ -254,18 +254,19 @@ def _exact_weights(module, x: torch.Tensor) -> torch.Tensor:
     scores = q.double() @ k.double().transpose(-1, -2) * scale
     if getattr(module, "causal", False):
         n = scores.shape[-1]
-        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1), float("-inf"))
     e = torch.exp(scores - scores.max(-1, keepdim=True).values)
     return e / e.sum(-1, keepdim=True)
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION))
-def test_fused_attention_forward_and_gradients_equal_the_written_out_weights_in_float64(name):
+def test_fused_attention_forward_and_gradients_equal_the_written_out_weights_in_float64(name, device):
     module = _randomize(ATTENTION[name]())
     if hasattr(module, "enable_layer_scale"):
         module.enable_layer_scale(24, 0.7)
         module.double()
-    x = _tokens((2, 7, 24)).requires_grad_(True)
+    module = module.to(device)
+    x = _tokens((2, 7, 24)).to(device).requires_grad_(True)
     params = list(module.parameters())
     got, got_grads = _gradients(lambda: module(x), [x], params)
     shown, shown_grads = _gradients(lambda: _from_weights(module, x, module.attention(x)), [x], params)
@@ -292,17 +293,17 @@ def bf16_path(request, monkeypatch):
 @pytest.mark.parametrize(("dtype", "bf16_path"), LOWER, ids=[f"{d}-{p}".removeprefix("torch.") for d, p in LOWER],
                          indirect=["bf16_path"])
 @pytest.mark.parametrize("name", sorted(ATTENTION))
-def test_fused_attention_in_lower_precision_follows_float64(name, dtype, bf16_path):
+def test_fused_attention_in_lower_precision_follows_float64(name, dtype, bf16_path, device):
     """The same rounded weights and tokens: the forward (fused, or for bfloat16 on CPU written out)
     and the step recomputed from ``attention()`` both follow the float64 formula, gradients too
     (scaled to their largest)."""
-    exact_module = _randomize(ATTENTION[name]())
+    exact_module = _randomize(ATTENTION[name]()).to(device)
     with torch.no_grad():
         for p in exact_module.parameters():
             p.copy_(p.to(dtype).double())
-    module = ATTENTION[name]().to(dtype)
+    module = ATTENTION[name]().to(dtype).to(device)
     module.load_state_dict({k: v.to(dtype) for k, v in exact_module.state_dict().items()})
-    x = _tokens((2, 7, 24)).to(dtype).double().requires_grad_(True)
+    x = _tokens((2, 7, 24)).to(dtype).double().to(device).requires_grad_(True)
     x_low = x.detach().to(dtype).requires_grad_(True)
     got, got_grads = _gradients(lambda: module(x_low), [x_low], list(module.parameters()))
     shown = _from_weights(module, x_low, module.attention(x_low)).detach()
@@ -322,12 +323,12 @@ def test_fused_attention_in_lower_precision_follows_float64(name, dtype, bf16_pa
 
 @pytest.mark.parametrize("bf16_path", ["explicit", "fused"], indirect=True)
 @pytest.mark.parametrize("name", ["mssa", "mssa-causal", "mhsa", "mhsa-causal", "aot"])
-def test_fused_attention_under_bfloat16_autocast_follows_float64(name, bf16_path):
-    exact_module = _randomize(ATTENTION[name]())
-    module = ATTENTION[name]()
+def test_fused_attention_under_bfloat16_autocast_follows_float64(name, bf16_path, device):
+    exact_module = _randomize(ATTENTION[name]()).to(device)
+    module = ATTENTION[name]().to(device)
     module.load_state_dict({k: v.float() for k, v in exact_module.state_dict().items()})
-    x = _tokens((2, 9, 24))
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    x = _tokens((2, 9, 24)).to(device)
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
         got = module(x.float())
     exact = _from_weights(exact_module, x, _exact_weights(exact_module, x)).detach()
     error = (got.double() - exact).abs().max() / exact.abs().max().clamp_min(1.0)
@@ -336,13 +337,13 @@ def test_fused_attention_under_bfloat16_autocast_follows_float64(name, bf16_path
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("new", [1, 3, 7])
-def test_causal_decoding_attention_is_the_masked_formula(new, dtype):
+def test_causal_decoding_attention_is_the_masked_formula(new, dtype, device):
     """``causal_attention`` for the last ``new`` of 7 positions (one query, several, all)."""
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, n, 8, generator=gen, dtype=torch.float64) for n in (new, 7, 7))
-    q, k, v = (t.to(dtype).double() for t in (q, k, v))
+    q, k, v = (t.to(dtype).double().to(device) for t in (q, k, v))
     scores = q @ k.transpose(-1, -2) / math.sqrt(8)
-    hidden = torch.ones(new, 7, dtype=torch.bool).triu(diagonal=7 - new + 1)
+    hidden = torch.ones(new, 7, dtype=torch.bool, device=device).triu(diagonal=7 - new + 1)
     exact = torch.softmax(scores.masked_fill(hidden, float("-inf")), -1) @ v
     got = causal.causal_attention(q.to(dtype), k.to(dtype), v.to(dtype))
     assert got.dtype == dtype
