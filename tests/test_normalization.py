@@ -24,7 +24,7 @@ from crate_compose.workbench.loading import IMAGENET_MEAN, IMAGENET_STD, renorma
 from crate_compose.workbench.looking import display
 from crate_compose.workbench.pictures import show
 from crate_compose.workbench.probes import probe
-from crate_compose.workbench.probing import _probe_inputs, load_weights, normalization_of, probe_run
+from crate_compose.workbench.probing import _probe_inputs, load_weights, normalization_of, probe_run, standardize
 from crate_compose.workbench.train import Settings, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -118,6 +118,7 @@ def test_where_the_weights_come_from_says_the_statistics(run, tmp_path):
     authors = tmp_path / "crate.pth"
     torch.save({"state_dict": {}}, authors)
     assert normalization_of(authors)[0] == "imagenet"
+    assert standardize(authors, None, load_data("digits")) == "data"  # inferred: grey images keep their own
     build = tmp_path / "build"
     build.mkdir()
     (build / "spec.yaml").write_text((run / "final" / "spec.yaml").read_text())

@@ -137,8 +137,12 @@ def normalization_of(weights: str | Path | None, given: str | None = None) -> tu
 def standardize(weights: str | Path | None, given: str | None, data: Data,
                 say: Callable[[str], None] | None = None) -> str:
     """:func:`normalization_of` ``weights``, checked against ``data`` (ImageNet's statistics need RGB
-    images), its note given to ``say`` (default: printed on stderr) when the data is images."""
+    images: asked for, others are refused; inferred, others keep their own, and the weights' misfit is
+    what is reported), its note given to ``say`` (default: printed on stderr) when the data is images."""
     normalize, note = normalization_of(weights, given)
+    rgb = len(data.input_shape) == 3 and data.input_shape[0] == 3 and data.mean is not None
+    if given is None and not rgb:
+        return "data"
     check_normalize(normalize, data, WorkbenchError)
     if note and data.mean is not None:
         (say or (lambda text: print(f"note: {text}", file=sys.stderr)))(note)
