@@ -351,7 +351,7 @@ def parser() -> argparse.ArgumentParser:
                         help=f"seeds per variant, 1 to {MAX_SEEDS} (default: the grid file's, else 1)")
     _run_arguments(ablate)
     _recipe_argument(ablate)
-    _start_arguments(ablate, "every variant ")
+    _start_arguments(ablate, " every variant")
     ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
     ablate.add_argument("--resume", action="store_true", help="continue the ablation in --out (its ablation.json): "
                         "finished runs are kept, unfinished ones continue; a grid that differs is refused")
@@ -368,7 +368,7 @@ def _recipe_argument(parser: argparse.ArgumentParser) -> None:
 def _start_arguments(parser: argparse.ArgumentParser, who: str = "") -> None:
     """``--init`` and ``--freeze``: fine-tuning (train, and every variant of an ablation)."""
     parser.add_argument("--init", type=Path, default=None, metavar="DIR",
-                        help=f"fine-tune: {who}start from the weights of the build DIR (build --out, a run's final/, "
+                        help=f"fine-tune{who}: start from the weights of the build DIR (build --out, a run's final/, "
                         "a checkpoint) copied by name; a head that does not fit is left new (default: fresh weights)")
     parser.add_argument("--freeze", choices=FREEZES, default=None,
                         help="encoder: train the head alone (every parameter not under head.); default: none")
