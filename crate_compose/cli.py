@@ -145,7 +145,7 @@ def _plugin_arguments() -> argparse.ArgumentParser:
 
 
 def _spec_arguments(parser: argparse.ArgumentParser, *, run: bool = False) -> None:
-    if run:  # probe: SPEC, or a run folder whose spec, data and weights are taken
+    if run:  # probe, evaluate, linear-probe, show: SPEC, or a run folder whose spec, data and weights are taken
         parser.add_argument("spec", nargs="?", help="a spec file or a zoo preset name, or a run folder (RUN: its "
                             "final/ or latest checkpoint, its spec, data and image size)")
     else:
@@ -271,23 +271,26 @@ def parser() -> argparse.ArgumentParser:
     generate.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, ... (default: cpu)")
 
     evaluate = command("evaluate", help="test metrics of trained weights on a data set (top-1, top-5, loss), as JSON")
-    _spec_arguments(evaluate)
-    evaluate.add_argument("--weights", type=Path, required=True, help="trained weights: a run's final/ or a checkpoint")
-    evaluate.add_argument("--data", default="digits", help="data set whose test split is used (default: digits)")
+    _spec_arguments(evaluate, run=True)
+    evaluate.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint, or an authors' "
+                          "checkpoint file (needed unless SPEC is a run folder)")
+    evaluate.add_argument("--data", default=None, help="data set whose test split is used (default: a run's own, "
+                          "else digits)")
     evaluate.add_argument("--task", choices=TASKS, default=None, help="what the weights were trained for "
                           "(default: the data's own task)")
     evaluate.add_argument("--image-size", type=IMAGE_SIZE, default=None,
                           help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     _normalize_argument(evaluate)
-    evaluate.add_argument("--seed", type=SEED, default=0, help="seed of the evaluation's masks (default: 0)")
+    evaluate.add_argument("--seed", type=SEED, default=None, help="seed of the evaluation's masks (default: a run's "
+                          "own, else 0)")
     evaluate.add_argument("--out", type=Path, help="also write the JSON to this file")
 
     probe_linear = command("linear-probe", help="logistic regression (C in 10^0..10^5) and k-NN on frozen "
                            "features, as JSON")
-    _spec_arguments(probe_linear)
+    _spec_arguments(probe_linear, run=True)
     probe_linear.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint "
                               "(without: the untrained network, a baseline)")
-    probe_linear.add_argument("--data", default="digits", help="labelled data set (default: digits)")
+    probe_linear.add_argument("--data", default=None, help="labelled data set (default: a run's own, else digits)")
     probe_linear.add_argument("--layer", type=NONNEGATIVE, default=None,
                               help="the encoder layer whose tokens are the features (default: the last step)")
     probe_linear.add_argument("--pool", choices=("cls", "mean"), default="cls",
@@ -319,11 +322,11 @@ def parser() -> argparse.ArgumentParser:
 
     show = command("show", help="pictures of what an image network does: attention maps, TSSA memberships, "
                    "PCA of the patch features, masked reconstructions (PNG files)")
-    _spec_arguments(show)
+    _spec_arguments(show, run=True)
     show.add_argument("--weights", type=Path, metavar="DIR", help="trained weights: a run's final/ or a checkpoint folder "
                       "(without: the untrained network of --seed)")
-    show.add_argument("--data", required=True, metavar="NAME", help="image data set whose first test images are shown "
-                      "(digits, photos, folder:PATH)")
+    show.add_argument("--data", default=None, metavar="NAME", help="image data set whose test images are shown "
+                      "(digits, photos, folder:PATH; default: a run's own, else digits)")
     show.add_argument("--layer", type=NONNEGATIVE, default=None, metavar="N",
                       help="the encoder layer to show, counted from 0 (default: the last)")
     show.add_argument("--images", "--image", type=_number(int, 1, 16, what="a whole number"), default=4, metavar="N",
@@ -592,7 +595,6 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _ablate(args: argparse.Namespace) -> int:
     from .workbench.grids import combine, read_grid
-
     from .workbench.recipes import read_recipe
 
     found = read_grid(args.grid) if args.grid else None  # checked before torch loads

@@ -146,3 +146,24 @@ def test_text_data_is_never_standardized():
     data = load_data("text")
     tokens = data.test[0][0][None]
     assert renormalize(tokens, data, "imagenet") is tokens
+
+
+def test_a_run_folder_stands_for_its_weights_spec_and_data(run, tinted, tmp_path, capsys):
+    """``evaluate RUN``, ``linear-probe RUN`` and ``show RUN`` as ``probe RUN``: the run's final weights,
+    spec, data and standardization; its own test metrics come back; other data is refused."""
+    final = json.loads((run / "result.json").read_text())["metrics"]
+    assert main(["evaluate", str(run)]) == 0
+    captured = capsys.readouterr()
+    answer = json.loads(captured.out)
+    assert f"{run}: evaluating its final/, with its spec, on folder:{tinted}" in captured.err
+    assert (answer["test_accuracy"], answer["weights"]) == (final["test_accuracy"], str(run / "final"))
+    assert main(["linear-probe", str(run)]) == 0
+    assert json.loads(capsys.readouterr().out)["normalize"] == "imagenet"
+    assert main(["show", str(run), "--images", "1", "--out", str(tmp_path / "pictures")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    for command in ("evaluate", "linear-probe", "show"):
+        assert main([command, str(run), "--data", "digits"]) == 2
+        err = capsys.readouterr().err
+        assert f"the run {run} was trained on folder:{tinted}" in err and "Traceback" not in err
+    assert main(["evaluate", SPEC]) == 2
+    assert "evaluate needs trained weights" in capsys.readouterr().err

@@ -294,12 +294,11 @@ def test_bad_input_is_refused_with_its_message_and_writes_nothing(tmp_path, caps
     assert not out.exists()
 
 
-@pytest.mark.parametrize("arguments", [["--images", "0"], ["--images", "17"], ["--patch", "-1"], ["--layer", "x"],
-                                       []], ids=["no-images", "many-images", "patch", "layer", "no-data"])
+@pytest.mark.parametrize("arguments", [["--images", "0"], ["--images", "17"], ["--patch", "-1"], ["--layer", "x"]],
+                         ids=["no-images", "many-images", "patch", "layer"])
 def test_bad_arguments_exit_2_before_anything_loads(tmp_path, capsys, arguments):
-    data = [] if not arguments else ["--data", "digits"]
     with pytest.raises(SystemExit) as exit_:
-        main(["show", DIGITS, *data, *arguments, "--out", str(tmp_path / "p")])
+        main(["show", DIGITS, "--data", "digits", *arguments, "--out", str(tmp_path / "p")])
     assert exit_.value.code == 2
     assert "show: error:" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()

@@ -24,23 +24,25 @@ from .evaluation import batch_of, evaluate
 from .linear_probe import features, knn, linear_probe
 from .loading import renormalize
 from .losses import patch_size_of
-from .probing import load_weights, standardize
+from .probing import is_run, load_weights, resolve_subject, standardize
 from .train import HEADLESS, prepare
 
 TOP_K = 5
 
 
 
-def _loaded(spec_ref, data_name: str, weights: str | Path | None, overrides: Iterable[str], image_size: int | None,
-            seed: int, normalize: str | None, keep: tuple[str, ...] = ()):
-    """The spec fitted to the data, the data, the model with ``weights`` (none: untrained, of ``seed``)
-    and how its inputs are standardized (:func:`crate_compose.workbench.probing.standardize`)."""
-    spec, data = prepare(spec_ref, data_name, list(overrides), image_size, seed, keep=keep)
-    normalize = standardize(weights, normalize, data)
-    model = compile_spec(spec, seed=seed)
-    if weights is not None:
-        load_weights(model, Path(weights))
-    return spec, data, model, normalize
+def _loaded(command: str, spec_ref, data_name: str | None, weights: str | Path | None, overrides: Iterable[str],
+            image_size: int | None, seed: int | None, normalize: str | None, keep: tuple[str, ...] = ()):
+    """The subject (a run folder resolved: :func:`crate_compose.workbench.probing.resolve_subject`), the
+    spec fitted to its data, the data, the model with its weights (none: untrained, of the seed) and how
+    its inputs are standardized (:func:`crate_compose.workbench.probing.standardize`)."""
+    subject = resolve_subject(command, spec_ref, weights, data_name, image_size, seed, normalize)
+    spec, data = prepare(subject.spec, subject.data, list(overrides), subject.image_size, subject.seed, keep=keep)
+    normalize = standardize(subject.weights, subject.normalize, data)
+    model = compile_spec(spec, seed=subject.seed)
+    if subject.weights is not None:
+        load_weights(model, subject.weights)
+    return subject, spec, data, model, normalize
 
 
 def tensors_of(dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,20 +52,27 @@ def tensors_of(dataset) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
 
 
-def evaluate_weights(spec_ref, data_name: str, weights: str | Path, *, overrides: Iterable[str] = (),
-                     task: str | None = None, image_size: int | None = None, seed: int = 0,
-                     normalize: str | None = None) -> dict[str, Any]:
+def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
+                     overrides: Iterable[str] = (), task: str | None = None, image_size: int | None = None,
+                     seed: int | None = None, normalize: str | None = None) -> dict[str, Any]:
     """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint; or an authors'
-    checkpoint file) on ``data_name``, its images standardized as ``normalize`` says (default: as the
-    weights were trained, :func:`crate_compose.workbench.probing.normalization_of`)."""
-    spec, data, model, normalize = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, normalize)
+    checkpoint file) on ``data_name`` (default: digits), its images standardized as ``normalize`` says
+    (default: as the weights were trained, :func:`crate_compose.workbench.probing.normalization_of`),
+    the masks drawn from ``seed`` (default 0). A run folder as ``spec_ref`` or ``weights`` gives its
+    final weights, spec, data, image size, seed and standardization: its own test metrics come back."""
+    if weights is None and not is_run(spec_ref):
+        raise WorkbenchError("evaluate needs trained weights: --weights DIR (a run's final/ or a checkpoint, or "
+                             "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN")
+    subject, spec, data, model, normalize = _loaded("evaluate", spec_ref, data_name, weights, overrides, image_size,
+                                                    seed, normalize)
     task = task or data.task_hint
     patch = patch_size_of(model) if task == "mae" else None
-    metrics = evaluate(model, task, data, Settings(task=task, data=data_name, seed=seed, normalize=normalize), patch)
+    settings = Settings(task=task, data=subject.data, seed=subject.seed, normalize=normalize)
+    metrics = evaluate(model, task, data, settings, patch)
     if task == "classify" and (data.classes or 0) > TOP_K:
         metrics["test_top5"] = _top_k(model, data, TOP_K, normalize)
-    return {"spec": spec.name, "data": data_name, "weights": str(weights), "task": task, "normalize": normalize,
-            "examples": len(data.test), **metrics}
+    return {"spec": spec.name, "data": subject.data, "weights": str(subject.weights), "task": task,
+            "normalize": normalize, "examples": len(data.test), **metrics}
 
 
 def _top_k(model: torch.nn.Module, data: Data, k: int, normalize: str) -> float:
@@ -77,14 +86,17 @@ def _top_k(model: torch.nn.Module, data: Data, k: int, normalize: str) -> float:
     return float((logits.topk(k, dim=-1).indices == labels[:, None]).any(-1).double().mean())
 
 
-def linear_probe_weights(spec_ref, data_name: str, weights: str | Path | None, *, overrides: Iterable[str] = (),
-                         layer: int | None = None, pool: str = "cls", image_size: int | None = None,
-                         seed: int = 0, normalize: str | None = None) -> dict[str, Any]:
+def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
+                         overrides: Iterable[str] = (), layer: int | None = None, pool: str = "cls",
+                         image_size: int | None = None, seed: int = 0,
+                         normalize: str | None = None) -> dict[str, Any]:
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
-    network of ``seed``, a baseline) on ``data_name``'s splits, standardized as ``normalize`` says
-    (default: as the weights were trained)."""
-    spec, data, model, normalize = _loaded(spec_ref, data_name, weights, overrides, image_size, seed, normalize,
-                                           keep=HEADLESS)
+    network of ``seed``, a baseline; a run folder: its final weights, on its data) on ``data_name``'s
+    splits (default: digits), standardized as ``normalize`` says (default: as the weights were
+    trained). ``seed`` draws the validation split."""
+    subject, spec, data, model, normalize = _loaded("linear-probe", spec_ref, data_name, weights, overrides,
+                                                    image_size, seed, normalize, keep=HEADLESS)
+    data_name, weights = subject.data, subject.weights
     (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
     train_x, test_x = renormalize(train_x, data, normalize), renormalize(test_x, data, normalize)
     labels = "classes"

@@ -31,7 +31,7 @@ from . import drawings
 from .loading import normalization, renormalize
 from .locks import hold
 from .looking import StepView, Views, look, not_images, pca_rgb
-from .probing import CHECKPOINT, load_weights, standardize
+from .probing import CHECKPOINT, load_weights, resolve_subject, standardize
 from .train import HEADLESS, prepare
 
 __all__ = ["Shown", "StepView", "Views", "draw", "look", "pca_rgb", "picture_folder", "show"]
@@ -111,7 +111,7 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
     return folder
 
 
-def show(spec_ref, data_name: str, *, weights: str | Path | None = None, overrides: Iterable[str] = (),
+def show(spec_ref, data_name: str | None = None, *, weights: str | Path | None = None, overrides: Iterable[str] = (),
          layer: int | None = None, images: int = IMAGES, patch: int | None = None, out: str | Path | None = None,
          seed: int = 0, image_size: int | None = None, normalize: str | None = None) -> Shown:
     """Draw the pictures of ``spec_ref`` (its input size set from ``data_name``) with ``weights`` (a
@@ -120,10 +120,14 @@ def show(spec_ref, data_name: str, *, weights: str | Path | None = None, overrid
     PNG files into ``out`` (default: :func:`picture_folder`), all new or none, holding the folder's
     lock. Everything is checked, gathered and drawn before the first file is written. The images are
     standardized as ``normalize`` says (default: as the weights were trained,
-    :func:`crate_compose.workbench.probing.normalization_of`)."""
+    :func:`crate_compose.workbench.probing.normalization_of`). A run folder as ``spec_ref`` or
+    ``weights`` gives its final weights, spec, data, image size and standardization; ``data_name``
+    defaults to digits otherwise."""
     overrides = list(overrides)
     if not 1 <= images <= MAX_IMAGES:
         raise WorkbenchError(f"--images {images}: show 1 to {MAX_IMAGES} images")
+    subject = resolve_subject("show", spec_ref, weights, data_name, image_size, seed, normalize)
+    spec_ref, weights, data_name, image_size = subject.spec, subject.weights, subject.data, subject.image_size
     first = loader.load(spec_ref, overrides)
     if len(first.input.shape) != 3:  # token input (a language model): refused before any data is read
         raise SpecError([Problem(not_images(first), ("input", "shape"), first.locate(("input", "shape")))])
@@ -132,7 +136,7 @@ def show(spec_ref, data_name: str, *, weights: str | Path | None = None, overrid
         raise WorkbenchError(f"data set '{data_name}' is not images (its inputs have shape {list(data.input_shape)}): "
                              "give an image data set (digits, photos, folder:PATH)")
     folder = picture_folder(weights, spec.name, out)  # refused before anything is computed
-    normalize = standardize(weights, normalize, data)
+    normalize = standardize(weights, subject.normalize, data)
     model = compile_spec(spec, seed=seed)
     if weights is not None:
         load_weights(model, Path(weights))

@@ -74,7 +74,7 @@ def is_run(path: Any) -> bool:
     return isinstance(path, (str, Path)) and Path(path).is_dir() and (Path(path) / run_records.RUN_FILE).exists()
 
 
-def run_weights(run: str | Path) -> RunWeights:
+def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     """The weights of the run folder ``run`` and what it was trained on (:class:`RunWeights`);
     :class:`WorkbenchError` when it holds no weights yet, :class:`~crate_compose.workbench.runs.RunRecordError`
     when its record cannot be trusted."""
@@ -97,7 +97,7 @@ def run_weights(run: str | Path) -> RunWeights:
     image_size, seed, normalize = settings.get("image_size"), settings.get("seed", 0), settings.get("normalize", "data")
     size = f", image size {image_size}" if image_size else ""
     scaled = ", standardized with ImageNet's statistics" if normalize == "imagenet" else ""
-    note = f"{run}: probing {said}, with its spec, on {data}{size}{scaled} (seed {seed}), as the run recorded"
+    note = f"{run}: {verb} {said}, with its spec, on {data}{size}{scaled} (seed {seed}), as the run recorded"
     return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note, normalize)
 
 
@@ -149,6 +149,59 @@ def standardize(weights: str | Path | None, given: str | None, data: Data,
     return normalize
 
 
+VERBS = {"probe": "probing", "evaluate": "evaluating", "linear-probe": "probing linearly", "show": "showing"}
+
+
+@dataclass
+class Subject:
+    """What a command that runs weights on data is given, a run folder resolved (:func:`resolve_subject`)."""
+
+    spec: Any
+    weights: Path | None
+    data: str
+    image_size: int | None
+    seed: int
+    normalize: str | None
+
+
+def resolve_subject(command: str, spec_ref, weights, data_name: str | None, image_size: int | None,
+                    seed: int | None, normalize: str | None = None,
+                    say: Callable[[str], None] | None = None) -> Subject:
+    """``spec_ref`` and ``weights`` as ``command`` (probe, evaluate, linear-probe, show) takes them: a run
+    folder given as either stands for its weights (:func:`run_weights`), its spec (unless a spec is
+    given), and the data, image size, seed and standardization it recorded (unless given; ``say``
+    hears the note); a ``data_name`` other than the run's is refused (the run's spec is fitted to its
+    data). Without a run, the data defaults to digits and the seed to 0."""
+    say = say or (lambda note: print(f"note: {note}", file=sys.stderr))
+    if is_run(spec_ref):
+        if weights is not None:
+            raise WorkbenchError(f"{spec_ref} is a run folder, which names its own weights: give it alone "
+                                 f"({command} {spec_ref}), or a spec with --weights {weights}")
+        spec_ref, weights = None, spec_ref
+    if weights is not None and is_run(weights):
+        found = run_weights(weights, VERBS.get(command, command))
+        if data_name is not None and not _same_data(data_name, found.data):
+            raise WorkbenchError(f"--data {data_name}: the run {found.run} was trained on {found.data}, and its spec "
+                                 f"is fitted to that data; {command} it on {found.data} (leave out --data), or run "
+                                 f"its weights on other data with: {command} SPEC --weights {found.weights} --data "
+                                 f"{data_name}")
+        say(found.note)
+        return Subject(spec_ref if spec_ref is not None else found.spec, found.weights, found.data,
+                       image_size if image_size is not None else found.image_size,
+                       seed if seed is not None else found.seed,
+                       normalize if normalize is not None else found.normalize)
+    if spec_ref is None:
+        raise WorkbenchError(f"{command} needs a spec (a file or a zoo preset) or a run folder: crate-compose "
+                             f"{command} SPEC [--weights DIR] [--data NAME], or crate-compose {command} RUN")
+    if isinstance(spec_ref, (str, Path)) and Path(spec_ref).is_dir() and str(spec_ref) not in presets():
+        raise WorkbenchError(f"{spec_ref} is a folder but not a run (no {run_records.RUN_FILE}): give a spec file or "
+                             f"a zoo preset (for a build folder: {command} {Path(spec_ref) / SPEC_FILE} --weights "
+                             f"{spec_ref} --data NAME), or a run folder")
+    return Subject(spec_ref, Path(weights) if weights is not None else None,
+                   data_name if data_name is not None else "digits", image_size, seed if seed is not None else 0,
+                   normalize)
+
+
 def _same_data(given: str, recorded: str) -> bool:
     if given == recorded:
         return True
@@ -187,33 +240,10 @@ def probe_run(
     default: as the weights were trained (:func:`normalization_of`)."""
     say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
     logger = choose_logger(logger, say)
-    if is_run(spec_ref):
-        if weights is not None:
-            raise WorkbenchError(f"{spec_ref} is a run folder, which names its own weights: give it alone "
-                                 f"(probe {spec_ref}), or a spec with --weights {weights}")
-        spec_ref, weights = None, spec_ref
-    if weights is not None and is_run(weights):
-        found = run_weights(weights)
-        if data_name is not None and not _same_data(data_name, found.data):
-            raise WorkbenchError(f"--data {data_name}: the run {found.run} was trained on {found.data}, and its spec "
-                                 f"is fitted to that data; probe it on {found.data} (leave out --data), or measure "
-                                 f"its weights on other data with: probe SPEC --weights {found.weights} --data "
-                                 f"{data_name}")
-        spec_ref = spec_ref if spec_ref is not None else found.spec
-        weights, data_name = found.weights, found.data
-        image_size = image_size if image_size is not None else found.image_size
-        seed = seed if seed is not None else found.seed
-        normalize = normalize if normalize is not None else found.normalize
-        say(found.note)
-    elif spec_ref is None:
-        raise WorkbenchError("probe needs a spec (a file or a zoo preset) or a run folder: crate-compose probe "
-                             "SPEC [--weights DIR] [--data NAME], or crate-compose probe RUN")
-    elif isinstance(spec_ref, (str, Path)) and Path(spec_ref).is_dir() and str(spec_ref) not in presets():
-        raise WorkbenchError(f"{spec_ref} is a folder but not a run (no {run_records.RUN_FILE}): give a spec file or "
-                             f"a zoo preset (for a build folder: probe {Path(spec_ref) / SPEC_FILE} --weights "
-                             f"{spec_ref} --data NAME), or a run folder")
-    data_name = data_name if data_name is not None else "digits"
-    seed = seed if seed is not None else 0
+    subject = resolve_subject("probe", spec_ref, weights, data_name, image_size, seed, normalize, say)
+    spec_ref, weights, data_name, image_size, normalize = (subject.spec, subject.weights, subject.data,
+                                                           subject.image_size, subject.normalize)
+    seed = subject.seed
     spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS)  # heads are not probed
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     normalize = standardize(weights, normalize, data, say)
