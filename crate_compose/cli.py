@@ -281,6 +281,7 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--image-size", type=IMAGE_SIZE, default=None,
                           help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     _normalize_argument(evaluate)
+    _workers_argument(evaluate)
     evaluate.add_argument("--seed", type=SEED, default=None, help="seed of the evaluation's masks (default: a run's "
                           "own, else 0)")
     evaluate.add_argument("--out", type=Path, help="also write the JSON to this file")
@@ -298,6 +299,7 @@ def parser() -> argparse.ArgumentParser:
     probe_linear.add_argument("--image-size", type=IMAGE_SIZE, default=None,
                               help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     _normalize_argument(probe_linear)
+    _workers_argument(probe_linear)
     probe_linear.add_argument("--seed", type=SEED, default=0, help="seed of the validation split (default: 0)")
     probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
 
@@ -382,6 +384,12 @@ def _recipe_settings(recipe, steps_given: bool, warmup_given: bool) -> dict:
     warm-up is: steps and warm-up given anywhere win over the recipe's passes."""
     return {k: v for k, v in (recipe.settings if recipe else {}).items()
             if not (k == "epochs" and steps_given) and not (k == "warmup_epochs" and warmup_given)}
+
+
+def _workers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=_number(int, 0, MAX_WORKERS, what="a whole number"), default=0, metavar="N",
+                        help="DataLoader processes that decode a folder's images (default: 0, in this process; the "
+                        "results are the same)")
 
 
 def _normalize_argument(parser: argparse.ArgumentParser) -> None:
@@ -644,7 +652,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .workbench.assessment import evaluate_weights
 
     return _answer(evaluate_weights(args.spec, args.data, args.weights, overrides=args.overrides, task=args.task,
-                                    image_size=args.image_size, seed=args.seed, normalize=args.normalize), args.out)
+                                    image_size=args.image_size, seed=args.seed, normalize=args.normalize,
+                                    workers=args.workers), args.out)
 
 
 def _linear_probe(args: argparse.Namespace) -> int:
@@ -652,7 +661,7 @@ def _linear_probe(args: argparse.Namespace) -> int:
 
     return _answer(linear_probe_weights(args.spec, args.data, args.weights, overrides=args.overrides,
                                         layer=args.layer, pool=args.pool, image_size=args.image_size,
-                                        seed=args.seed, normalize=args.normalize), args.out)
+                                        seed=args.seed, normalize=args.normalize, workers=args.workers), args.out)
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -170,14 +170,19 @@ def test_settings_and_data_that_do_not_fit_are_refused(tmp_path, digits):
         assert not (tmp_path / "never").exists()
 
 
-def test_a_bad_image_met_in_a_worker_is_named(tmp_path):
+def _noise_folder(root: Path, per_class: int, side: int, seed: int) -> None:
+    """Two class folders of ``per_class`` random RGB PNGs of ``side`` x ``side``."""
     from PIL import Image
 
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     for c in range(2):
-        (tmp_path / f"c{c}").mkdir()
-        for i in range(5):
-            Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(tmp_path / f"c{c}" / f"{i}.png")
+        (root / f"c{c}").mkdir()
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(root / f"c{c}" / f"{i}.png")
+
+
+def test_a_bad_image_met_in_a_worker_is_named(tmp_path):
+    _noise_folder(tmp_path, 5, 24, seed=1)
     data = load_data(f"folder:{tmp_path}")
     broken = data.train.files[3]
     broken.write_bytes(broken.read_bytes()[:400])  # the header reads, the pixels do not
@@ -204,3 +209,21 @@ def test_a_run_resumed_with_other_workers_equals_the_uninterrupted_one(tmp_path)
     resumed = load_file(run / "final" / "model.safetensors")
     assert all(torch.equal(weights[name], resumed[name]) for name in weights)
     assert "workers" not in json.loads((run / "run.json").read_text())["identity"]["settings"]
+
+
+def test_a_split_read_in_workers_is_the_split_read_here_and_a_bad_image_is_named(tmp_path):
+    """``split_batches`` (evaluation, the linear probe): the same batches in order with 0 or 2 workers; a
+    bad image met in a worker is a DataError naming the file, not a worker's traceback."""
+    from crate_compose.workbench.loading import split_batches
+
+    _noise_folder(tmp_path, 9, 20, seed=2)
+    data = load_data(f"folder:{tmp_path}")
+    here, there = list(split_batches(data.train, 4)), list(split_batches(data.train, 4, workers=2))
+    assert [len(x) for x, _ in here] == [4, 4, 4, 2] and len(here) == len(there)
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(here, there))
+    assert [len(x) for x, _ in split_batches(data.train, 4, workers=2, count=5)] == [4, 1]
+    broken = data.train.files[5]
+    broken.write_bytes(broken.read_bytes()[:400])
+    with pytest.raises(DataError, match=str(broken.name)) as caught:
+        list(split_batches(data.train, 4, workers=2))
+    assert "Traceback" not in str(caught.value)

@@ -157,8 +157,13 @@ def test_a_run_folder_stands_for_its_weights_spec_and_data(run, tinted, tmp_path
     answer = json.loads(captured.out)
     assert f"{run}: evaluating its final/, with its spec, on folder:{tinted}" in captured.err
     assert (answer["test_accuracy"], answer["weights"]) == (final["test_accuracy"], str(run / "final"))
+    assert main(["evaluate", str(run), "--workers", "2"]) == 0  # the folder decoded in two processes: the same
+    assert json.loads(capsys.readouterr().out) == answer
     assert main(["linear-probe", str(run)]) == 0
-    assert json.loads(capsys.readouterr().out)["normalize"] == "imagenet"
+    probed = json.loads(capsys.readouterr().out)
+    assert probed["normalize"] == "imagenet"
+    assert main(["linear-probe", str(run), "--workers", "2"]) == 0
+    assert json.loads(capsys.readouterr().out) == probed
     assert main(["show", str(run), "--images", "1", "--out", str(tmp_path / "pictures")]) == 0
     assert "wrote" in capsys.readouterr().out
     for command in ("evaluate", "linear-probe", "show"):

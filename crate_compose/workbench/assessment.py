@@ -20,9 +20,9 @@ from ..building.builder import compile_spec
 from ..errors import WorkbenchError
 from ..settings import Settings
 from .data import Data
-from .evaluation import batch_of, evaluate
+from .evaluation import evaluate
 from .linear_probe import features, knn, linear_probe
-from .loading import renormalize
+from .loading import renormalize, split_batches
 from .losses import patch_size_of
 from .probing import is_run, load_weights, resolve_subject, standardize
 from .train import HEADLESS, prepare
@@ -45,21 +45,22 @@ def _loaded(command: str, spec_ref, data_name: str | None, weights: str | Path |
     return subject, spec, data, model, normalize
 
 
-def tensors_of(dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    """A whole split as two stacked tensors (inputs, targets), read 512 examples at a time."""
-    parts = [batch_of(dataset, torch.arange(start, min(start + 512, len(dataset))))
-             for start in range(0, len(dataset), 512)]
+def tensors_of(dataset, workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole split as two stacked tensors (inputs, targets), read 512 examples at a time (decoded in
+    ``workers`` DataLoader processes when it is read from files)."""
+    parts = list(split_batches(dataset, 512, workers))
     return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
 
 
 def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
                      overrides: Iterable[str] = (), task: str | None = None, image_size: int | None = None,
-                     seed: int | None = None, normalize: str | None = None) -> dict[str, Any]:
+                     seed: int | None = None, normalize: str | None = None, workers: int = 0) -> dict[str, Any]:
     """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint; or an authors'
     checkpoint file) on ``data_name`` (default: digits), its images standardized as ``normalize`` says
     (default: as the weights were trained, :func:`crate_compose.workbench.probing.normalization_of`),
     the masks drawn from ``seed`` (default 0). A run folder as ``spec_ref`` or ``weights`` gives its
-    final weights, spec, data, image size, seed and standardization: its own test metrics come back."""
+    final weights, spec, data, image size, seed and standardization: its own test metrics come back.
+    ``workers`` DataLoader processes decode a split read from files (the metrics are the same)."""
     if weights is None and not is_run(spec_ref):
         raise WorkbenchError("evaluate needs trained weights: --weights DIR (a run's final/ or a checkpoint, or "
                              "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN")
@@ -67,38 +68,36 @@ def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path
                                                     seed, normalize)
     task = task or data.task_hint
     patch = patch_size_of(model) if task == "mae" else None
-    settings = Settings(task=task, data=subject.data, seed=subject.seed, normalize=normalize)
-    metrics = evaluate(model, task, data, settings, patch)
-    if task == "classify" and (data.classes or 0) > TOP_K:
-        metrics["test_top5"] = _top_k(model, data, TOP_K, normalize)
+    settings = Settings(task=task, data=subject.data, seed=subject.seed, normalize=normalize, workers=workers)
+    top_k = TOP_K if task == "classify" and (data.classes or 0) > TOP_K else None
+    metrics = evaluate(model, task, data, settings, patch, top_k)
     return {"spec": spec.name, "data": subject.data, "weights": str(subject.weights), "task": task,
             "normalize": normalize, "examples": len(data.test), **metrics}
 
 
-def _top_k(model: torch.nn.Module, data: Data, k: int, normalize: str) -> float:
-    """The share of test examples whose class is among the ``k`` largest logits."""
-    inputs, labels = tensors_of(data.test)
-    inputs = renormalize(inputs, data, normalize)
-    model.eval()
-    with torch.no_grad():
-        logits = torch.cat([model(inputs[s:s + 256])["output"] for s in range(0, len(inputs), 256)])
-    model.train()
-    return float((logits.topk(k, dim=-1).indices == labels[:, None]).any(-1).double().mean())
+def _features_of(model, data: Data, split, normalize: str, workers: int, layer: int | None,
+                 pool: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The frozen features (:func:`crate_compose.workbench.linear_probe.features`) and the targets of a
+    whole split, 512 examples at a time."""
+    parts = [(features(model, renormalize(x, data, normalize), layer=layer, pool=pool), y)
+             for x, y in split_batches(split, 512, workers)]
+    return torch.cat([f for f, _ in parts]), torch.cat([y for _, y in parts])
 
 
 def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
                          overrides: Iterable[str] = (), layer: int | None = None, pool: str = "cls",
-                         image_size: int | None = None, seed: int = 0,
-                         normalize: str | None = None) -> dict[str, Any]:
+                         image_size: int | None = None, seed: int = 0, normalize: str | None = None,
+                         workers: int = 0) -> dict[str, Any]:
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
     network of ``seed``, a baseline; a run folder: its final weights, on its data) on ``data_name``'s
     splits (default: digits), standardized as ``normalize`` says (default: as the weights were
-    trained). ``seed`` draws the validation split."""
+    trained). ``seed`` draws the validation split; ``workers`` DataLoader processes decode a split read
+    from files. The features are taken batch by batch: only they are held, never the images."""
     subject, spec, data, model, normalize = _loaded("linear-probe", spec_ref, data_name, weights, overrides,
                                                     image_size, seed, normalize, keep=HEADLESS)
     data_name, weights = subject.data, subject.weights
-    (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
-    train_x, test_x = renormalize(train_x, data, normalize), renormalize(test_x, data, normalize)
+    train_f, train_y = _features_of(model, data, data.train, normalize, workers, layer, pool)
+    test_f, test_y = _features_of(model, data, data.test, normalize, workers, layer, pool)
     labels = "classes"
     if not data.classes:
         if data.train.crops is None:
@@ -106,8 +105,6 @@ def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | 
         # crops of photographs: the class of a crop is the photograph it was cut from (train crops from
         # each photo's left 75%, test crops from its right 25%)
         train_y, test_y, labels = data.train.crops[:, 0], data.test.crops[:, 0], "the photograph of each crop"
-    train_f = features(model, train_x, layer=layer, pool=pool)
-    test_f = features(model, test_x, layer=layer, pool=pool)
     result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
     result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
     return {"spec": spec.name, "data": data_name, "weights": str(weights) if weights else None,

@@ -17,7 +17,7 @@ from ..building.placement import step_seed
 from ..modules.embed import patchify
 from ..settings import Settings
 from .data import Data
-from .loading import batch_of, renormalize
+from .loading import renormalize, split_batches
 from .losses import masked_reconstruction_loss
 
 EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
@@ -34,24 +34,29 @@ def loss_of(task: str, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: i
     return masked_reconstruction_loss(outputs["output"].float(), x.float(), outputs["mask"], patch)
 
 
-def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch: int | None) -> dict[str, float]:
+def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch: int | None,
+             top_k: int | None = None) -> dict[str, float]:
     """Test metrics: accuracy and loss (classify), or the MSE on hidden patches and that of the mean-patch
-    baseline, which predicts every hidden patch as the mean of the same image's visible patches (mae)."""
+    baseline, which predicts every hidden patch as the mean of the same image's visible patches (mae).
+    ``top_k``: also the share of examples whose class is among the ``k`` largest logits
+    (``test_top{k}``). The test split is read in order, in ``settings.workers`` DataLoader processes
+    when it is read from files (the same batches, so the same metrics, with any number)."""
     model.eval()
     device = next(model.parameters()).device
     if task == "lm":
         return _evaluate_lm(model, data, device)
-    total, correct, loss_sum, baseline_sum = 0, 0, 0.0, 0.0
+    total, correct, among, loss_sum, baseline_sum = 0, 0, 0, 0.0, 0.0
     with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(step_seed(settings.seed, "evaluation"))  # the same masks at every evaluation
-        for start in range(0, len(data.test), 256):
-            x, y = batch_of(data.test, torch.arange(start, min(start + 256, len(data.test))))
+        for x, y in split_batches(data.test, 256, settings.workers):  # decoded in --workers processes
             x, y = renormalize(x, data, settings.normalize).to(device), y.to(device)  # as the training inputs (--normalize)
             outputs = model(x)
             n = len(x)
             loss_sum += loss_of(task, outputs, x, y, patch).item() * n
             if task == "classify":
                 correct += (outputs["output"].argmax(-1) == y).sum().item()
+                if top_k:
+                    among += (outputs["output"].topk(top_k, dim=-1).indices == y[:, None]).any(-1).sum().item()
             else:  # predicting every hidden patch by the mean of the image's visible patches
                 patches, visible = patchify(x.float(), patch), (1 - outputs["mask"]).unsqueeze(-1)
                 mean_patch = (patches * visible).sum(1, keepdim=True) / visible.sum(1, keepdim=True).clamp_min(1)
@@ -60,7 +65,8 @@ def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch:
             total += n
     model.train()
     if task == "classify":
-        return {"test_accuracy": correct / total, "test_loss": loss_sum / total}
+        return {"test_accuracy": correct / total, "test_loss": loss_sum / total,
+                **({f"test_top{top_k}": among / total} if top_k else {})}
     return {"test_masked_mse": loss_sum / total, "test_mean_patch_mse": baseline_sum / total}
 
 
@@ -69,8 +75,7 @@ def _evaluate_lm(model: nn.Module, data: Data, device: torch.device) -> dict[str
     count = min(len(data.test), EVAL_WINDOWS)
     loss_sum = 0.0
     with torch.no_grad():
-        for start in range(0, count, 64):
-            x, y = batch_of(data.test, torch.arange(start, min(start + 64, count)))
+        for x, y in split_batches(data.test, 64, count=count):
             outputs = model(x.to(device))
             loss_sum += loss_of("lm", outputs, x, y.to(device), None).item() * len(x)
     model.train()

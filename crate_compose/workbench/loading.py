@@ -55,7 +55,8 @@ from .data import Data
 from .images import FolderImages, read_rgb
 
 __all__ = ["AUGMENTING", "Examples", "StepBatches", "batch_indices", "batch_of", "batches", "check",
-           "check_normalize", "epoch_order", "held_batches", "loader", "normalization", "renormalize", "shift", "transforms_v2"]
+           "check_normalize", "epoch_order", "held_batches", "loader", "normalization", "renormalize", "shift",
+           "split_batches", "transforms_v2"]
 
 AUGMENTING = ("crop-flip", "randaugment")  # per-example transforms (torchvision), images only
 CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's share of the image's area (DeiT, CRATE)
@@ -345,9 +346,53 @@ def batches(data: Data, settings: Settings, start: int, dist: Any = None,
                 raise RuntimeError(f"the data loader gave the batch of step {step} for step {expected}")
             yield x, y
     finally:
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        _stop(iterator)
+
+
+def _stop(iterator: Any) -> None:
+    """Stop a DataLoader iterator's workers now (a generator closed early would leave them to the collector)."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
+class _Split(Dataset):
+    """A split read a batch at a time (``__getitems__``), as :func:`batch_of` reads it, in a worker."""
+
+    def __init__(self, split: Any) -> None:
+        self.split = split
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor] | _Failure:
+        try:
+            return batch_of(self.split, torch.tensor(indices, dtype=torch.int64))
+        except DataError as error:
+            return _Failure(str(error))
+
+
+def split_batches(split: Any, batch: int, workers: int = 0, count: int | None = None
+                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The first ``count`` examples of ``split`` (all by default) in order, ``batch`` at a time, as
+    :func:`batch_of` gives them: sliced when the split is in memory, else decoded in ``workers``
+    DataLoader processes (none: in this one). The batches are the same either way; a data error met
+    in a worker is raised here as a :class:`DataError`."""
+    size = len(split) if count is None else min(count, len(split))
+    starts = range(0, size, batch)
+    if workers == 0 or getattr(split, "tensors", None) is not None:
+        for start in starts:
+            yield batch_of(split, torch.arange(start, min(start + batch, size)))
+        return
+    iterator = iter(DataLoader(_Split(split), batch_sampler=[list(range(s, min(s + batch, size))) for s in starts],
+                               collate_fn=_as_is, num_workers=workers, prefetch_factor=PREFETCH))
+    try:
+        for item in iterator:
+            if isinstance(item, _Failure):
+                raise DataError(item.message)
+            yield item
+    finally:
+        _stop(iterator)
 
 
 # ---------------------------------------------------------------- torchvision
