@@ -55,8 +55,8 @@ from .data import Data
 from .images import FolderImages, read_rgb
 
 __all__ = ["AUGMENTING", "Examples", "StepBatches", "batch_indices", "batch_of", "batches", "check",
-           "check_normalize", "epoch_order", "held_batches", "loader", "normalization", "renormalize", "shift",
-           "split_batches", "transforms_v2"]
+           "check_normalize", "epoch_order", "held_batches", "is_images", "is_rgb", "loader", "normalization",
+           "renormalize", "shift", "split_batches", "transforms_v2"]
 
 AUGMENTING = ("crop-flip", "randaugment")  # per-example transforms (torchvision), images only
 CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's share of the image's area (DeiT, CRATE)
@@ -143,9 +143,18 @@ def renormalize(x: torch.Tensor, data: Data, normalize: str) -> torch.Tensor:
 # ---------------------------------------------------------------- checks
 
 
+def is_images(data: Data) -> bool:
+    """Whether ``data`` is images (``(C, H, W)`` inputs standardized with its own statistics)."""
+    return len(data.input_shape) == 3 and data.mean is not None
+
+
+def is_rgb(data: Data) -> bool:
+    return is_images(data) and data.input_shape[0] == 3
+
+
 def check(settings: Settings, data: Data, task: str) -> None:
     """Refuse a data pipeline the data cannot take (before anything is written)."""
-    images = len(data.input_shape) == 3 and data.mean is not None
+    images = is_images(data)
     if settings.augment in AUGMENTING and not images:
         raise TrainError(f"augment '{settings.augment}' crops and flips images; data set '{data.name}' is not images")
     check_normalize(settings.normalize, data)
@@ -157,9 +166,9 @@ def check(settings: Settings, data: Data, task: str) -> None:
 
 def check_normalize(normalize: str, data: Data, error: type[Exception] = TrainError) -> None:
     """Refuse ImageNet's statistics for data that is not RGB images (raising ``error``)."""
-    images = len(data.input_shape) == 3 and data.mean is not None
-    if normalize == "imagenet" and not (images and data.input_shape[0] == 3):
-        what = f"has {data.input_shape[0]} channel{'s' * (data.input_shape[0] != 1)}" if images else "is not images"
+    if normalize == "imagenet" and not is_rgb(data):
+        what = f"has {data.input_shape[0]} channel{'s' * (data.input_shape[0] != 1)}" if is_images(data) \
+            else "is not images"
         raise error(f"normalize 'imagenet' standardizes RGB images with ImageNet's statistics; data set "
                     f"'{data.name}' {what}")
 

@@ -55,8 +55,10 @@ def _or(value: float | None, default: float) -> float:
 def float32_copies(settings: Settings) -> int:
     """The float32 copies of the parameters a run keeps: weights, gradients, the optimizer's moments
     (AdamW two, Lion one, SGD one with momentum) and the EMA (what the memory estimate counts)."""
-    moments = {"adamw": 2, "lion": 1, "sgd": 1 if settings.momentum else 0}[settings.optimizer]
-    return 2 + moments + (1 if settings.ema else 0)
+    moments = [key for key in STATE_KEYS[settings.optimizer] if key != "step"]  # "step": one number, not a copy
+    if settings.optimizer == "sgd" and not settings.momentum:
+        moments = []  # torch's SGD keeps no buffer without momentum
+    return 2 + len(moments) + (1 if settings.ema else 0)
 
 
 def state_keys(optimizer: torch.optim.Optimizer) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ from .checkpoint import latest_checkpoint
 from .data import Data
 from .eventlog import choose as choose_logger
 from .eventlog import write_probe_curves
-from .loading import check_normalize, renormalize
+from .loading import check_normalize, is_rgb, renormalize
 from .locks import hold
 from .probes import probe, write_probes
 from .train import HEADLESS, prepare
@@ -140,8 +140,7 @@ def standardize(weights: str | Path | None, given: str | None, data: Data,
     images: asked for, others are refused; inferred, others keep their own, and the weights' misfit is
     what is reported), its note given to ``say`` (default: printed on stderr) when the data is images."""
     normalize, note = normalization_of(weights, given)
-    rgb = len(data.input_shape) == 3 and data.input_shape[0] == 3 and data.mean is not None
-    if given is None and not rgb:
+    if given is None and not is_rgb(data):
         return "data"
     check_normalize(normalize, data, WorkbenchError)
     if note and data.mean is not None:
