@@ -20,6 +20,7 @@ its names on first use): ``--help`` and argument errors answer before torch is i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -33,12 +34,14 @@ import crate_compose as cc
 
 from .errors import DiagramError, PluginError, SpecError, WorkbenchError
 from .files import write_atomic
-from .interop.families import FAMILIES
+from .interop.catalog import FAMILIES
 from .settings import (
     AUGMENTATIONS,
     DIAGRAM_STEM,
     DTYPE_NAMES,
     FORMATS,
+    FORMULAS,
+    FORMULAS_VARIABLE,
     FREEZES,
     LOGGERS,
     MAX_IMAGE_SIZE,
@@ -51,6 +54,7 @@ from .settings import (
     SCHEDULES,
     TASKS,
     Settings,
+    formulas_from_environment,
 )
 
 EPILOG = """examples:
@@ -245,6 +249,7 @@ def parser() -> argparse.ArgumentParser:
     probe.add_argument("--data", default=None, help="data set to probe on (default: a run's own, else digits; "
                        "another than a run's is refused)")
     _normalize_argument(probe)
+    _formulas_argument(probe)
     probe.add_argument("--samples", type=COUNT, default=256, help="test inputs to measure on (default: 256)")
     probe.add_argument("--seed", type=SEED, default=None, help="seed of the untrained network (default: a run's "
                        "own, else 0)")
@@ -269,6 +274,7 @@ def parser() -> argparse.ArgumentParser:
     generate.add_argument("--no-cache", dest="cache", action="store_false",
                           help="recompute the whole context for every token (the reference the cache equals)")
     generate.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, ... (default: cpu)")
+    _formulas_argument(generate)
 
     evaluate = command("evaluate", help="test metrics of trained weights on a data set (top-1, top-5, loss), as JSON")
     _spec_arguments(evaluate, run=True)
@@ -282,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
                           help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     _normalize_argument(evaluate)
     _workers_argument(evaluate)
+    _formulas_argument(evaluate)
     evaluate.add_argument("--seed", type=SEED, default=None, help="seed of the evaluation's masks (default: a run's "
                           "own, else 0)")
     evaluate.add_argument("--out", type=Path, help="also write the JSON to this file")
@@ -300,6 +307,7 @@ def parser() -> argparse.ArgumentParser:
                               help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     _normalize_argument(probe_linear)
     _workers_argument(probe_linear)
+    _formulas_argument(probe_linear)
     probe_linear.add_argument("--seed", type=SEED, default=0, help="seed of the validation split (default: 0)")
     probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
 
@@ -309,8 +317,16 @@ def parser() -> argparse.ArgumentParser:
                            "torch.load(weights_only=True): a file that needs more is refused, nothing in it runs)")
     importing.add_argument("--from", dest="family", default=None, metavar="FAMILY", choices=FAMILY_NAMES,
                            help=f"whose code saved it: {', '.join(FAMILY_NAMES)} (default: told by its tensors' names)")
-    importing.add_argument("--infer-sizes", action="store_true", help="set the spec's sizes (patch size, width, "
-                           "depth, heads, classes, ...) from the checkpoint's shapes; --set still wins")
+    importing.add_argument("--keep-spec", dest="infer_sizes", action="store_false", help="build the spec as it is "
+                           "(by default its sizes -- width, depth, heads, patch, image, context, vocabulary, classes -- "
+                           "come from the arguments the checkpoint records, then from its shapes, and its steps take "
+                           "the arguments the family's code fixes; --set still wins)")
+    importing.add_argument("--infer-sizes", dest="infer_sizes", action="store_const", const=True,
+                           help=argparse.SUPPRESS)  # the default now; kept for scripts that give it
+    importing.set_defaults(infer_sizes=True)
+    importing.add_argument("--key", default=None, metavar="KEY", help="the checkpoint's entry that holds the "
+                           "weights, e.g. model_ema for the average of the weights a DeiT-style script keeps "
+                           "(default: model, state_dict, ... as found)")
     importing.add_argument("--out", type=Path, help="build folder to write (default: out/<spec name>)")
 
     exporting = command("export", help="write a build or run's weights in the authors' layout, for their code")
@@ -338,6 +354,7 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("--image-size", type=IMAGE_SIZE, default=None, metavar="N",
                       help=f"resize images to this side (at most {MAX_IMAGE_SIZE})")
     _normalize_argument(show)
+    _formulas_argument(show)
     show.add_argument("--seed", type=SEED, default=0, metavar="N", help="seed of the untrained network and of the "
                       "reconstruction's masks (default: 0)")
     show.add_argument("--out", type=Path, metavar="DIR", help="folder for the PNG files, never inside a build (default: "
@@ -452,6 +469,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     option("--precision", choices=PRECISIONS, help="the forward's precision: bf16 or fp16 autocast (fp16 with a "
            "gradient scaler; weights stay float32) (default: fp32)")
     option("--compile", action=argparse.BooleanOptionalAction, help="torch.compile the model (default: no)")
+    option("--formulas", choices=FORMULAS, help="fast: the steps' fast paths (ISTA in one product, fused "
+           "attention); written: every step's equation as written, in plain torch ops (the same values up to "
+           f"rounding, slower; docs/precision.md) (default: ${FORMULAS_VARIABLE}, else fast; a resumed run's own)")
     option("--drop-path", type=PROBABILITY, help="stochastic depth: drop residual branches with a probability "
            "rising to this at the last (default: 0)")
     option("--epochs", type=COUNT, help="train this many passes over the training split (sets --steps)")
@@ -471,6 +491,31 @@ RUN_OPTIONS = ("task", "data", "steps", "batch_size", "lr", "weight_decay", "war
 RUN_OPTIONS += ("workers", "mixup", "cutmix", "normalize")  # data pipeline
 
 RUN_OPTIONS += ("logger",)  # logging: where the metrics go besides metrics.jsonl (no part of the run's identity)
+RUN_OPTIONS += ("formulas",)  # fast paths or the formulas as written (modules/paths.py)
+SETTING_FORMULAS = ("train", "ablate")  # commands whose --formulas is a run setting; others hold the switch for the command
+
+
+def _formulas_argument(parser: argparse.ArgumentParser) -> None:
+    """``--formulas`` of the commands that run a network without training it (evaluate, probe, ...)."""
+    parser.add_argument("--formulas", choices=FORMULAS, default=None,
+                        help="fast: the steps' fast paths; written: every step's equation as written, in plain torch "
+                        f"ops (the same values up to rounding; default: ${FORMULAS_VARIABLE}, else fast)")
+
+
+def _formulas_of(args: argparse.Namespace):
+    """The switch of the modules' fast paths held for the command (its ``--formulas``), unless that is a
+    run setting (train, ablate: :class:`Settings`) or not given (the environment's, read on import)."""
+    given = getattr(args, "formulas", None)
+    if given is None or args.command in SETTING_FORMULAS:
+        return contextlib.nullcontext()
+    from .modules.paths import use_formulas
+
+    return use_formulas(given)
+
+
+def _from_environment() -> dict:
+    """The settings a new run takes from the environment when not given: ``$CRATE_COMPOSE_FORMULAS``."""
+    return {"formulas": formulas_from_environment()}
 
 
 def _notes(spec) -> None:
@@ -548,7 +593,8 @@ def _train(args: argparse.Namespace) -> int:
     out = args.out or default_run(args.spec, overrides)
     record = read(out) if resume and out.is_dir() else None
     given = _recipe_settings(recipe, args.steps is not None, args.warmup is not None)
-    base = {**(record.settings() if record is not None else {}), **given}  # --steps, --warmup win over epochs
+    base = {**(record.settings() if record is not None else _from_environment()), **given}  # --steps, --warmup
+    # win over epochs; a resumed run's formulas are its own (absent from its record: fast)
     init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
     init, freeze = args.init if args.init is not None else init, args.freeze or freeze
     result = train(args.spec, _settings(args, base), overrides=overrides, out=out, resume=resume,
@@ -610,7 +656,8 @@ def _ablate(args: argparse.Namespace) -> int:
     from_grid = found.settings() if found else {}
     given = _recipe_settings(recipe, args.steps is not None or "steps" in from_grid,
                              args.warmup is not None or "warmup" in from_grid)
-    settings = _settings(args, {**given, **from_grid})  # the command line wins over the grid, the grid over the recipe
+    settings = _settings(args, {**_from_environment(), **given, **from_grid})  # the command line wins over the
+    # grid, the grid over the recipe, the recipe over the environment
     grid = combine(found, args.swap, args.overrides, args.seeds, settings,
                    recipe=(args.config, recipe.overrides) if recipe else None)
     for note in grid.notes:
@@ -668,7 +715,7 @@ def _import(args: argparse.Namespace) -> int:
     from .interop.exchange import import_checkpoint
 
     imported = import_checkpoint(args.spec, args.checkpoint, args.family, overrides=args.overrides,
-                                 infer=args.infer_sizes)
+                                 infer=args.infer_sizes, key=args.key)
     for note in imported.notes:
         print(f"note: {note}", file=sys.stderr)
     for skipped in imported.skipped:
@@ -739,7 +786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         cc.load_plugins(args.plugins)
-        return COMMANDS[args.command](args)
+        with _formulas_of(args):
+            return COMMANDS[args.command](args)
     except (SpecError, PluginError, WorkbenchError) as error:  # bad input, a refused run: located, one per line
         return _refuse(f"error: {error}", getattr(error, "exit_status", 2))
     except DiagramError as error:

@@ -424,18 +424,18 @@ def _tost_literal(state, images, heads, tokens_norm):
         x = nn.GELU()(x) if j < 3 else x
     b, _, hp, wp = x.shape
     x = x.flatten(2).transpose(1, 2)
-    # PositionalEncodingFourier (DETR style), computed in float64 here.
+    # PositionalEncodingFourier (DETR style): the authors' cumsum and dim_t are float32 whatever the model's dtype.
     not_mask = torch.ones(b, hp, wp, dtype=torch.bool)
-    y_embed, x_embed = not_mask.cumsum(1, dtype=torch.float64), not_mask.cumsum(2, dtype=torch.float64)
+    y_embed, x_embed = not_mask.cumsum(1, dtype=torch.float32), not_mask.cumsum(2, dtype=torch.float32)
     y_embed = y_embed / (y_embed[:, -1:, :] + 1e-6) * 2 * math.pi
     x_embed = x_embed / (x_embed[:, :, -1:] + 1e-6) * 2 * math.pi
-    dim_t = torch.arange(32, dtype=torch.float64)
+    dim_t = torch.arange(32, dtype=torch.float32)
     dim_t = 10000 ** (2 * (dim_t // 2) / 32)
     pos_x, pos_y = x_embed[..., None] / dim_t, y_embed[..., None] / dim_t
     pos_x = torch.stack((pos_x[..., 0::2].sin(), pos_x[..., 1::2].cos()), dim=4).flatten(3)
     pos_y = torch.stack((pos_y[..., 0::2].sin(), pos_y[..., 1::2].cos()), dim=4).flatten(3)
     pos = torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
-    pos = _load(nn.Conv2d(64, 48, 1).double(), state, "pos_embeder.token_projection.")(pos)
+    pos = _load(nn.Conv2d(64, 48, 1).double(), state, "pos_embeder.token_projection.")(pos.double())
     x = x + pos.reshape(b, -1, x.shape[1]).permute(0, 2, 1)
     mlp = lambda prefix: nn.Sequential(_load(nn.Linear(48, 192).double(), state, prefix + "fc1."), nn.GELU(),
                                        _load(nn.Linear(192, 48).double(), state, prefix + "fc2."))

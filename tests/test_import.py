@@ -20,7 +20,7 @@ from reference.authors import SIZES, forward, state_dict
 import crate_compose as cc
 from crate_compose.errors import WorkbenchError
 from crate_compose.interop.exchange import export_checkpoint, import_checkpoint, write_checkpoint
-from crate_compose.interop.families import FAMILIES
+from crate_compose.interop.catalog import FAMILIES
 from crate_compose.interop.reading import InteropError
 
 TOLERANCE = 1e-10
@@ -139,10 +139,10 @@ def test_a_checkpoint_of_another_width_is_refused_naming_both_sides(tmp_path):
     preset, sizes, _ = SMALL["crate"]
     path = saved(tmp_path, "crate", state_dict("crate", sizes))
     with pytest.raises(InteropError) as error:
-        import_checkpoint(preset, path, "crate")  # crate-tiny's own sizes: d 384
+        import_checkpoint(preset, path, "crate", infer=False)  # --keep-spec: crate-tiny's own sizes, d 384
     text = str(error.value)
     assert "cls_token is (1, 1, 48) in the checkpoint; preprocess.class_token.token is (1, 1, 384) in the spec" in text
-    assert "--infer-sizes" in text and str(path) in text
+    assert "without --keep-spec" in text and str(path) in text
 
 
 def test_missing_and_extra_tensors_are_each_named(tmp_path):
@@ -201,7 +201,7 @@ def test_every_command_that_takes_weights_reads_an_authors_checkpoint_as_its_imp
     direct = evaluate_weights(spec, "digits", path, overrides=overrides)
     built = evaluate_weights(spec, "digits", tmp_path / "imported", overrides=overrides)
     assert direct["test_loss"] == built["test_loss"] and direct["test_accuracy"] == built["test_accuracy"]
-    with pytest.raises(WorkbenchError, match="(?s)--weights .*does not fit.*import SPEC FILE --infer-sizes"):
+    with pytest.raises(WorkbenchError, match="(?s)--weights .*does not fit.*import SPEC FILE builds the spec at the checkpoint's sizes"):
         evaluate_weights(spec, "digits", path)
 
 
@@ -244,7 +244,7 @@ def test_import_and_export_on_the_command_line(tmp_path):
 
 def test_a_refused_import_exits_2_and_writes_nothing(tmp_path):
     path = saved(tmp_path, "crate", state_dict("crate", SMALL["crate"][1]))
-    done = run("import", "crate-tiny", str(path), "--from", "crate", "--out", "imported", cwd=tmp_path)
+    done = run("import", "crate-tiny", str(path), "--from", "crate", "--keep-spec", "--out", "imported", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "does not fit crate-tiny as a crate checkpoint" in done.stderr
     assert not (tmp_path / "imported").exists()

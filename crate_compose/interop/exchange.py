@@ -1,7 +1,8 @@
 """Importing the authors' checkpoints into built networks, and exporting built networks to their code.
 
-``import_checkpoint(spec, file, family)`` reads ``file`` safely (:mod:`.reading`), optionally sets
-the spec's sizes from the checkpoint's shapes (``infer_sizes``), checks every tensor on the meta
+``import_checkpoint(spec, file, family)`` reads ``file`` safely (:mod:`.reading`), sets the spec's
+sizes from what the checkpoint records and from its shapes (``infer_sizes``) and its steps' arguments
+from what the family's code fixes (``family_arguments``), checks every tensor on the meta
 device first (a checkpoint that does not fit is refused before any memory is spent, with every
 missing, extra and ill-shaped tensor named on both sides), then builds the network and loads the
 tensors. ``export_checkpoint(module, family)`` gives the authors' state dict back; ``write_checkpoint``
@@ -10,11 +11,12 @@ writes it as their training script would (``torch.save`` of the nested dict) or 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
+import yaml
 from torch import fx
 
 from ..building.builder import compile_spec, spec_of
@@ -23,8 +25,9 @@ from ..building.plan import plan, tied
 from ..errors import did_you_mean
 from ..files import save_tensors, staged
 from ..language import loader
-from ..language.spec import Spec
-from .families import FAMILIES, Family
+from ..language.spec import Derive, Spec
+from .catalog import FAMILIES
+from .families import Family
 from .mapping import Pair, check, correspond, notes_on_arguments, to_ours, to_theirs
 from .reading import Checkpoint, InteropError, read_checkpoint
 
@@ -57,55 +60,133 @@ def family(name: str) -> Family:
     return FAMILIES[name]
 
 
-def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict) -> tuple[dict[str, int], list[str]]:
-    """The sizes a checkpoint's shapes give (patch size, width, depth, heads, classes...) that differ
-    from the spec's ``sizes``, and notes. Where the shapes cannot tell the heads apart (one shared projection)
-    and the width is not a published one, the spec's heads are kept and the head dimension follows."""
+def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict, chosen: Iterable[str] = ()
+                ) -> tuple[dict[str, Any], list[str]]:
+    """The sizes of the network the checkpoint holds that differ from the spec's ``sizes``, and notes.
+
+    Each size comes from, in this order: the user's ``--set sizes.K`` (``chosen``: the names set), the
+    arguments the training script recorded beside the weights (``Family.recorded``), the tensors' shapes
+    (``Family.sizes``). The heads of one shared projection (``K*p`` rows) are not in its shape: they come
+    from the recorded arguments, the user, or a published model whose every shape matches; otherwise the
+    import is refused, naming the ``--set`` that settles it (the spec's own number is never taken as known).
+    A recorded size that contradicts a shape is refused, naming both."""
+    chosen = set(chosen)
     try:
-        sizes = {k: v if isinstance(v, bool) else int(v) for k, v in found.sizes(checkpoint.tensors).items()}
-    except (KeyError, IndexError, ZeroDivisionError) as error:
+        shapes = {k: v if isinstance(v, bool) else int(v) for k, v in found.sizes(checkpoint.tensors).items()}
+    except (KeyError, IndexError, ZeroDivisionError, ValueError) as error:
         raise InteropError(f"{checkpoint.path}: cannot read the sizes of a {found.name} checkpoint from it "
-                              f"({type(error).__name__}: {error}); is it a {found.name} checkpoint?") from None
-    notes = []
+                           f"({type(error).__name__}: {error}); is it a {found.name} checkpoint?") from None
+    try:
+        recorded = found.recorded(checkpoint.recorded) if found.recorded else {}
+    except (ValueError, TypeError, KeyError) as error:
+        raise InteropError(f"{checkpoint.path}: {error}") from None
+    contradictions = [f"{k}={recorded[k]} recorded, {shapes[k]} in the shapes" for k in recorded
+                      if k in shapes and shapes[k] != recorded[k]]
+    if contradictions:
+        raise InteropError(f"{checkpoint.path}: the arguments recorded in the checkpoint contradict its tensors ("
+                           + "; ".join(contradictions) + "): which model it holds cannot be told")
+    sizes = {**shapes, **recorded}
+    notes = [f"sizes read from the arguments recorded in the checkpoint: "
+             + ", ".join(f"{k}={v}" for k, v in recorded.items())] if recorded else []
     inner = sizes.pop("inner", None)
-    if inner is not None and isinstance(spec_sizes.get("heads"), int) and inner % spec_sizes["heads"] == 0:
-        sizes["head_dim"] = inner // spec_sizes["heads"]
-        notes.append(f"the checkpoint's shapes do not give the number of heads: kept the spec's {spec_sizes['heads']} "
-                     f"(head dimension {sizes['head_dim']}); --set sizes.heads=K to choose another")
-    elif "head_dim" in sizes:  # heads from the published width (families whose heads the shapes give set no head_dim)
-        notes.append(f"heads={sizes['heads']}: the published model of width {sizes['d']} (the shapes do not give it)")
+    if inner is not None:
+        heads, why = _heads(found, checkpoint, sizes, spec_sizes.get("heads") if "heads" in chosen else None, inner)
+        sizes.update(heads=heads, head_dim=inner // heads)
+        if why:
+            notes.append(why)
     for name in ("image_size", "context"):
-        if name in spec_sizes and name not in sizes:
+        if name in spec_sizes and name not in sizes and name not in chosen:
             notes.append(f"a {found.name} checkpoint does not give {name}: kept the spec's {spec_sizes[name]} "
                          f"(--set sizes.{name}=N to choose another)")
-    return {k: v for k, v in sizes.items() if k in spec_sizes and spec_sizes[k] != v}, notes  # only what changes
+    changed = {k: v for k, v in sizes.items() if k in spec_sizes and k not in chosen and spec_sizes[k] != v}
+    return changed, notes
+
+
+def _heads(found: Family, checkpoint: Checkpoint, sizes: dict, chosen: int | None, inner: int) -> tuple[int, str]:
+    """The number of heads of a shared projection of ``inner`` rows, and how it was known."""
+    if "heads" in sizes:  # recorded
+        heads, why = sizes["heads"], ""
+    elif chosen is not None:
+        heads, why = chosen, ""
+    else:
+        shapes = {k: v for k, v in sizes.items() if k != "heads"}
+        fits = {name: found.published[name]["heads"] for name in found.matching(shapes)
+                if inner == found.published[name].get("head_dim", inner // found.published[name]["heads"])
+                * found.published[name]["heads"]}
+        if len(set(fits.values())) != 1:
+            known = (f"; {found.name}'s published models: "
+                     + ", ".join(f"{n} ({m['heads']})" for n, m in found.published.items())) if found.published else ""
+            raise InteropError(
+                f"{checkpoint.path}: the number of heads is neither recorded in the checkpoint nor told by its shapes "
+                f"(one shared projection of {inner} rows, width {sizes.get('d')}) and its sizes are those of no "
+                f"published model{known}. Give it: --set sizes.heads=K (K divides {inner})")
+        heads = next(iter(fits.values()))
+        why = (f"heads={heads}: the checkpoint's shapes are those of {found.name}'s published "
+               f"{' / '.join(fits)} (it records no arguments; --set sizes.heads=K to choose another)")
+    if heads < 1 or inner % heads:
+        raise InteropError(f"{checkpoint.path}: {heads} heads do not divide the shared projection's {inner} rows "
+                           f"(--set sizes.heads=K with K dividing {inner})")
+    return heads, why
+
+
+def family_arguments(spec: Spec, found: Family) -> list[str]:
+    """``--set`` overrides giving each step the arguments the family's code fixes (a CRATE-alpha's final
+    LayerNorm eps 1e-5, a CRATE-MAE's lambda 0.5...) where the spec differs. Steps of a derived decoder
+    follow their encoder step and are left as they are (a note says where they differ)."""
+    derived = isinstance(spec.decoder, Derive)
+    overrides: dict[str, str] = {}
+    for step in plan(explicit(spec)):
+        place = found.place(step.role, step.part, step.step.primitive)
+        if place is None or step.args is None or (derived and step.path[0] == "decoder"):
+            continue
+        where = ".".join(str(p) for p in step.path)
+        for key, value in place.args.items():
+            if getattr(step.args, key, None) != value:
+                overrides[f"{where}.args.{key}"] = yaml.safe_dump(value, default_flow_style=True).removesuffix(
+                    "\n...\n").strip()
+    return [f"{path}={value}" for path, value in overrides.items()]
+
+
+def chosen_sizes(overrides: Iterable[str]) -> set[str]:
+    """The sizes ``--set sizes.K=V`` overrides set."""
+    return {o.partition("=")[0].strip()[len("sizes."):] for o in overrides if o.strip().startswith("sizes.")}
 
 
 def import_checkpoint(spec_ref, file: str | Path, family_name: str | None = None, *, overrides: Iterable[str] = (),
-                      infer: bool = False, dtype: torch.dtype | None = None, seed: int = 0) -> Imported:
-    """Build ``spec_ref`` (a path, preset name or Spec) with the weights of the authors' checkpoint ``file``.
+                      infer: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
+                      key: str | None = None) -> Imported:
+    """Build ``spec_ref`` (a path, preset name or Spec) with the weights of the checkpoint ``file``.
 
     ``family_name``: whose code saved it (default: told by the names of its tensors, :func:`detect`).
-    ``infer``: set the spec's sizes from the checkpoint first (``--set`` overrides still win).
+    ``infer`` (default): build the spec at the sizes the checkpoint gives (:func:`infer_sizes`) and with the
+    arguments the family's code fixes (:func:`family_arguments`); ``overrides`` (``--set``) still win.
+    False: the spec as it is (a checkpoint that does not fit is refused).
     ``dtype``: of the built network (default: float64 for a float64 checkpoint, else float32).
+    ``key``: the checkpoint's entry holding the weights (``model_ema``; default: found).
     Raises :class:`InteropError` naming every tensor that does not fit."""
     named = None if family_name is None else family(family_name)  # an unknown name before the file is read
-    checkpoint = read_checkpoint(file)
+    checkpoint = read_checkpoint(file, key)
     found = named or detect(checkpoint)
+    checkpoint = in_family_names(checkpoint, found)
     overrides = list(overrides)
-    sizes: dict[str, int] = {}
+    sizes: dict[str, Any] = {}
     notes = list(checkpoint.notes)
     if isinstance(spec_ref, Spec):  # a loaded spec is taken as it is
-        if overrides or infer:
-            raise TypeError("overrides and infer apply when loading; pass a path or preset name")
+        if overrides:
+            raise TypeError("overrides apply when loading; pass a path or preset name")
         spec = spec_ref
     else:
+        spec = loader.load(spec_ref, overrides)
         if infer:
-            sizes, inferred = infer_sizes(found, checkpoint, loader.load(spec_ref, overrides).sizes)
+            sizes, inferred = infer_sizes(found, checkpoint, spec.sizes, chosen_sizes(overrides))
             notes += inferred
             overrides = [*(f"sizes.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sizes.items()),
                          *overrides]
-        spec = loader.load(spec_ref, overrides)
+            spec = loader.load(spec_ref, overrides)
+            fixed = family_arguments(spec, found)
+            if fixed:
+                notes.append(f"as {found.name}'s code computes: " + ", ".join(fixed))
+                spec = loader.load(spec_ref, [*fixed, *overrides])
     theirs = checkpoint.tensors
     pairs, skipped = fitted(spec, compile_spec(spec, meta=True).state_dict(), checkpoint, found, infer)  # on meta:
     dtype = dtype or (torch.float64 if all(t.dtype == torch.float64 for t in theirs.values() if t.is_floating_point())
@@ -136,6 +217,7 @@ def load_checkpoint(module: fx.GraphModule, file: str | Path | Checkpoint, famil
     named = None if family_name is None else family(family_name)
     checkpoint = file if isinstance(file, Checkpoint) else read_checkpoint(file)
     found = named or detect(checkpoint)
+    checkpoint = in_family_names(checkpoint, found)
     ours = module.state_dict()
     pairs, skipped = fitted(spec_of(module), ours, checkpoint, found, inferred=None)
     dtype = next((t.dtype for t in ours.values() if t.is_floating_point()), torch.float32)
@@ -144,9 +226,21 @@ def load_checkpoint(module: fx.GraphModule, file: str | Path | Checkpoint, famil
             *(f"not used: {s}" for s in skipped), *notes_on_arguments(pairs, found)]
 
 
+def in_family_names(checkpoint: Checkpoint, found: Family) -> Checkpoint:
+    """``checkpoint`` with its tensors under the names the family's tables use (``Family.canonical``: one
+    layout of a family's files named as the other), and a note when a name changed."""
+    if found.canonical is None:
+        return checkpoint
+    tensors = found.canonical(checkpoint.tensors)
+    if tensors.keys() == checkpoint.tensors.keys():
+        return checkpoint
+    note = f"tensor names read as {found.name}'s tables name them"
+    return replace(checkpoint, tensors=tensors, notes=[*checkpoint.notes, note])
+
+
 def detect(checkpoint: Checkpoint) -> Family:
     """The family whose code saved ``checkpoint``, told by a tensor name only that family's code uses."""
-    found = [f for f in FAMILIES.values() if f.marker in checkpoint.tensors]
+    found = [f for f in FAMILIES.values() if f.holds(checkpoint.tensors)]
     if len(found) != 1:
         some = ", ".join(list(checkpoint.tensors)[:4])
         raise InteropError(f"{checkpoint.path}: cannot tell whose code saved it (its tensors begin {some}); "
@@ -158,8 +252,9 @@ def _refusal(path: Path, spec: str, found: Family, problems: list[str], inferred
     """The refusal: every problem (the first ``SHOWN``), and how sizes could be read (``inferred``: the
     import inferred them already; False: it could; None: the command cannot, ``import`` can)."""
     shown = problems[:SHOWN] + ([f"... and {len(problems) - SHOWN} more"] if len(problems) > SHOWN else [])
-    hint = "" if inferred else ("\n  (--infer-sizes sets the spec's sizes from the checkpoint)" if inferred is False else
-                                "\n  (crate-compose import SPEC FILE --infer-sizes builds the spec at the checkpoint's sizes)")
+    hint = "" if inferred else ("\n  (without --keep-spec, import builds the spec at the checkpoint's sizes)"
+                                if inferred is False else
+                                "\n  (crate-compose import SPEC FILE builds the spec at the checkpoint's sizes)")
     return (f"{path} does not fit {spec} as a {found.name} checkpoint ({found.code}): "
             f"{len(problems)} problem{'s' if len(problems) != 1 else ''}:\n"
             + "\n".join(f"  {p}" for p in shown) + hint)

@@ -64,23 +64,47 @@ class Family:
     """One code base's checkpoints: where each step's tensors are (``places``), the tensors its forward
     never reads (``unused``: a pattern and why; skipped on import, written on export by ``fill``),
     the key its training script nests the weights under (``nest``), the spec that builds its models
-    (``spec``) and how to read the sizes from a checkpoint (``sizes``)."""
+    (``spec``), how to read the sizes from a checkpoint's shapes (``sizes``) and from the arguments its
+    training script recorded beside the weights (``recorded``: given :attr:`.reading.Checkpoint.recorded`),
+    and the sizes of the models its code registers by name (``published``)."""
 
     name: str
     code: str
     spec: str
-    marker: str  # a tensor name only this family's checkpoints hold (how a file's family is told)
+    marker: str | Callable[[dict[str, torch.Tensor]], bool]  # a tensor name only this family's checkpoints hold,
+    # or a test of the names (how a file's family is told)
     places: tuple[Place, ...]
     sizes: Callable[[dict[str, torch.Tensor]], dict[str, int]]
     unused: dict[str, str] = field(default_factory=dict)
     fill: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None
     nest: str | None = None
+    recorded: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    published: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the names one layout of the family's files uses, given the other's (a hub's files that drop a prefix)
+    canonical: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None
 
     def place(self, role: str, part: str | None, primitive: str) -> Place | None:
         return next((p for p in self.places if p.matches(role, part, primitive)), None)
 
+    def holds(self, tensors: dict[str, torch.Tensor]) -> bool:
+        """Whether ``tensors`` are named as this family's code names them (:attr:`marker`)."""
+        return self.marker(tensors) if callable(self.marker) else self.marker in tensors
+
     def is_unused(self, name: str) -> str | None:
         return next((why for pattern, why in self.unused.items() if re.fullmatch(pattern, name)), None)
+
+    def model(self, name: str, where: str) -> dict[str, Any]:
+        """The sizes of the published model ``name`` (as the family's code registers it), for ``where``
+        (what recorded the name); an unknown name is refused with the known ones."""
+        if name not in self.published:
+            raise ValueError(f"{where} is {name!r}, which {self.code} does not define "
+                             f"(it defines {', '.join(self.published)})")
+        return dict(self.published[name])
+
+    def matching(self, sizes: dict[str, Any]) -> list[str]:
+        """The published models whose sizes agree with every size in ``sizes`` they give."""
+        return [name for name, known in self.published.items()
+                if all(known[k] == v for k, v in sizes.items() if k in known)]
 
 
 def pair(ours: str, theirs: str, *suffixes: str) -> dict[str, str]:
@@ -104,26 +128,57 @@ def _conv_patches(weight: torch.Tensor, positions: torch.Tensor) -> dict[str, in
     return {"d": d, "patch_size": patch, "channels": weight.shape[1], "image_size": _image_side(positions, patch)}
 
 
-# The published widths and their heads, where the checkpoint's shapes cannot tell the heads apart
-# (one shared projection of K*p x d): CRATE-T/S/B/L (003 Table 1), CRATE-MAE, CRATE-alpha B and L
-# (64 per head), crate-lm's GPT-2 sizes. Another width keeps the spec's heads (see exchange.infer_sizes).
-HEADS_BY_WIDTH = {384: 6, 512: 8, 576: 12, 768: 12, 1024: 16, 1280: 20, 1600: 25}
+def _heads(inner: int) -> dict[str, int]:
+    """One shared projection of ``K*p x d`` rows does not give the heads ``K``: ``inner`` is ``K*p``,
+    resolved by the recorded arguments, a published model of the same shapes, or ``--set sizes.heads``
+    (:func:`.exchange.infer_sizes`)."""
+    return {"inner": inner}
 
 
-def _heads(d: int, inner: int) -> dict[str, int]:
-    """``inner`` (heads x head dimension, the projection's rows) and, for a published width, its heads."""
-    heads = HEADS_BY_WIDTH.get(d)
-    return {"inner": inner} if heads is None or inner % heads else {"heads": heads, "head_dim": inner // heads}
+def _args(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The command line a DeiT/MAE-style training script saved as ``args`` (an ``argparse.Namespace``)."""
+    args = recorded.get("args")
+    return args if isinstance(args, dict) else {}
 
 
+def _model_args(recorded: dict[str, Any], bias: bool = False) -> dict[str, Any]:
+    """nanoGPT's ``model_args`` (``n_layer``, ``n_head``, ``n_embd``, ``block_size``, ``vocab_size``, ``bias``)
+    in the specs' size names."""
+    given = recorded.get("model_args")
+    if not isinstance(given, dict):
+        return {}
+    names = {"n_embd": "d", "n_head": "heads", "n_layer": "depth", "block_size": "context", "vocab_size": "vocab"}
+    sizes = {ours: given[theirs] for theirs, ours in names.items() if theirs in given}
+    if bias and "bias" in given:
+        sizes["bias"] = bool(given["bias"])
+    return sizes
+
+
+_P16 = {"patch_size": 16}  # a model's name fixes its architecture; classes and image size are the training's
 # --- CRATE (Ma-Lab-Berkeley/CRATE, model/crate.py) ---------------------------------------------
+
+def _channels_and_patch(patch_dim: int) -> tuple[int, int]:
+    """Channels and patch side of flattened ``p x p x C`` patches: RGB if ``patch_dim / 3`` is a square, else
+    grey (``p^2 = 3 q^2`` has no solution in integers, so the two never both fit)."""
+    for channels in (3, 1):
+        side = math.isqrt(patch_dim // channels)
+        if patch_dim % channels == 0 and side * side * channels == patch_dim:
+            return channels, side
+    raise ValueError(f"a patch of {patch_dim} values is p x p x C for no C in (3, 1)")
+
 
 def _crate_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     d = t["cls_token"].shape[-1]
-    patch_dim = t["to_patch_embedding.1.weight"].shape[0]
-    patch = math.isqrt(patch_dim // 3)
-    return {"d": d, "patch_size": patch, "image_size": _image_side(t["pos_embedding"], patch), "depth": _count(t, r"transformer\.layers\.(\d+)\."),
-            "classes": t["mlp_head.1.weight"].shape[0], **_heads(d, t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
+    channels, patch = _channels_and_patch(t["to_patch_embedding.1.weight"].shape[0])
+    return {"d": d, "patch_size": patch, "channels": channels, "image_size": _image_side(t["pos_embedding"], patch),
+            "depth": _count(t, r"transformer\.layers\.(\d+)\."),
+            "classes": t["mlp_head.1.weight"].shape[0], **_heads(t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
+
+
+def _crate_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
+    """main.py saves ``arch`` (``CRATE_tiny`` ...), the name of the model it built."""
+    arch = recorded.get("arch")
+    return CRATE.model(arch, "the checkpoint's 'arch'") if isinstance(arch, str) else {}
 
 
 def _crate_layer(prefix: str, lambd: float = 0.1) -> tuple[Place, ...]:
@@ -151,6 +206,13 @@ CRATE = Family(
     ),
     sizes=_crate_sizes,
     nest="state_dict",
+    recorded=_crate_recorded,
+    published={  # model/crate.py: CRATE_tiny/small/base/large, dim_head = dim // heads
+        "CRATE_tiny": {**_P16, "d": 384, "depth": 12, "heads": 6, "head_dim": 64},
+        "CRATE_small": {**_P16, "d": 576, "depth": 12, "heads": 12, "head_dim": 48},
+        "CRATE_base": {**_P16, "d": 768, "depth": 12, "heads": 12, "head_dim": 64},
+        "CRATE_large": {**_P16, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64},
+    },
 )
 
 
@@ -159,7 +221,14 @@ CRATE = Family(
 def _mae_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     sizes = _conv_patches(t["patch_embed.proj.weight"], t["decoder_pos_embed"])
     return {**sizes, "depth": _count(t, r"blocks\.(\d+)\."),
-            **_heads(sizes["d"], t["blocks.0.layers.0.0.fn.qkv.weight"].shape[0])}
+            **_heads(t["blocks.0.layers.0.0.fn.qkv.weight"].shape[0])}
+
+
+def _mae_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
+    """MAE's main_pretrain.py saves its command line as ``args``: ``model`` (``mae_crate_base`` ...), ``input_size``."""
+    args = _args(recorded)
+    sizes = CRATE_MAE.model(args["model"], "the checkpoint's args.model") if isinstance(args.get("model"), str) else {}
+    return {**sizes, **({"image_size": args["input_size"]} if isinstance(args.get("input_size"), int) else {})}
 
 
 def _mae_fill(theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -203,6 +272,13 @@ CRATE_MAE = Family(
             r"decoder_embed\.(weight|bias)": "defined by their module, never used by its forward"},
     fill=_mae_fill,
     nest="model",
+    recorded=_mae_recorded,
+    published={  # model/crate_ae/crate_ae.py: mae_crate_*, the decoder as wide and deep as the encoder
+        "mae_crate_tiny": {**_P16, "d": 384, "depth": 12, "heads": 6, "head_dim": 64},
+        "mae_crate_small": {**_P16, "d": 576, "depth": 12, "heads": 12, "head_dim": 48},
+        "mae_crate_base": {**_P16, "d": 768, "depth": 12, "heads": 12, "head_dim": 64},
+        "mae_crate_large": {**_P16, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64},
+    },
 )
 
 
@@ -213,7 +289,7 @@ def _alpha_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     d = sizes["d"]
     return {**sizes, "ratio": t["transformer.layers.0.1.fn.D"].shape[1] // d,
             "depth": _count(t, r"transformer\.layers\.(\d+)\."), "classes": t["mlp_head.1.weight"].shape[0],
-            **_heads(d, t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
+            **_heads(t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
 
 
 CRATE_ALPHA = Family(
@@ -233,10 +309,14 @@ CRATE_ALPHA = Family(
                                       "dictionary": "transformer.layers.{layer}.1.fn.D",
                                       "synthesis": "transformer.layers.{layer}.1.fn.D1"},
               args={"eps": 1e-6, "step_size": 0.1, "lambd": 0.1, "synthesis": "learned", "residual": True}),
-        Place("encoder", "layernorm", pair("", "mlp_head.0"), part="post", args={"eps": 1e-5}),
+        Place("encoder", "layernorm", pair("", "mlp_head.0"), part="post", args={"eps": 1e-5}),  # nn.LayerNorm(dim)
         Place("head", "classify", pair("classifier", "mlp_head.1"), args={"norm": False}),
     ),
     sizes=_alpha_sizes,
+    published={  # CRATE_base (B/16) and CRATE_large (L/14); the released weights record no arguments
+        "CRATE_base": {**_P16, "d": 768, "depth": 12, "heads": 12, "head_dim": 64, "ratio": 4},
+        "CRATE_large": {"patch_size": 14, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64, "ratio": 4},
+    },
 )
 
 
@@ -248,6 +328,29 @@ def _tost_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     return {"d": d, "patch_size": 2 ** convs, "channels": t["patch_embed.proj.0.0.weight"].shape[1],
             "heads": t["blocks.0.attn.temp"].shape[0], "depth": _count(t, r"blocks\.(\d+)\."),
             "class_depth": _count(t, r"cls_attn_blocks\.(\d+)\."), "classes": t["head.weight"].shape[0]}
+
+
+def _tost_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
+    """DeiT's main.py saves its command line as ``args``: ``model`` (``tost_cab_small_12_p16`` ...),
+    ``input_size`` and ``nb_classes``."""
+    args = _args(recorded)
+    sizes = TOST.model(args["model"], "the checkpoint's args.model") if isinstance(args.get("model"), str) else {}
+    for theirs, ours in (("input_size", "image_size"), ("nb_classes", "classes")):
+        if isinstance(args.get(theirs), int):
+            sizes[ours] = args[theirs]
+    return sizes
+
+
+def _tost_models() -> dict[str, dict[str, Any]]:
+    """tost.py's registrations ``tost_cab_{size}_{depth}_p{patch}``: widths and heads by size, 2 class-attention layers."""
+    widths = {"tiny": (192, 4), "small": (384, 8), "medium": (512, 8), "large": (768, 16)}
+    models = {}
+    for size, (d, heads) in widths.items():
+        for depth in (12, 24) if size in ("tiny", "small") else (24,):
+            for patch in (16, 8):
+                models[f"tost_cab_{size}_{depth}_p{patch}"] = {"d": d, "heads": heads, "depth": depth,
+                                                               "patch_size": patch, "class_depth": 2}
+    return models
 
 
 def _conv_stem(t_prefix: str, convs: int = 4) -> dict[str, str]:
@@ -287,6 +390,8 @@ TOST = Family(
     ),
     sizes=_tost_sizes,
     nest="model",
+    recorded=_tost_recorded,
+    published=_tost_models(),
 )
 
 
@@ -298,14 +403,14 @@ def _lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
             "depth": _count(t, r"transformer\.h\.(\d+)\.")}
 
 
-def _tost_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
+def _tost_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, Any]:
     return {**_lm_sizes(t), "heads": t["transformer.h.0.attn.temp"].shape[0], "bias": "transformer.ln_f.bias" in t}
 
 
 def _crate_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     sizes = _lm_sizes(t)
     return {**sizes, "ratio": t["transformer.h.0.ista.weight"].shape[0] // sizes["d"],
-            **_heads(sizes["d"], t["transformer.h.0.attn.c_attn.weight"].shape[0])}
+            **_heads(t["transformer.h.0.attn.c_attn.weight"].shape[0])}
 
 
 LM_EMBEDDINGS = (
@@ -333,6 +438,7 @@ TOST_LM = Family(
     ),
     sizes=_tost_lm_sizes,
     nest="model",
+    recorded=lambda recorded: _model_args(recorded, bias=True),
 )
 
 CRATE_LM = Family(
@@ -353,6 +459,12 @@ CRATE_LM = Family(
     sizes=_crate_lm_sizes,
     unused={r"transformer\.h\.\d+\.attn\.bias": "the causal mask, a constant"},
     nest="model",
+    recorded=lambda recorded: _model_args(recorded),
+    published={  # CRATE.from_pretrained's table; train.py records model_args, which come first
+        "crate-1l": {"d": 768, "depth": 1, "heads": 1}, "crate": {"d": 768, "depth": 12, "heads": 12},
+        "crate-medium": {"d": 1024, "depth": 24, "heads": 16}, "crate-large": {"d": 1280, "depth": 36, "heads": 20},
+        "crate-xl": {"d": 1600, "depth": 48, "heads": 25},
+    },
 )
 
-FAMILIES = {f.name: f for f in (CRATE, CRATE_MAE, CRATE_ALPHA, TOST, TOST_LM, CRATE_LM)}
+AUTHORS = (CRATE, CRATE_MAE, CRATE_ALPHA, TOST, TOST_LM, CRATE_LM)  # the papers' authors' code bases

@@ -11,12 +11,19 @@
 Checkpoints nest their weights in various ways: ``{"model": ...}`` (MAE, DeiT, nanoGPT),
 ``{"state_dict": ...}`` (CRATE's ImageNet script), ``{"net": ...}``; keys carry ``module.`` (saved
 from ``DistributedDataParallel``) or ``_orig_mod.`` (saved from ``torch.compile``). :func:`read_checkpoint`
-finds the dictionary of tensors and strips such prefixes, and says what it did.
+finds the dictionary of tensors and strips such prefixes, and says what it did. DeiT-style checkpoints
+hold a second set of weights, ``model_ema`` (an average of the weights over training): ``key`` picks it.
+
+Training scripts also record what they built beside the weights: nanoGPT's ``model_args``, CRATE's
+``arch``, DeiT's and MAE's ``args`` (their command line), a hub's ``config.json`` beside a safetensors
+file. :attr:`Checkpoint.recorded` keeps these as plain values (nothing else is read from them), so the
+sizes of the network come from what the checkpoint says rather than from a guess.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import warnings
 from dataclasses import dataclass, field
@@ -33,6 +40,9 @@ NESTING = ("state_dict", "model", "model_state_dict", "net", "module", "params")
 # prefixes that wrappers add to every key
 PREFIXES = ("module.", "_orig_mod.")
 SAFETENSORS_SUFFIXES = (".safetensors",)
+# what training scripts record beside the weights: nanoGPT, CRATE's main.py, DeiT/MAE, transformers' config
+RECORDED = ("model_args", "arch", "args", "config")
+HUB_CONFIG = "config.json"  # a hub's model folder: model.safetensors beside its config.json
 
 
 class InteropError(WorkbenchError):
@@ -48,20 +58,77 @@ class Checkpoint:
     tensors: dict[str, torch.Tensor]
     sha256: str
     notes: list[str] = field(default_factory=list)
+    recorded: dict[str, Any] = field(default_factory=dict)  # RECORDED entries found, as plain values
+    key: str | None = None  # the key the weights were read from (None: the file's top level)
 
 
-def read_checkpoint(path: str | Path) -> Checkpoint:
-    """The tensors of ``path`` (safetensors or a PyTorch file), unwrapped and with wrapper prefixes removed."""
+def read_checkpoint(path: str | Path, key: str | None = None) -> Checkpoint:
+    """The tensors of ``path`` (safetensors or a PyTorch file), unwrapped and with wrapper prefixes removed,
+    and what the file records about the model (:data:`RECORDED`). ``key``: the entry of the checkpoint
+    to read the weights from (``model_ema``); by default the first of :data:`NESTING` that holds them."""
     path = Path(path)
     if not path.is_file():
         raise InteropError(f"{path}: no such checkpoint file" if not path.exists() else f"{path} is not a file")
     notes: list[str] = []
-    loaded = _read_safetensors(path) if _is_safetensors(path) else _read_pytorch(path)
+    safetensors = _is_safetensors(path)
+    loaded = _read_safetensors(path) if safetensors else _read_pytorch(path)
+    recorded = _hub_config(path, notes) if safetensors else _recorded(loaded) if isinstance(loaded, dict) else {}
+    if key is not None:
+        loaded = _entry(loaded, key, path, notes)
+    elif isinstance(loaded, dict) and "model_ema" in loaded and not _is_state_dict(loaded):
+        notes.append("the checkpoint also holds 'model_ema' (an average of the weights over training); "
+                     "--key model_ema reads it instead")
     tensors = _unwrap(loaded, path, notes)
     tensors = _strip_prefixes(tensors, notes)
     if not tensors:
         raise InteropError(f"{path} holds no tensors")
-    return Checkpoint(path, tensors, sha256_of(path), notes)
+    return Checkpoint(path, tensors, sha256_of(path), notes, recorded, key)
+
+
+def _entry(loaded: Any, key: str, path: Path, notes: list[str]) -> Any:
+    """``loaded[key]``, or a refusal naming the entries there are."""
+    if not isinstance(loaded, dict) or key not in loaded or _is_state_dict(loaded):
+        there = [k for k, v in loaded.items() if isinstance(v, dict)] if isinstance(loaded, dict) else []
+        raise InteropError(f"{path} has no entry {key!r} holding weights"
+                           + (f" (its entries that could: {', '.join(map(repr, there))})" if there else ""))
+    notes.append(f"weights read from {key!r}, as asked")
+    return loaded[key]
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as plain data (numbers, strings, lists, dicts); ``argparse.Namespace`` as its dict; anything
+    else (tensors, optimizer states) left out as None."""
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if depth >= 4:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items() if not isinstance(v, torch.Tensor)}
+    return None
+
+
+def _recorded(loaded: dict) -> dict[str, Any]:
+    return {key: _plain(loaded[key]) for key in RECORDED if key in loaded}
+
+
+def _hub_config(path: Path, notes: list[str]) -> dict[str, Any]:
+    """``{"config": ...}`` from the ``config.json`` beside a safetensors file (timm's and transformers' hubs
+    keep a model so); JSON, so nothing in it runs."""
+    config = path.with_name(HUB_CONFIG)
+    if not config.is_file():
+        return {}
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InteropError(f"{config}: not a readable JSON file ({type(error).__name__}: {error})") from None
+    if not isinstance(data, dict):
+        raise InteropError(f"{config}: expected a JSON object, found a {type(data).__name__}")
+    notes.append(f"the model's arguments read from {config}")
+    return {"config": _plain(data)}
 
 
 def _is_safetensors(path: Path) -> bool:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .causal import softmax_attention
 from .precision import LayerNorm
 from .residual import Residual
 
@@ -34,38 +35,64 @@ class ConvStemPatchEmbed(nn.Module):
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, d, H/P, W/P) -> (B, n, d), row-major grid
 
 
-def fourier_features(grid: tuple[int, int], hidden: int, temperature: float) -> torch.Tensor:
-    """XCiT's sin/cos features ``(2*hidden, H, W)`` in float64: first the y (row) half, then the x half.
+def fourier_features(grid: tuple[int, int], hidden: int, temperature: float,
+                     device: torch.device | str | None = None) -> torch.Tensor:
+    """XCiT's sin/cos features ``(1, 2*hidden, H, W)``: first the y (row) half, then the x half, computed in
+    float32 as the authors' code computes them (the caller casts them to the model's dtype).
 
-    Coordinates are ``1..H`` (``1..W``), divided by ``H + 1e-6`` and scaled by ``2 pi``; feature
-    ``2i`` is ``sin(pos / T^(2i/hidden))`` and ``2i+1`` is ``cos(pos / T^(2i/hidden))``.
+    Coordinates are ``1..H`` (``1..W``, the running count of the grid's cells), divided by ``H + 1e-6``
+    and scaled by ``2 pi``; feature ``2i`` is ``sin(pos / T^(2i/hidden))`` and ``2i+1`` is
+    ``cos(pos / T^(2i/hidden))``. Computed with the same float32 operations in the same order as theirs,
+    so the features agree with theirs to the last bit, at any grid.
     """
     h, w = grid
     scale, eps = 2 * math.pi, 1e-6
-    y = torch.arange(1, h + 1, dtype=torch.float64)[:, None].expand(h, w)  # cumsum of ones over rows
-    x = torch.arange(1, w + 1, dtype=torch.float64)[None, :].expand(h, w)
-    y, x = y / (h + eps) * scale, x / (w + eps) * scale
-    dim_t = temperature ** (2 * (torch.arange(hidden, dtype=torch.float64) // 2) / hidden)  # (hidden,)
+    ones = torch.ones(1, h, w, dtype=torch.float32, device=device)
+    y, x = ones.cumsum(1), ones.cumsum(2)  # (1, H, W): 1..H down the rows, 1..W along them
+    y = y / (y[:, -1:, :] + eps) * scale
+    x = x / (x[:, :, -1:] + eps) * scale
+    dim_t = torch.arange(hidden, dtype=torch.float32, device=device)
+    dim_t = temperature ** (2 * (dim_t // 2) / hidden)  # (hidden,)
 
-    def encode(pos: torch.Tensor) -> torch.Tensor:  # (H, W) -> (hidden, H, W), sin/cos interleaved
-        angles = pos[..., None] / dim_t  # (H, W, hidden)
-        return torch.stack([angles[..., 0::2].sin(), angles[..., 1::2].cos()], dim=-1).flatten(-2).permute(2, 0, 1)
+    def encode(pos: torch.Tensor) -> torch.Tensor:  # (1, H, W) -> (1, H, W, hidden), sin/cos interleaved
+        angles = pos[:, :, :, None] / dim_t
+        return torch.stack((angles[:, :, :, 0::2].sin(), angles[:, :, :, 1::2].cos()), dim=4).flatten(3)
 
-    return torch.cat([encode(y), encode(x)], dim=0)
+    return torch.cat((encode(y), encode(x)), dim=3).permute(0, 3, 1, 2)  # (1, 2 hidden, H, W)
+
+
+def grid_of(tokens: int, built: tuple[int, int]) -> tuple[int, int]:
+    """The patch grid of ``tokens`` tokens with the aspect ratio of the ``built`` grid (``h/w``): any image
+    whose sides the patch size divides, in the build's proportions (the square of any side for a square build)."""
+    if tokens == built[0] * built[1]:
+        return built
+    a, b = built[0] // math.gcd(*built), built[1] // math.gcd(*built)
+    k = math.isqrt(tokens // (a * b)) if tokens % (a * b) == 0 else 0
+    if k < 1 or a * b * k * k != tokens:
+        raise ValueError(f"fourier_positions: {tokens} tokens do not form a patch grid of the build's proportions "
+                         f"{a}:{b} (built for {built[0]}x{built[1]}); give images whose sides keep them")
+    return a * k, b * k
 
 
 class FourierPositions(nn.Module):
-    """``x + Conv1x1(fourier(grid))``: XCiT's ``PositionalEncodingFourier``, added to ``(B, H*W, d)`` tokens."""
+    """``x + Conv1x1(fourier(grid))``: XCiT's ``PositionalEncodingFourier``, added to ``(B, H*W, d)`` tokens.
+
+    The grid is the input's (:func:`grid_of`): the features of the grid the network was built for are kept,
+    any other grid's are computed when it comes, so a ToST takes images of other resolutions as its authors'
+    code does."""
 
     def __init__(self, dim: int, grid: tuple[int, int], *, hidden: int = 32, temperature: float = 10000.0) -> None:
         super().__init__()
+        self.grid, self.hidden, self.temperature = tuple(grid), hidden, temperature
         self.token_projection = nn.Conv2d(2 * hidden, dim, kernel_size=1)  # the authors' name
-        # fixed features, kept in float64 and cast where used (so a float64 model gets exact values)
-        self.register_buffer("features", fourier_features(grid, hidden, temperature)[None], persistent=False)
+        self.register_buffer("features", fourier_features(self.grid, hidden, temperature), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.token_projection.weight
-        pos = self.token_projection(self.features.to(weight.dtype))  # (1, d, H, W)
+        grid = grid_of(x.shape[1], self.grid)
+        features = self.features if grid == self.grid else fourier_features(grid, self.hidden, self.temperature,
+                                                                             weight.device)
+        pos = self.token_projection(features.to(weight.dtype))  # (1, d, H, W)
         return x + pos.flatten(2).transpose(1, 2)  # (B, n, d)
 
 
@@ -88,7 +115,7 @@ class ClassAttention(Residual):
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y = self.norm(x)  # (B, n, d)
         q, k, v = self.qkv(y).unflatten(-1, (3, self.heads, self.head_dim)).permute(2, 0, 3, 1, 4)  # (B, K, n, p)
-        cls = F.scaled_dot_product_attention(q[:, :, :1], k, v)  # (B, K, 1, p): softmax(q_cls k^T / sqrt p) v
+        cls = softmax_attention(q[:, :, :1], k, v)  # (B, K, 1, p): softmax(q_cls k^T / sqrt p) v
         cls = self.proj(cls.transpose(1, 2).flatten(2))  # (B, 1, d)
         return x, torch.cat([cls, y[:, 1:]], dim=1)
 

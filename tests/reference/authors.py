@@ -491,14 +491,17 @@ def _forward_crate_alpha(state, images, z):
 
 
 def _fourier_positions(state, height, width, dtype):
-    """PositionalEncodingFourier(hidden_dim=32, temperature=10000), 1x1-conv projected: (h*w, d), row-major."""
+    """PositionalEncodingFourier(hidden_dim=32, temperature=10000), 1x1-conv projected: (h*w, d), row-major.
+    The authors build the features in float32 (``cumsum(..., dtype=torch.float32)``, a float32 ``dim_t``),
+    whatever the model's dtype; the projection then runs in the weights' dtype."""
     hidden, eps, scale = 32, 1e-6, 2 * math.pi
-    device = state["pos_embeder.token_projection.weight"].device
-    ys = torch.arange(1, height + 1, dtype=dtype, device=device) / (height + eps) * scale
-    xs = torch.arange(1, width + 1, dtype=dtype, device=device) / (width + eps) * scale
-    k = torch.arange(hidden, dtype=dtype, device=device)
+    weight = state["pos_embeder.token_projection.weight"]
+    f32 = dict(dtype=torch.float32, device=weight.device)
+    ys = torch.arange(1, height + 1, **f32) / (height + eps) * scale
+    xs = torch.arange(1, width + 1, **f32) / (width + eps) * scale
+    k = torch.arange(hidden, **f32)
     dim_t = 10000 ** (2 * torch.div(k, 2, rounding_mode="floor") / hidden)
-    even = (torch.arange(hidden, device=device) % 2 == 0)
+    even = (torch.arange(hidden, device=weight.device) % 2 == 0)
 
     def encode(pos):        # channel k: sin(pos / dim_t[k]) for even k, cos for odd k
         angles = pos[:, None] / dim_t
@@ -506,8 +509,7 @@ def _fourier_positions(state, height, width, dtype):
 
     pos_y = encode(ys)[:, None, :].expand(height, width, hidden)
     pos_x = encode(xs)[None, :, :].expand(height, width, hidden)
-    feats = torch.cat([pos_y, pos_x], dim=-1).reshape(height * width, 2 * hidden)
-    weight = state["pos_embeder.token_projection.weight"]
+    feats = torch.cat([pos_y, pos_x], dim=-1).reshape(height * width, 2 * hidden).to(weight.dtype)
     return F.linear(feats, weight.reshape(weight.shape[0], -1), state["pos_embeder.token_projection.bias"])
 
 
