@@ -32,6 +32,7 @@ from .mapping import Pair, check, correspond, notes_on_arguments, to_ours, to_th
 from .reading import Checkpoint, InteropError, read_checkpoint
 
 SHOWN = 20  # problems listed before "... and N more"
+BODY = ("d", "depth", "ratio", "class_depth", "context", "vocab")  # sizes that tell a published model's heads
 
 
 @dataclass
@@ -109,7 +110,7 @@ def _heads(found: Family, checkpoint: Checkpoint, sizes: dict, chosen: int | Non
     elif chosen is not None:
         heads, why = chosen, ""
     else:
-        shapes = {k: v for k, v in sizes.items() if k != "heads"}
+        shapes = {k: v for k, v in sizes.items() if k in BODY}  # heads are the body's: patch, image, classes aside
         fits = {name: found.published[name]["heads"] for name in found.matching(shapes)
                 if inner == found.published[name].get("head_dim", inner // found.published[name]["heads"])
                 * found.published[name]["heads"]}
