@@ -164,6 +164,17 @@ def _spec_arguments(parser: argparse.ArgumentParser, *, run: bool = False) -> No
         help="override a key, e.g. sizes.d=384 or encoder.layer.sparsify.args.lambd=0.5 (repeatable); "
         "list items by index (layer.1) or step name (layer.sparsify)",
     )
+    if not run:
+        parser.add_argument("--name", action=_Name, dest="overrides", metavar="NAME",
+                            help="name the network (its output folder's name): a spec changed by --set is otherwise "
+                            "named after its changes (crate-tiny.compress-tssa); the same as --set name=NAME")
+
+
+class _Name(argparse.Action):
+    """``--name NAME``: the override ``name=NAME``, after the ``--set`` given before it."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), f"name={value}"])
 
 
 def _diagram_arguments(parser: argparse.ArgumentParser) -> None:
@@ -251,6 +262,9 @@ def parser() -> argparse.ArgumentParser:
                        "another than a run's is refused)")
     _normalize_argument(probe)
     _formulas_argument(probe)
+    probe.add_argument("--checkpoints", choices=("final", "all"), default="final", help="all: a run's every "
+                       "checkpoint and its untrained network, one figure of each measure by layer and by training step "
+                       "(RUN/probes/over-training); final: its final weights against the untrained (default)")
     probe.add_argument("--samples", type=COUNT, default=256, help="test inputs to measure on (default: 256)")
     probe.add_argument("--seed", type=SEED, default=None, help="seed of the untrained network (default: a run's "
                        "own, else 0)")
@@ -631,7 +645,19 @@ def _rank_zero() -> bool:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from .workbench.probing import probe_run, probe_table
+    from .workbench.probing import probe_over_training, probe_run, probe_table
+
+    if args.checkpoints == "all":
+        run = args.spec if args.weights is None else args.weights
+        if args.data is not None or args.image_size is not None or args.seed is not None or args.overrides:
+            raise WorkbenchError("--checkpoints all probes a run on its own data, image size, seed and spec: "
+                                 "leave out --data, --image-size, --seed and --set")
+        if run is None or not Path(run).is_dir():
+            raise WorkbenchError("--checkpoints all takes a run folder: crate-compose probe RUN --checkpoints all")
+        table, figure, steps = probe_over_training(run, out=args.out, samples=args.samples)
+        print(probe_table({f"step {step}": rows for step, rows in steps.items()}))
+        print(f"wrote {table} and {figure}")
+        return 0
 
     table, figure, runs = probe_run(args.spec, args.data, weights=args.weights, overrides=args.overrides, out=args.out,
                                     seed=args.seed, samples=args.samples, image_size=args.image_size,

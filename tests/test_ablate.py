@@ -67,6 +67,13 @@ def test_an_ablation_grid_runs_resumes_and_writes_its_table(tmp_path, capsys):
     assert "| sparsify=ista_soft |" in table and "spread (std over seeds)" in table and "10 steps" in table
     assert (out / "results.csv").read_text().count("\n") == 3
     assert (out / "probes.png").read_bytes().startswith(PNG)
+    probes = json.loads((out / "probes.json").read_text())  # every seed probed: the mean, its spread and range
+    assert list(probes) == ["sparsify=ista", "sparsify=ista_soft", "sparsify=ista, untrained"]
+    rate = next(r for r in probes["sparsify=ista"] if r["measure"] == "coding_rate")
+    assert rate["seeds"] == 2 and len(rate["values"]) == 2 and rate["low"] <= rate["value"] <= rate["high"]
+    assert rate["value"] == pytest.approx(sum(rate["values"]) / 2) and rate["spread"] > 0
+    untrained = next(r for r in probes["sparsify=ista, untrained"] if r["measure"] == "coding_rate")
+    assert untrained["values"] != rate["values"]
     soft = loader.load(out / "sparsify-ista_soft" / "seed-0" / "spec.yaml")
     plain = loader.load(out / "sparsify-ista" / "seed-0" / "spec.yaml")
     assert [s.primitive for s in soft.encoder.layer] == ["mssa", "ista_soft"]

@@ -51,6 +51,13 @@ ZOO_PARAMS = {
     "causal-crate-bytes": 248_576,  # + 4 x (LN 256 + U 16,384 + out 16,512 + LN 256 + D 16,384)
     "gpt2-bytes": 842_496,  # + 4 x (LN 256 + qkv 49,536 + out 16,512 + LN 256 + MLP 131,712)
     "tost-lm-bytes": 713_488,  # + 4 x (LN 256 + W 16,512 + temp 4 + beta 512 + out 16,512 + MLP 131,712 + 2 x 128 LayerScale + LN 256)
+    # 28x28 grey images, patch 4 (49 tokens), d 128, 12 layers, 10 classes; counted by hand
+    "crate-mini": 607_754,  # Linear(16, 128) 2,176 + class 128 + positions 50 x 128 + 12 x (33,152 + 16,640) + LN + head 1,546
+    "tost-mini": 2_467_834,  # stem 74,688 + Fourier 8,320 + 12 x (TSSA 33,412 + MLP 132,096) + class 128 + 2 x 198,528 + LN 256 + 1,290
+    "crate-alpha-mini": 1_982_474,  # conv 2,176 + 128 + 6,400 + 12 x (MSSA 33,024 + ODL 131,328) + LN 256 + 1,290
+    # 8x8 digits, patch 2 (16 tokens), d 64, 4 layers
+    "tost-digits": 223_002,  # stem 704 + Fourier 4,160 + 4 x (8,516 + 33,280) + class 64 + CA 16,832 + MLP 33,280 + LN 128 + 650
+    "crate-alpha-digits": 167_114,  # conv 320 + 64 + 17 x 64 + 4 x (8,320 + 32,896) + LN 128 + head 650
 }
 
 

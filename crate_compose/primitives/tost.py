@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 
 
 class ConvPatchEmbedArgs(Args):
-    dim: int = Field(ge=1, description="Token dimension d (divisible by 8 for patch 16, by 4 for patch 8).")
-    patch_size: Literal[8, 16] = Field(
-        default=16, description="Side P of the patches: 16 (four stride-2 convolutions) or 8 (three), as XCiT."
+    dim: int = Field(ge=1, description="Token dimension d (divisible by P/2: 8 for patch 16, 4 for patch 8).")
+    patch_size: Literal[2, 4, 8, 16] = Field(
+        default=16, description="Side P of the patches: log2(P) stride-2 convolutions: 16 (four) or 8 (three), as "
+        "XCiT; 4 (two) or 2 (one) for small images (28x28, 8x8).",
     )
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..building.artifacts import load_build
-from ..building.builder import compile_spec
+from ..building.builder import compile_spec, spec_of
 from ..building.inspection import validate
 from ..errors import Location, Problem, SpecError, WorkbenchError
 from ..files import write_atomic
@@ -52,6 +52,7 @@ from .grids import Grid, GridError
 from .locks import LOCK_FILE, hold
 from .probes import plot_probes, probe, save_probes
 from .probing import PROBE_SAMPLES, _probe_inputs
+from .timelines import spread_rows
 from .runs import RUN_FILE, differences, digest, learned
 from .train import check_run_memory, prepare, train
 
@@ -268,10 +269,14 @@ def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str, me
             params = result.params
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         rows.append(Row(label, params, metric, statistics.fmean(values), spread, statistics.fmean(seconds), values))
-        _, data = prepare(spec_ref, grid.settings.data, overrides, grid.settings.image_size, 0, memory_limit)
-        inputs, extra = _probe_inputs(data, PROBE_SAMPLES, grid.settings.normalize)
-        probes[label] = probe(load_build(out / _folder(label) / "seed-0" / "final"), inputs, **extra)
-    return rows, probes
+        spec, data = prepare(spec_ref, grid.settings.data, overrides, grid.settings.image_size, 0, memory_limit)
+        inputs, extra = _probe_inputs(data, PROBE_SAMPLES, grid.settings.normalize)  # the same inputs for every run
+        finals = [load_build(out / _folder(label) / f"seed-{seed}" / "final") for seed in range(grid.seeds)]
+        probes[label] = spread_rows([probe(model, inputs, **extra) for model in finals])
+        if len(probes) == 1 and start.get("init") is None:  # the first variant untrained, as training started
+            untrained = [compile_spec(spec_of(model), seed=seed) for seed, model in enumerate(finals)]
+            probes[f"{label}, untrained"] = spread_rows([probe(model, inputs, **extra) for model in untrained])
+    return rows, dict(sorted(probes.items(), key=lambda item: item[0].endswith(", untrained")))
 
 
 def _folder(label: str) -> str:
@@ -312,11 +317,15 @@ def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], id
     writer = csv.writer(buffer)
     writer.writerow(["variant", "parameters", "metric", "mean", "std", "seeds", "seconds", "values"])
     for row in rows:
-        lines.append(f"| {row.variant} | {row.params:,} | {row.mean:.4f} | {row.spread:.4f} | {len(row.values)} | "
+        spread = f"{row.spread:.4f}" if len(row.values) > 1 else "— (one seed)"
+        lines.append(f"| {row.variant} | {row.params:,} | {row.mean:.4f} | {spread} | {len(row.values)} | "
                      f"{row.seconds:.0f} |")
-        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}", f"{row.spread:.6f}",
+        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}",
+                         f"{row.spread:.6f}" if len(row.values) > 1 else "",
                          len(row.values), f"{row.seconds:.1f}", " ".join(f"{v:.6f}" for v in row.values)])
     write_atomic(out / "results.md", "\n".join(lines) + "\n\n![probes](probes.png)\n")
     write_atomic(out / "results.csv", buffer.getvalue())
     save_probes(probes, out / "probes.json")
-    plot_probes(probes, out / "probes.png", title=f"{name}: each variant's probes after training (seed 0)")
+    over = f"mean of seeds 0..{seeds - 1}, band: their range" if seeds > 1 else "seed 0"
+    plot_probes(probes, out / "probes.png", title=f"{name}: each variant's probes after training, and the first "
+                f"untrained ({over})")

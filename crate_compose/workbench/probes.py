@@ -260,6 +260,8 @@ def probes_png(
         directions, label, by_layer = set(), name, True
         for number, (run, rows) in enumerate(runs.items()):
             selected = [r for r in rows if r["measure"] == name]
+            if not selected:  # said, not silently left out: the run has no step with this measure
+                axes.plot([], [], " ", label=f"{run}: no step measures this")
             roles = list(dict.fromkeys(r["role"] for r in selected))
             for shade, role in enumerate(roles):
                 group = [r for r in selected if r["role"] == role]
@@ -270,6 +272,12 @@ def probes_png(
                 xs = [layer + 1 for layer in layers] if use_layers else list(range(1, len(group) + 1))
                 ys = [math.nan if r["value"] is None else r["value"] for r in group]
                 legend = run if len(roles) == 1 else f"{run} ({role})"
+                seeds = max((r.get("seeds", 1) for r in group), default=1)
+                if seeds > 1:  # rows of several seeds (timelines.spread_rows): the mean, and their range as a band
+                    legend += f" (mean of {seeds} seeds; band: range)"
+                    axes.fill_between(xs, [math.nan if r["low"] is None else r["low"] for r in group],
+                                      [math.nan if r["high"] is None else r["high"] for r in group],
+                                      color=f"C{number % 10}", alpha=0.18, linewidth=0)
                 axes.plot(xs, ys, marker="o", markersize=4, linewidth=1.5, label=legend,  # one color per run
                           color=f"C{number % 10}", linestyle=("-", "--", ":", "-.")[shade % 4])
             label = _LABELS.get(name, name)

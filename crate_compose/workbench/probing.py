@@ -25,7 +25,7 @@ from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_w
 from ..building.builder import compile_spec, spec_of
 from ..building.plan import tied
 from ..errors import WorkbenchError
-from ..files import writable
+from ..files import writable, write_together
 from ..interop.exchange import load_checkpoint
 from ..interop.reading import InteropError, read_checkpoint
 from ..language.zoo import presets
@@ -36,7 +36,7 @@ from .eventlog import choose as choose_logger
 from .eventlog import write_probe_curves
 from .loading import check_normalize, is_rgb, renormalize
 from .locks import hold
-from .probes import probe, write_probes
+from .probes import probe, probes_json, write_probes
 from .train import HEADLESS, prepare
 
 PROBE_SAMPLES = 256
@@ -259,6 +259,43 @@ def probe_run(
         if logger == "tensorboard":
             write_probe_curves(folder, runs)
     return table, figure, runs
+
+
+def probe_over_training(run: str | Path, *, out: str | Path | None = None, samples: int = PROBE_SAMPLES,
+                        notes: Callable[[str], None] | None = None) -> tuple[Path, Path, dict[int, list[dict]]]:
+    """Probe every checkpoint of the run folder ``run`` (and the untrained network of its seed, as step 0, and
+    its ``final/`` when no checkpoint holds its last step) on the same test inputs; write ``probes.json``
+    (``{"step N": rows}``) and ``probes.png`` (:func:`crate_compose.workbench.timelines.timeline_png`: every
+    measure by layer, a line per checkpoint, and by training step, a line per layer) into ``out`` (default
+    ``RUN/probes/over-training``). Checkpoints without weights (cut short) are skipped with a note."""
+    from .checkpoint import checkpoints
+    from .timelines import timeline_png
+
+    say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
+    found = run_weights(run)
+    say(f"{found.run}: probing every checkpoint and the untrained network of seed {found.seed}, with the run's "
+        f"spec, on {found.data}, as the run recorded")
+    spec, data = prepare(found.spec, found.data, (), found.image_size, found.seed, keep=HEADLESS)
+    folder = probe_folder(None, spec.name, out if out is not None else found.run / "probes" / "over-training")
+    inputs, extra = _probe_inputs(data, samples, found.normalize)
+    weights = {step: path for step, path in checkpoints(found.run).items() if (path / WEIGHTS_FILE).is_file()}
+    for step in sorted(set(checkpoints(found.run)) - set(weights)):
+        say(f"checkpoint step-{step:06d} holds no weights (cut short): left out")
+    last = run_records.read(found.run).settings().get("steps")
+    final = found.run / "final"
+    if (final / WEIGHTS_FILE).is_file() and isinstance(last, int) and last not in weights:
+        weights[last] = final
+    steps = {0: probe(compile_spec(spec, seed=found.seed), inputs, **extra)}
+    for step, path in sorted(weights.items()):
+        model = compile_spec(spec, seed=found.seed)
+        load_weights(model, path)
+        steps[step] = probe(model, inputs, **extra)
+    title = f"{spec.name} on {found.data}: {len(steps) - 1} checkpoints and the untrained network (seed {found.seed})"
+    table, figure = folder / "probes.json", folder / "probes.png"
+    with hold(folder, "write probes into"):
+        write_together({table: probes_json({f"step {step}": rows for step, rows in steps.items()}),
+                        figure: timeline_png(steps, title=title)})
+    return table, figure, steps
 
 
 CHECKPOINT = re.compile(r"step-\d+")  # RUN/checkpoints/step-NNNNNN
