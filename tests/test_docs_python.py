@@ -135,3 +135,14 @@ def test_python_md_runs_as_one_script(tmp_path, monkeypatch):
         for name in set(sys.modules) - modules_before:
             if name.startswith("crate_compose_plugin_"):  # load_plugins' modules
                 del sys.modules[name]
+
+
+def test_the_readme_shows_the_code_a_build_writes(tmp_path):
+    """The README's excerpt of generated code is crate-tiny's code.py, line for line (``...`` elides layers)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    excerpt = next(block for block in BLOCK.findall(readme) if block.startswith("def forward("))
+    code = (cc.save(cc.build("crate-tiny", overrides=["sizes.image_size=32"]), tmp_path / "tiny") / "code.py"
+            ).read_text().splitlines()
+    lines = [line for line in excerpt.splitlines() if line.strip() != "..."]
+    assert [line for line in code if line in lines] == lines
+    assert not any(line.endswith("= None") for line in code)  # torch.fx's frees are not part of the reading

@@ -15,6 +15,8 @@ anybody's files.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import torch
@@ -71,9 +73,16 @@ def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str]
     with naming(given, directory), staged_folder(directory) as staging:
         write_atomic(staging / SPEC_FILE, loader.dump(spec_of(module)))
         save_tensors(tensors, staging / WEIGHTS_FILE, metadata={"format": "pt", **(extra or {})})
-        write_atomic(staging / CODE_FILE, module.code.lstrip() + "\n")
+        write_atomic(staging / CODE_FILE, readable_code(module))
         write_atomic(staging / SUMMARY_FILE, summarize(module).table() + "\n")
     return directory
+
+
+def readable_code(module: fx.GraphModule) -> str:
+    """The generated forward as ``code.py`` holds it: one call per step, without the ``;  x = None`` that
+    torch.fx appends to free each value after its last use (the module runs its own code, not this text)."""
+    lines = [re.sub(r"(;\s+\w+ = None)+$", "", line.rstrip()) for line in module.code.strip("\n").splitlines()]
+    return "\n".join(line for line in lines if line.strip()) + "\n"
 
 
 def read_weights(path: Path, tied_names: dict[str, str]) -> dict[str, torch.Tensor]:
