@@ -164,8 +164,13 @@ def test_the_pictured_memberships_of_a_tost_sum_to_one_over_heads():
                                  "sizes.heads=4", "sizes.class_depth=1", "sizes.channels=1"])
     images = _images(2, side=32)
     views = look(model, images)
-    (step,) = views.steps
+    step, summary = views.steps
     assert (step.kind, step.module, step.prefix) == ("membership", "encoder.layer_1.compress", 0)  # no class token yet
+    # and the class token's attention in the last class-attention layer: a softmax over every token
+    assert (summary.module, summary.kind, summary.prefix) == ("class_attention.layer_0.attend", "attention", 1)
+    assert summary.values.shape == (2, 4, 1, 17)
+    assert torch.allclose(summary.values.sum(-1), torch.ones(2, 4, 1, dtype=torch.float64), atol=1e-6)
+    assert summary.maps(views.grid, 0).shape == (2, 4, 4, 4)
     assert torch.allclose(step.values.sum(1), torch.ones(2, 16, dtype=torch.float64), atol=1e-12)
     x, _ = _inputs_and_outputs(model, images, [step.module])[step.module]
     assert torch.equal(step.values, model.get_submodule(step.module).statistics(x)[1].double())
@@ -229,19 +234,19 @@ def test_show_writes_every_picture_as_a_png_of_its_size(tmp_path, capsys):
     out = tmp_path / "pictures"
     assert main(["show", DIGITS, *SMALL, "--data", "digits", "--out", str(out), "--patch", "5"]) == 0
     printed = capsys.readouterr().out
-    sizes = {
-        "attention-cls-encoder.layer_1.compress.png": drawings.pixels(4, 5),  # 4 images; the image and 4 heads
-        "attention-patch5-encoder.layer_1.compress.png": drawings.pixels(4, 5),
+    sizes = {  # 4 images; the image and 4 heads, under one colour bar
+        "attention-cls-encoder.layer_1.compress.png": drawings.pixels(4, 5, bar=True),
+        "attention-patch5-encoder.layer_1.compress.png": drawings.pixels(4, 5, bar=True),
         "pca-encoder.layer_1.sparsify.png": drawings.pixels(4, 3),
     }
-    assert drawings.pixels(4, 5) == (750, 665)
+    assert drawings.pixels(4, 5) == (750, 665) and drawings.pixels(4, 5, bar=True) == (750, 720)
     assert _files(out) == {*sizes, ".lock"}
     for name, size in sizes.items():
         assert _png_size(out / name) == size
         assert f"wrote {out / name}: " in printed
     assert main(["show", DIGITS, *SMALL, "--data", "digits", "--out", str(out / "two"), "--images", "2",
                  "--layer", "0"]) == 0
-    assert _png_size(out / "two" / "attention-cls-encoder.layer_0.compress.png") == drawings.pixels(2, 5)
+    assert _png_size(out / "two" / "attention-cls-encoder.layer_0.compress.png") == drawings.pixels(2, 5, bar=True)
 
 
 def test_show_draws_memberships_and_reconstructions(tmp_path, capsys):
@@ -249,7 +254,9 @@ def test_show_draws_memberships_and_reconstructions(tmp_path, capsys):
             "--set", "sizes.class_depth=1"]
     assert main(["show", "tost-tiny", *tost, "--data", "digits", "--image-size", "16", "--out", str(tmp_path / "t"),
                  "--images", "1"]) == 0
-    assert _png_size(tmp_path / "t" / "membership-encoder.layer_0.compress.png") == drawings.pixels(1, 3)
+    assert _png_size(tmp_path / "t" / "membership-encoder.layer_0.compress.png") == drawings.pixels(1, 3, bar=True)
+    assert _png_size(tmp_path / "t" / "attention-cls-class_attention.layer_0.attend.png") == \
+        drawings.pixels(1, 3, bar=True)  # ToST's class token, summarizing the patches
     mae = ["--set", "sizes.patch_size=2", "--set", "sizes.depth=1"]
     assert main(["show", "crate-mae-photos", *mae, "--data", "digits", "--out", str(tmp_path / "m")]) == 0
     assert _png_size(tmp_path / "m" / "reconstruction.png") == drawings.pixels(4, 4)
@@ -319,3 +326,17 @@ def test_a_spec_without_pictures_names_its_steps_and_a_token_spec_is_refused(tmp
         look(_model("gpt2-bytes", ["sizes.depth=1"], dtype=torch.float32), torch.zeros(1, 8, dtype=torch.long))
     with pytest.raises(WorkbenchError, match="--layer 3"):
         look(_model(DIGITS, ["sizes.depth=2"]), _images(1), layer=3)
+
+
+def test_every_attention_map_of_a_figure_is_on_one_scale(monkeypatch):
+    """A nearly uniform map must look as faint as it is: one scale (0 to the figure's largest weight) for every
+    head and image, shown by a colour bar, not each map stretched to its own maximum."""
+    tops = []
+    monkeypatch.setattr(drawings, "_map", lambda axes, values, patch, *, top: tops.append(top))
+    maps = torch.full((2, 3, 4, 4), 1 / 16, dtype=torch.float64)
+    maps[1, 2, 0, 0] = 0.7  # one peaked head
+    drawings.maps_png(torch.rand(2, 1, 8, 8), maps, 2, title="t")
+    assert tops == [0.7] * 6
+    tops.clear()
+    drawings.maps_png(torch.rand(2, 1, 8, 8), maps / 10, 2, title="t", fixed=True)
+    assert tops == [1.0] * 6  # memberships: always 0 to 1

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .causal import softmax_attention
+from .causal import attention_weights, softmax_attention
 from .precision import LayerNorm
 from .residual import Residual
 
@@ -118,6 +118,12 @@ class ClassAttention(Residual):
         cls = softmax_attention(q[:, :, :1], k, v)  # (B, K, 1, p): softmax(q_cls k^T / sqrt p) v
         cls = self.proj(cls.transpose(1, 2).flatten(2))  # (B, 1, d)
         return x, torch.cat([cls, y[:, 1:]], dim=1)
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """``softmax(q_cls k^T / sqrt p)`` ``(B, K, 1, n)``: the weights the class token applies to every token
+        (the pictures of ``crate-compose show``; in float32 for half inputs)."""
+        q, k = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, self.head_dim)).permute(2, 0, 3, 1, 4)[:2]
+        return attention_weights(q[:, :, :1], k)
 
 
 class ClassMLP(Residual):

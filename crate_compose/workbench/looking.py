@@ -8,6 +8,8 @@
   forward applies), the attention of every token to every token, per head;
 * for every step whose module has ``membership(x)`` (``tssa``), the memberships ``Pi`` ``(B, K, n)``
   (a softmax over the heads);
+* in the last layer of a class-attention stack (ToST), the class token's attention ``(B, K, 1, n)`` to the
+  patch tokens it summarizes;
 * the top three principal components of the patch features the layer outputs (fitted on the patches
   of the images shown), as RGB (:func:`pca_rgb`);
 * for a masked autoencoder (a ``mask`` step and an output of pixel patches), the masked input, the
@@ -100,6 +102,8 @@ def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = Non
                              "(row by row)")
     views = Views(spec.name, display(inputs, mean, std), grid, size, patch, chosen)
     chosen_steps = [n for n in encoder if n.meta.get("layer") == chosen and str(n.target) in kinds]
+    stacked = _last_stacked(model)  # a class-attention stack's last layer (ToST, CaiT), beside the encoder's
+    kinds.update({str(n.target): "attention" for n in stacked})
     if kinds and not chosen_steps:
         others = sorted({n.meta.get("layer") for n in encoder if str(n.target) in kinds} - {None})
         views.notes.append(f"encoder layer {chosen} has no step with attention or memberships "
@@ -111,6 +115,7 @@ def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = Non
             found[name] = (args[0], output[0] if isinstance(output, tuple) else output)
         return hook
 
+    chosen_steps += stacked
     hooks = {str(n.target): keep(str(n.target)) for n in chosen_steps}
     hooks[site] = keep(site)
     with _evaluating(model), torch.no_grad():
@@ -125,7 +130,8 @@ def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = Non
                 views.notes.append(f"{name} sees {tokens.shape[1]} tokens, fewer than the {grid[0]}x{grid[1]} "
                                    "patch grid: no picture of it")
                 continue
-            views.steps.append(StepView(name, str(node.meta.get("primitive")), chosen, kinds[name], values, prefix))
+            views.steps.append(StepView(name, str(node.meta.get("primitive")), node.meta.get("layer", chosen),
+                                        kinds[name], values, prefix))
         tokens = found[site][1]
         if tokens.dim() == 3 and tokens.shape[1] >= cells:
             views.pca_site = site
@@ -136,6 +142,18 @@ def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = Non
         if masks:
             views.reconstruction = _reconstruct(model, inputs, size, mean, std, seed, views.notes)
     return views
+
+
+def _last_stacked(model: fx.GraphModule) -> list[fx.Node]:
+    """The steps with attention in the last layer of every stack besides the encoder and decoder (ToST's
+    class attention: the class token's attention to the patches it summarizes)."""
+    found = [n for n in model.graph.nodes if n.op == "call_module" and n.meta.get("part") == "layer"
+             and n.meta.get("role") not in ("encoder", "decoder")
+             and kind_of(model.get_submodule(str(n.target))) == "attention"]
+    last = {}
+    for node in found:
+        last[node.meta["role"]] = max(last.get(node.meta["role"], 0), node.meta.get("layer") or 0)
+    return [n for n in found if (n.meta.get("layer") or 0) == last[n.meta["role"]]]
 
 
 def kind_of(module: nn.Module) -> str | None:

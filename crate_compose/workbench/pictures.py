@@ -63,10 +63,11 @@ def draw(views: Views, title: str, labels: list[str] | None = None) -> dict[str,
                 views.images, step.maps(views.grid), views.patch_size, title=f"{title}\n{text}", fixed=True, labels=labels), text)
             continue
         queries = ([("cls", 0, None, "the class token")] if step.prefix else []) + \
-            [(f"patch{views.patch}", step.prefix + views.patch, patch_cell,
-              f"patch {views.patch} (row {patch_cell[0]}, column {patch_cell[1]})")]
+            ([(f"patch{views.patch}", step.prefix + views.patch, patch_cell,
+               f"patch {views.patch} (row {patch_cell[0]}, column {patch_cell[1]})")]
+             if step.values.shape[2] > 1 else [])  # class attention: the class token alone queries
         for label, query, cell, who in queries:
-            text = f"attention of {who} to the patches, {where}, per head (each map 0 to its maximum)"
+            text = f"attention of {who} to the patches, {where}, per head (one scale for every map: the colour bar)"
             out[f"attention-{label}-{step.module}.png"] = (drawings.maps_png(
                 views.images, step.maps(views.grid, query), views.patch_size, title=f"{title}\n{text}",
                 query=cell, labels=labels), text)
