@@ -183,3 +183,15 @@ def test_the_probe_keeps_the_heads_classes_of_the_weights(tmp_path):
                                   overrides=overrides)
     assert result["labels"] == "classes" and result["dim"] == 32 and result["train"] + result["test"] == 60
     assert result["test_accuracy"] > 0.7
+
+
+def test_a_choice_of_c_that_the_validation_cannot_make_is_said():
+    """Features that separate the training data (a network's own) tie every C at 1.0: the result says so."""
+    from crate_compose.workbench.linear_probe import linear_probe
+
+    generator = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), 40)
+    separable = np.eye(3)[labels] * 10 + generator.normal(0, 0.01, (120, 3))
+    result = linear_probe(separable, labels, separable[:30], labels[:30])
+    assert result.c == 1.0 and set(result.validation_accuracy.values()) == {1.0}
+    assert "6 of 6 values of C tie at validation accuracy 1.0000" in result.choice

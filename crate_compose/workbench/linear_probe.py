@@ -95,6 +95,7 @@ class ProbeResult:
     train: int = 0
     test: int = 0
     dim: int = 0
+    choice: str = ""  # how C was chosen, in words (a tie on the validation fifth is said)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,7 +123,19 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, t
     best = max(grid, key=lambda c: (scores[c], -c))
     final = _classifier(best, seed).fit(train_x, train_y)
     return ProbeResult(float(final.score(test_x, test_y)), best, {f"{c:g}": s for c, s in scores.items()},
-                       train=len(train_x), test=len(test_x), dim=train_x.shape[1])
+                       train=len(train_x), test=len(test_x), dim=train_x.shape[1], choice=_choice(scores, best))
+
+
+def _choice(scores: dict[float, float], best: float) -> str:
+    """How ``best`` was chosen: by its validation accuracy, or, where several C tie (features the network was
+    trained on can be separable on its own training data: every C at 1.0), as the smallest of the tied."""
+    tied = [c for c, score in scores.items() if score == scores[best]]
+    if len(tied) == 1:
+        return f"C={best:g}: the best validation accuracy ({scores[best]:.4f}) on a stratified fifth of the training split"
+    return (f"C={best:g}: {len(tied)} of {len(scores)} values of C tie at validation accuracy {scores[best]:.4f} on a "
+            "stratified fifth of the training split (the network's own training data: its features may separate it "
+            "whatever C is), so the smallest of them, the strongest regularization, was taken; the validation "
+            "does not tell them apart")
 
 
 def knn(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor, *,
