@@ -1,10 +1,12 @@
 """How a run updates its weights: the optimizer, the learning-rate schedule, the weight average (EMA)
 and the precision of the step.
 
-* **Optimizers** (``--optimizer``): AdamW (torch's), Lion (``lion_pytorch``: torch has none; it is the
-  implementation the CRATE authors' own training script imports, so a recipe from paper 003 runs
-  the same update) and SGD with momentum (torch's). Weight decay applies to matrices only (every
-  parameter with two or more dimensions), as in the papers' code bases.
+* **Optimizers** (``--optimizer``): AdamW (torch's), Lion (:class:`Lion` below: torch has none; it
+  computes ``lion_pytorch``'s update, the implementation the CRATE authors' own training script
+  imports, bit for bit, so a recipe from paper 003 runs the same update and a checkpoint written with
+  ``lion_pytorch`` resumes; on CUDA over all parameters of a group at once) and SGD with momentum
+  (torch's). Weight decay applies to matrices only (every parameter with two or more dimensions), as
+  in the papers' code bases.
 * **Schedules** (``--schedule``): a linear warm-up over ``warmup`` steps to ``lr``, then ``cosine``
   decay to ``min_lr``, ``step`` decay (times ``lr_decay`` every ``lr_step`` steps) or ``constant``.
 * **EMA** (``--ema DECAY``): an exponential moving average of the weights in float32, updated after
@@ -21,6 +23,7 @@ restored on resume, so a resumed run continues exactly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Iterator
 
@@ -40,8 +43,6 @@ def optimizer_for(model: nn.Module, settings: Settings) -> torch.optim.Optimizer
     other = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": other, "weight_decay": 0.0}]
     if settings.optimizer == "lion":
-        from lion_pytorch import Lion
-
         return Lion(groups, lr=settings.lr, betas=(settings.beta1, _or(settings.beta2, 0.99)))
     if settings.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=settings.lr, momentum=settings.momentum, nesterov=settings.nesterov)
@@ -50,6 +51,126 @@ def optimizer_for(model: nn.Module, settings: Settings) -> torch.optim.Optimizer
 
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
+
+
+# the most elements one multi-tensor call of Lion's step takes: its temporary (the update's sign) is at
+# most this (128 MiB in float32) or the largest parameter, not a copy of a whole large model
+FOREACH_ELEMENTS = 1 << 25
+
+
+class Lion(torch.optim.Optimizer):
+    """Lion, "EvoLved Sign Momentum" (Chen et al. 2023, "Symbolic Discovery of Optimization
+    Algorithms", arXiv:2302.06675, Algorithm 2), as ``lion_pytorch.Lion`` computes it, bit for bit, in
+    torch's multi-tensor operations (``torch._foreach_*``) on CUDA: each operation is one call over all
+    parameters of a group (a few fused kernels instead of eight per parameter).
+
+    For every parameter ``p`` with a gradient ``g`` (parameters without one are skipped) and its
+    moment ``m`` (state ``exp_avg``, zero at the first step), with its group's ``lr``,
+    ``weight_decay`` (wd) and ``betas`` (beta1, beta2)::
+
+        p <- p (1 - lr wd)                          decoupled weight decay
+        p <- p - lr sign(beta1 m + (1 - beta1) g)   the update: the sign of the interpolation
+        m <- beta2 m + (1 - beta2) g                the moment, with the second beta
+
+    in that order and with lion_pytorch's operations (``mul_``, then ``add`` with ``alpha``, then the
+    sign), so that float32 on the CPU matches it to the bit. Param groups hold ``lr``, ``betas`` and
+    ``weight_decay`` and the state ``exp_avg``, as lion_pytorch's do: its state dicts (checkpoints of
+    earlier runs) load and continue exactly. On CUDA the fused kernels may round ``a + alpha b`` with
+    or without a fused multiply-add where the per-tensor kernels do the other, so the moments can
+    differ from lion_pytorch's in the last bit there.
+
+    Tensors are batched by device and dtype, at most :data:`FOREACH_ELEMENTS` elements a call.
+    ``foreach=None`` (the default) batches the tensors on devices with multi-tensor kernels (CUDA) and
+    steps those on the CPU one parameter at a time, as torch's own optimizers choose: there the
+    multi-tensor operations are a loop over the same per-tensor ones, and seven passes over all
+    parameters miss the caches that one parameter's passes hit (a CRATE-B step took 1.4-2.4x as long
+    on 2 EPYC cores, benchmarks/optimizer_step.py). ``foreach=True`` batches on every device,
+    ``False`` on none; a sparse gradient or a complex parameter (which the multi-tensor operations do
+    not take) is always stepped alone. The per-parameter path is lion_pytorch's operations less one copy.
+    """
+
+    def __init__(self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0,
+                 *, foreach: bool | None = None) -> None:
+        if not lr > 0:
+            raise ValueError(f"Lion: lr must be positive, not {lr}")
+        if not all(0.0 <= beta <= 1.0 for beta in betas):
+            raise ValueError(f"Lion: betas must lie in [0, 1], not {tuple(betas)}")
+        self.foreach = foreach  # an attribute, not a group key: groups keep lion_pytorch's keys
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, wd, (beta1, beta2) = group["lr"], group["weight_decay"], group["betas"]
+            batches: dict[tuple, tuple[list, list, list]] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if len(state) == 0:
+                    state["exp_avg"] = torch.zeros_like(p)
+                if not _batched(p, self.foreach) or p.grad.is_sparse or p.is_complex():
+                    _lion_single(p, p.grad, state["exp_avg"], lr, wd, beta1, beta2)
+                    continue
+                batch = batches.setdefault((p.device, p.dtype, p.grad.dtype), ([], [], []))
+                for tensors, tensor in zip(batch, (p, p.grad, state["exp_avg"])):
+                    tensors.append(tensor)
+            for params, grads, moments in batches.values():
+                for part in _parts(params):
+                    _lion_foreach(params[part], grads[part], moments[part], lr, wd, beta1, beta2)
+        return loss
+
+
+def _batched(p: torch.Tensor, foreach: bool | None) -> bool:
+    return foreach if foreach is not None else p.device.type in _foreach_devices()
+
+
+@functools.cache
+def _foreach_devices() -> tuple[str, ...]:
+    """The device types with multi-tensor kernels (torch's list: CUDA, XPU, its private backend)."""
+    try:
+        from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+    except ImportError:  # a private module: should it move, CUDA is the one that matters
+        return ("cuda",)
+    return tuple(_get_foreach_kernels_supported_devices())
+
+
+def _parts(params: list[torch.Tensor]) -> Iterator[slice]:
+    """Consecutive slices of ``params`` of at most FOREACH_ELEMENTS elements (or one tensor) each."""
+    start, count = 0, 0
+    for index, p in enumerate(params):
+        if index > start and count + p.numel() > FOREACH_ELEMENTS:
+            yield slice(start, index)
+            start, count = index, 0
+        count += p.numel()
+    yield slice(start, len(params))
+
+
+def _lion_foreach(params, grads, moments, lr: float, wd: float, beta1: float, beta2: float) -> None:
+    """One Lion step over lists of tensors of one device and dtype (see :class:`Lion`)."""
+    if wd != 0:  # lion_pytorch multiplies by 1.0 then, which changes nothing
+        torch._foreach_mul_(params, 1.0 - lr * wd)
+    updates = torch._foreach_mul(moments, beta1)  # lion_pytorch: m.clone().mul_(beta1)
+    torch._foreach_add_(updates, grads, alpha=1.0 - beta1)
+    torch._foreach_sign_(updates)  # lion_pytorch's sgn_: the same for real tensors
+    torch._foreach_add_(params, updates, alpha=-lr)
+    del updates
+    torch._foreach_mul_(moments, beta2)
+    torch._foreach_add_(moments, grads, alpha=1.0 - beta2)
+
+
+def _lion_single(p, grad, exp_avg, lr: float, wd: float, beta1: float, beta2: float) -> None:
+    """One parameter's Lion step, lion_pytorch's ``update_fn`` operation for operation (its ``add`` in
+    place on the copy: the same values, one tensor fewer)."""
+    if wd != 0:
+        p.mul_(1.0 - lr * wd)
+    update = exp_avg.mul(beta1).add_(grad, alpha=1.0 - beta1).sgn_()
+    p.add_(update, alpha=-lr)
+    exp_avg.mul_(beta2).add_(grad, alpha=1.0 - beta2)
 
 
 def float32_copies(settings: Settings) -> int:
