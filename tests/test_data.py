@@ -218,8 +218,8 @@ def test_folder_errors(tmp_path):
 def test_unknown_name_and_options():
     with pytest.raises(DataError, match="unknown data set 'digit'.*did you mean 'digits'"):
         D.load_data("digit")
-    with pytest.raises(DataError, match="photos, subspaces"):
-        D.load_data("mnist")
+    with pytest.raises(DataError, match="fashion-mnist, mnist, photos, subspaces"):
+        D.load_data("cifar10")
     with pytest.raises(DataError, match="does not take delta"):
         D.load_data("digits", delta=0.1)
     with pytest.raises(DataError, match="image_size"):
