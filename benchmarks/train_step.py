@@ -32,7 +32,7 @@ under the math backend of ``scaled_dot_product_attention``, so that attention co
 products it is on every device (the counter has no formula for PyTorch's CPU flash kernel). These are
 the FLOPs the built modules execute: CRATE-B's ISTA step takes one product against
 ``I + eta (D - D^T D)`` (modules/sparsify.py), 273 GFLOP per step at batch 8, where its two products
-(as before issue 20; ``sparsify.FOLD = False``) take 308, also counted and shown beside each goal. A
+(as before issue 20, and as written: ``crate_compose.formulas_as_written()``) take 308, also counted and shown beside each goal. A
 step's FLOP rate is its FLOPs over its median time; ``CRATE / timm`` is the ratio of the two models'
 rates (goal: >= 1).
 
@@ -71,7 +71,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import crate_compose as cc
-from crate_compose.modules import sparsify
+from crate_compose.modules.paths import use_formulas
 from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
 
 MODELS = ("crate-base", "vit_base_patch16_224")
@@ -138,20 +138,19 @@ class Trainer:
 
 def count_flops(name: str, args, device: torch.device, timm, *, fold: bool = True) -> tuple[int, int]:
     """FLOPs of one training step (forward + loss + backward) and of one forward pass, float32;
-    ``fold=False``: with CRATE's ISTA steps as two products (``modules.sparsify.FOLD``)."""
-    sparsify.FOLD = fold
+    ``fold=False``: with the formulas as written (``modules/paths.py``), whose ISTA step takes two products
+    (the written attention's products are the math backend's, so only ISTA's count changes)."""
     model, logits_of = build(name, args.size, device, timm)
     logits = logits_of(model)
     images = torch.randn(args.batch, 3, args.size, args.size, device=device)
     labels = torch.zeros(args.batch, dtype=torch.long, device=device)
-    with sdpa_kernel(SDPBackend.MATH):
+    with sdpa_kernel(SDPBackend.MATH), use_formulas("fast" if fold else "written"):
         with FlopCounterMode(display=False) as counter:
             F.cross_entropy(logits(images), labels).backward()
         step = counter.get_total_flops()
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             logits(images)
         forward = counter.get_total_flops()
-    sparsify.FOLD = True
     del model
     return step, forward
 

@@ -46,6 +46,7 @@ _LAZY = {
        ("Args", "Context", "Example", "Footprint", "Inverse", "Primitive", "all_primitives", "load_plugins",
         "primitive")},
     "Residual": ("modules.residual", "Residual"),
+    **{name: ("modules.paths", name) for name in ("formulas", "formulas_as_written", "set_formulas", "use_formulas")},
     "ResourceError": ("building.budget", "ResourceError"),
     "json_schema": ("language.schema", "json_schema"),
     **{name: ("language.spec", name) for name in ("Derive", "Spec", "Stack", "Step")},
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .language.schema import json_schema
     from .language.spec import Derive, Spec, Stack, Step
     from .language.zoo import presets
+    from .modules.paths import formulas, formulas_as_written, set_formulas, use_formulas
     from .modules.residual import Residual
     from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive
     from .rendering.diagrams import diagram, render

@@ -5,7 +5,8 @@ Exit status:
 * 0 on success (and for a finished run resumed with its own steps: nothing to do);
 * 2 for a bad spec, bad arguments, data, a checkpoint or a grid that cannot be used, or a resume that
   would change the run (every problem listed, each located);
-* 1 when an output cannot be written (a full disk, a read-only folder): the path is named, and
+* 1 when an output cannot be written (a full disk, a read-only folder, a FIFO or a device given as
+  ``--out``, a file or someone else's files where an output folder goes): the path is named, and
   earlier outputs are left intact;
 * 3 when another process is writing into the folder (its process id is named);
 * 130 on Ctrl-C.
@@ -14,7 +15,9 @@ Under torchrun only rank 0 prints.
 
 Only the standard library and torch-free modules load at start-up (``crate_compose`` itself loads
 its names on first use): ``--help`` and argument errors answer before torch is imported, and
-``validate`` reports a wrong path or a YAML syntax error before the primitives (and torch) load.
+``validate`` reports a wrong path or a YAML syntax error before the primitives (and torch) load. An
+``--out`` that cannot take the output, or a spec whose input does not fit the command, is refused
+before torch loads too (:mod:`crate_compose.workbench.preflight`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Sequence
 import crate_compose as cc
 
 from .errors import DiagramError, PluginError, SpecError, WorkbenchError
-from .files import write_atomic
+from .files import writable, write_atomic
 from .interop.catalog import FAMILIES
 from .settings import (
     ARCHIVED,
@@ -116,6 +119,8 @@ def _device(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a device; give cpu, cuda or cuda:N") from None
     if device.type == "meta":
         raise argparse.ArgumentTypeError("meta holds no weights (use inspect for shapes and counts); give cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():  # before any data is read or weights built
+        raise argparse.ArgumentTypeError(f"{text}: no CUDA device is available to this torch; give cpu")
     return text
 
 
@@ -547,9 +552,12 @@ def _notes(spec) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from .building.folders import replaceable
+
     spec = cc.load_spec(args.spec, args.overrides)  # its notes are in the summary table
-    model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype, memory_limit=args.memory_limit)
     out = args.out or Path("out") / spec.name
+    replaceable(Path(out).resolve())  # a file, someone else's files: refused before torch loads (exit 1)
+    model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype, memory_limit=args.memory_limit)
     summary = cc.summarize(model)
     cc.save(model, out, extra={"seed": str(args.seed), "dtype": args.dtype})
     print(summary.table())
@@ -606,21 +614,28 @@ def _settings(args: argparse.Namespace, base: dict | None = None) -> Settings:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from .workbench import preflight
     from .workbench.recipes import read_recipe
     from .workbench.runs import read
-    from .workbench.train import default_run, train
 
     recipe = read_recipe(args.config) if args.config else None
     overrides = [*(recipe.overrides if recipe else []), *args.overrides]
     resume = args.resume or args.resume_from is not None
-    out = args.out or default_run(args.spec, overrides)
+    spec = cc.load_spec(args.spec, overrides)  # a bad spec, as train would say it, before torch loads
+    out = args.out or Path("runs") / spec.name  # train.default_run
+    preflight.run_folder(out)  # a file, someone else's files: refused before torch loads (exit 1)
     record = read(out) if resume and out.is_dir() else None
     given = _recipe_settings(recipe, args.steps is not None, args.warmup is not None)
     base = {**(record.settings() if record is not None else _from_environment()), **given}  # --steps, --warmup
     # win over epochs; a resumed run's formulas are its own (absent from its record: fast)
     init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
     init, freeze = args.init if args.init is not None else init, args.freeze or freeze
-    result = train(args.spec, _settings(args, base), overrides=overrides, out=out, resume=resume,
+    settings = _settings(args, base)
+    if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
+        preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
+    from .workbench.train import train
+
+    result = train(args.spec, settings, overrides=overrides, out=out, resume=resume,
                    resume_from=args.resume_from, device=args.device, progress=args.progress,
                    memory_limit=args.memory_limit, init=init, freeze=freeze, recipe=recipe.text if recipe else None)
     if not _rank_zero():
@@ -645,6 +660,10 @@ def _rank_zero() -> bool:
 
 
 def _probe(args: argparse.Namespace) -> int:
+    from .workbench import preflight
+
+    if args.out is not None:  # a file, a build: refused before torch loads
+        preflight.probe_folder(args.out, f"--out {args.out}")
     from .workbench.probing import probe_over_training, probe_run, probe_table
 
     if args.checkpoints == "all":
@@ -668,6 +687,9 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from .workbench.preflight import check_language_model
+
+    check_language_model(cc.load_spec(args.spec, args.overrides))  # an image spec: refused before torch loads
     from .workbench.generation import generate_text
 
     if args.weights is None:
@@ -697,9 +719,14 @@ def _ablate(args: argparse.Namespace) -> int:
                    recipe=(args.config, recipe.overrides) if recipe else None)
     for note in grid.notes:
         print(f"note: {note}", file=sys.stderr)
+    from .workbench import preflight
+
+    out = args.out or _default_ablation(args.spec, grid)
+    if out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
+        preflight.ablation_folder(out)
     from .workbench.ablation import ablate, base_spec
 
-    out = args.out or Path("ablations") / base_spec(args.spec, grid).name
+    out = out or Path("ablations") / base_spec(args.spec, grid).name
     rows = ablate(args.spec, grid, out=out, progress=args.progress, device=args.device,
                   memory_limit=args.memory_limit, resume=args.resume, init=args.init, freeze=args.freeze or "none",
                   recipe=recipe.text if recipe else None)
@@ -709,6 +736,15 @@ def _ablate(args: argparse.Namespace) -> int:
     print((out / "results.md").read_text())
     print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")
     return 0
+
+
+def _default_ablation(spec_ref, grid) -> Path | None:
+    """``ablations/<base spec name>`` (ablation.base_spec), torch-free; None when the spec does not load (its
+    problems are then reported located at the grid's lines, by ablation.base_spec)."""
+    try:
+        return Path("ablations") / cc.load_spec(spec_ref, grid.overrides).name
+    except SpecError:
+        return None
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -731,6 +767,8 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    if args.out is not None:  # a FIFO, a device, a folder: refused before torch loads, not after the evaluation
+        writable(args.out)
     from .workbench.assessment import evaluate_weights
 
     return _answer(evaluate_weights(args.spec, args.data, args.weights, overrides=args.overrides, task=args.task,
@@ -739,14 +777,23 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _linear_probe(args: argparse.Namespace) -> int:
+    if args.out is not None:  # refused before torch loads, not after the probe
+        writable(args.out)
     from .workbench.assessment import linear_probe_weights
 
-    return _answer(linear_probe_weights(args.spec, args.data, args.weights, overrides=args.overrides,
-                                        layer=args.layer, pool=args.pool, image_size=args.image_size,
-                                        seed=args.seed, normalize=args.normalize, workers=args.workers), args.out)
+    result = linear_probe_weights(args.spec, args.data, args.weights, overrides=args.overrides, layer=args.layer,
+                                  pool=args.pool, image_size=args.image_size, seed=args.seed,
+                                  normalize=args.normalize, workers=args.workers)
+    if " tie " in result.get("choice", ""):
+        print(f"note: {result['choice']}", file=sys.stderr)
+    return _answer(result, args.out)
 
 
 def _import(args: argparse.Namespace) -> int:
+    if args.out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
+        from .building.folders import replaceable
+
+        replaceable(Path(args.out).resolve())
     from .interop.exchange import import_checkpoint
 
     imported = import_checkpoint(args.spec, args.checkpoint, args.family, overrides=args.overrides,
@@ -766,6 +813,10 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from .workbench.preflight import outside_source
+
+    outside_source(args.weights, args.out)  # the source's own weights are never overwritten: before anything is read
+    writable(args.out)
     from .interop.exchange import export_checkpoint, family, write_checkpoint
 
     tensors = export_checkpoint(cc.load_build(args.weights), args.family)
@@ -791,6 +842,10 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from .workbench import preflight
+
+    if args.out is not None:  # a file, a build: refused before torch loads
+        preflight.picture_folder(args.out, f"--out {args.out}")
     from .workbench.pictures import show
 
     shown = show(args.spec, args.data, weights=args.weights, overrides=args.overrides, layer=args.layer,

@@ -87,6 +87,15 @@ class WorkbenchError(ValueError):
     """
 
 
+class OutputError(WorkbenchError):
+    """An output folder given (or defaulted) that cannot take what a command writes: a file or a device
+    where the folder goes, a folder of someone else's files, a file where a run keeps a folder. As an
+    output that cannot be written (a full disk, a FIFO given as ``--out``, a build's ``--out .``), the CLI
+    exits with status 1, the path named; nothing there is changed."""
+
+    exit_status = 1
+
+
 class PluginError(RuntimeError):
     """A package registered under ``crate_compose.primitives`` failed to import."""
 

@@ -277,7 +277,7 @@ def test_other_files_and_a_resume_of_nothing_are_refused(tmp_path, capsys):
     mine.mkdir()
     (mine / "notes.txt").write_text("my notes\n")
     swap = ["--swap", f"{SPARSIFY}=ista", "--steps", "2"]
-    _refused(capsys, _args(mine, *swap), f"{mine} holds files that are not an ablation (notes.txt)")
+    _refused(capsys, _args(mine, *swap), f"{mine} holds files that are not an ablation (notes.txt)", status=1)
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     _refused(capsys, _args(tmp_path / "empty", *swap, "--resume"), "holds no ablation to continue")
     assert not (tmp_path / "empty").exists()

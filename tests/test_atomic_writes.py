@@ -145,3 +145,51 @@ def test_metrics_survive_a_line_cut_short_by_a_kill(tmp_path):
 
     text = '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo'
     assert [row["step"] for row in _rows(text)] == [1, 2]
+
+
+KILLED_CHECKPOINT = """
+import os, signal, sys
+from pathlib import Path
+import safetensors.torch, torch
+import crate_compose as cc
+from crate_compose.workbench import checkpoint
+
+run = Path(sys.argv[1])
+model = cc.build("crate-digits", overrides={tiny!r})
+optimizer = torch.optim.AdamW(model.parameters())
+checkpoint.save_checkpoint(run, 10, model, optimizer, {{}})
+
+def half(tensors, path, *args, **kwargs):  # the weights of the build inside the checkpoint, half written
+    Path(path).write_bytes(b"\\0" * 1000)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+safetensors.torch.save_file = half
+checkpoint.save_checkpoint(run, 20, model, optimizer, {{}})
+print("not killed")
+"""
+
+
+def test_a_checkpoint_killed_while_its_build_is_written_leaves_nothing_a_resume_keeps(tmp_path):
+    """SIGKILL while the build inside a checkpoint is written leaves the checkpoint's staging folder and, beside it,
+    the build's own (``..step-000020.X.partial.Y.partial``): the cleanup of a resume removes both, and nothing
+    else (a complete checkpoint, a user's files and folders whose names only look alike)."""
+    from crate_compose.workbench import checkpoint
+
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", KILLED_CHECKPOINT.format(tiny=TINY), str(run)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
+    folder = run / "checkpoints"
+    left = sorted(p.name for p in folder.iterdir() if p.name != "step-000010")
+    assert len(left) == 2 and left[0].startswith("..step-000020.") and left[1].startswith(".step-000020."), left
+    assert left[0].count(".partial") == 2 and all((folder / name).is_dir() for name in left)
+    # a deeper one, as a further staging level would name it, and what is not the writer's
+    (folder / "...step-000030.abcd1234.partial.efgh5678.partial.ijkl9012.partial").mkdir()
+    users = {"notes.partial": "file", ".step-000040.mine.partial": "file", ".step-draft.partial": "folder",
+             "step-000050.partial": "folder", ".step-000010.abcd1234.old": "folder"}
+    for name, kind in users.items():
+        (folder / name).mkdir() if kind == "folder" else (folder / name).write_text("mine\n")
+    checkpoint.prune_partial(run)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["step-000010", *users])
+    assert checkpoint.latest_checkpoint(run).name == "step-000010"
+    assert cc.load_build(folder / "step-000010").state_dict().keys()  # complete and loadable

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -106,3 +107,50 @@ def test_a_file_without_a_dictionary_of_tensors_says_what_it_found(tmp_path):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(InteropError, match="no such checkpoint file"):
         read_checkpoint(tmp_path / "nowhere.pth")
+
+
+# ---------------------------------------------------------------- an authors' checkpoint holding NaN or Inf
+
+
+DIGITS_SETS = ["sizes.patch_size=4", "sizes.d=32", "sizes.heads=2", "sizes.depth=2",
+               "preprocess.patch_embed.args.norm=true"]  # crate-digits as the authors' CRATE computes it
+
+
+def _diverged(tmp_path):
+    """A CRATE checkpoint of the authors' layout fitting crate-digits, two of its tensors NaN and Inf."""
+    from authors_files import saved
+    from reference.authors import state_dict
+
+    sizes = dict(image_size=8, channels=1, patch_size=4, d=32, depth=2, heads=2, head_dim=16, classes=10)
+    state = state_dict("crate", sizes, dtype=torch.float32)
+    names = sorted(k for k, v in state.items() if v.is_floating_point() and v.dim() == 2)[:2]
+    state[names[0]] = state[names[0]].clone().fill_(float("nan"))
+    state[names[1]] = state[names[1]].clone()
+    state[names[1]][0, 0] = float("-inf")
+    return saved(tmp_path, "crate", state), names
+
+
+def test_an_authors_checkpoint_holding_nan_or_inf_is_refused_by_every_command(tmp_path, capsys, monkeypatch):
+    """As a build folder's NaN is: import, evaluate, linear-probe, probe and show each exit 2 naming the file and
+    the tensors, and write nothing (interop.exchange.fitted, which import and --weights FILE both go through)."""
+    from crate_compose.cli import main
+
+    path, names = _diverged(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    sets = [arg for override in DIGITS_SETS for arg in ("--set", override)]
+    spec = str(Path(__file__).resolve().parent.parent / "specs" / "crate-digits.yaml")
+    commands = {
+        "import": ["import", spec, str(path), *sets, "--out", "imported"],
+        "evaluate": ["evaluate", spec, "--weights", str(path), *sets, "--out", "evaluated.json"],
+        "linear-probe": ["linear-probe", spec, "--weights", str(path), *sets, "--out", "probed.json"],
+        "probe": ["probe", spec, "--weights", str(path), *sets, "--samples", "16", "--out", "probes"],
+        "show": ["show", spec, "--weights", str(path), *sets, "--out", "pictures"],
+    }
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command, argv in commands.items():
+        capsys.readouterr()
+        assert main(argv) == 2, command
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and f"{path}: 2 tensors hold NaN or infinite values" in err, (command, err)
+        assert all(name in err for name in names), (command, err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before, command  # nothing written

@@ -212,6 +212,47 @@ def test_build_never_deletes_files_it_did_not_write(tmp_path, capsys, monkeypatc
     assert (tmp_path / "model.safetensors").read_text() == "an earlier build's weights"
 
 
+def test_an_out_that_cannot_take_the_output_exits_1_for_every_command_that_writes_a_folder(tmp_path, capsys):
+    """The exit table: 1 is "an output cannot be written (a full disk, a read-only folder, a FIFO or a device
+    given as --out)": the path given cannot take the output. A folder of someone else's files, a file where
+    the folder goes, or a file where a run keeps its checkpoints are that, for train, ablate, probe and show
+    as for build (they were 2, a bad argument, before). Nothing there is changed."""
+    digits = str(ROOT / "specs" / "crate-digits.yaml")
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine\n")
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "checkpoints").write_text("mine\n")
+    commands = [
+        ["build", digits, "--out", foreign], ["train", digits, "--out", foreign],
+        ["ablate", digits, "--swap", "encoder.layer.sparsify.primitive=ista", "--out", foreign],
+        ["build", digits, "--out", afile], ["train", digits, "--out", afile], ["train", digits, "--out", afile / "run"],
+        ["ablate", digits, "--swap", "encoder.layer.sparsify.primitive=ista", "--out", afile],
+        ["probe", digits, "--out", afile], ["show", digits, "--out", afile], ["train", digits, "--out", kept],
+    ]
+    for argv in commands:
+        code, _, err = run(capsys, *argv)
+        assert code == 1 and err.startswith("error: ") and "Traceback" not in err, (argv, err)
+        assert str(argv[-1]) in err, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "kept", "mine"]
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and [p.name for p in kept.iterdir()] == ["checkpoints"]
+    assert afile.read_text() == "mine\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA takes --device cuda")
+def test_device_cuda_without_cuda_is_an_argument_error_before_anything_is_read(tmp_path, capsys):
+    for argv in (["build", "crate-tiny", "--device", "cuda"],
+                 ["train", "crate-tiny", "--device", "cuda", "--data", f"folder:{tmp_path / 'nowhere'}"]):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and "--device" in err and "no CUDA device is available" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_outputs_are_readable_as_the_umask_allows(tmp_path, capsys):
     previous = os.umask(0o022)
     try:

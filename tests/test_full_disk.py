@@ -112,3 +112,51 @@ def test_the_errno_of_a_library_message():
     assert files._errno_of("I/O error: Os { code: 30, kind: ReadOnlyFilesystem }") == 30
     assert files._errno_of("Read-only file system") == errno.EROFS
     assert files._errno_of("tensor is not contiguous") is None  # not a failed write: left as it is
+
+
+def _left(disk: Disk) -> list[str]:
+    """Everything on the disk but the filler that fills it up."""
+    return sorted(str(p.relative_to(disk.folder)) for p in disk.folder.rglob("*") if p.name != "filler")
+
+
+def test_a_refused_probe_removes_the_folder_it_made_and_only_that(disk, capsys):
+    """The lock makes the folder (and its new parents); a probe that cannot write its pair removes them again.
+    A folder that was there before stays, with nothing of the probe's in it."""
+    disk.leave(1_000)
+    made = disk.folder / "new" / "probes"
+    probe = ["probe", DIGITS, *SETS, "--samples", "16"]
+    assert main([*probe, "--out", str(made)]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert _left(disk) == []  # no .lock, no probes/, no new/
+    (disk.folder / "mine").mkdir()
+    assert main([*probe, "--out", str(disk.folder / "mine")]) == 1
+    assert _left(disk) == ["mine"]  # the user's folder kept, empty as it was
+
+
+def test_a_refused_ablation_removes_what_it_made_and_keeps_what_it_trained(disk, capsys):
+    """An ablation that cannot train its first run (a full disk) wrote nothing of value: its folder, record,
+    lock and variant folders go. One whose first run trained keeps it, to resume."""
+    ablate = ["ablate", DIGITS, *SETS, "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft", "--data",
+              "digits", "--batch-size", "16", "--steps", "2", "--no-progress"]
+    disk.leave(20_000)
+    assert main([*ablate, "--out", str(disk.folder / "abl")]) == 1
+    assert str(disk.folder / "abl") in capsys.readouterr().err
+    assert _left(disk) == []
+
+
+def test_an_ablation_stopped_after_a_trained_run_keeps_it(tmp_path, capsys, monkeypatch):
+    from crate_compose.workbench import ablation
+
+    real, calls = ablation.train, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(kwargs["out"])
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(kwargs["out"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ablation, "train", second_fails)
+    out = tmp_path / "abl"
+    assert main(["ablate", DIGITS, *SETS, "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft", "--data",
+                 "digits", "--batch-size", "16", "--steps", "2", "--no-progress", "--out", str(out)]) == 1
+    assert (out / "ablation.json").is_file() and (out / "sparsify-ista" / "seed-0" / "final").is_dir()

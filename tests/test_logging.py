@@ -251,3 +251,50 @@ def test_an_ablation_resumes_with_another_logger():
     swaps = {"encoder.layer.sparsify.primitive": ["ista", "ista_soft"]}
     grids = [Grid(swaps, Settings(steps=2, logger=logger), overrides=TINY) for logger in ("tensorboard", "none", None)]
     assert len({json.dumps(_identity(DIGITS, grid), sort_keys=True) for grid in grids}) == 1
+
+
+def test_a_tensorboard_folder_that_stops_taking_writes_stops_the_logging_not_the_run(tmp_path, capsys, monkeypatch):
+    """The event file is open when the folder stops taking writes (a full disk, a folder remounted read-only:
+    a chmod of the folder would not stop writes into a file already open, and root ignores modes anyway), so
+    the failure is injected where the writer's thread meets it: its record writer raises ENOSPC from the 8th
+    record on. The run finishes (exit 0) with every row in metrics.jsonl; stderr has one note naming the folder
+    and the reason, and no traceback (none from the writer's thread either)."""
+    import errno
+    import threading
+
+    from tensorboard.summary.writer import record_writer
+
+    real, written, raised = record_writer.RecordWriter.write, [], []
+
+    def full(self, data):
+        written.append(len(data))
+        if len(written) > 7:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full)
+    monkeypatch.setattr(threading, "excepthook", lambda info: raised.append(info.exc_value))
+    run = tmp_path / "run"
+    assert cli.main(_args(run, 8, "--log-every", "1")) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err and raised == [], (err, raised)
+    notes = [line for line in err.splitlines() if "TensorBoard" in line]
+    assert notes == [f"note: TensorBoard logging stopped: {run / eventlog.FOLDER} cannot be written ([Errno 28] No "
+                     "space left on device); the run goes on, its metrics in metrics.jsonl and metrics.csv"], err
+    assert [row["step"] for row in _rows(run) if row["kind"] == "train"] == list(range(1, 9))
+    assert (run / "final").is_dir() and (run / "result.json").is_file()
+
+
+def test_probe_curves_that_cannot_be_written_are_one_error_and_no_half_file(tmp_path, capsys, monkeypatch):
+    from tensorboard.summary.writer import record_writer
+
+    run = tmp_path / "run"
+    assert cli.main(_args(run, 2, "--logger", "none")) == 0
+    real = record_writer.RecordWriter.write
+    monkeypatch.setattr(record_writer.RecordWriter, "write", lambda self, data: (_ for _ in ()).throw(
+        OSError(28, "No space left on device")) if b"probes/" in data else real(self, data))
+    capsys.readouterr()
+    assert cli.main(["probe", str(run), "--samples", "8"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: cannot write output: [Errno 28] No space left on device" in err, err
+    assert not [p for p in (run / "probes" / "final").iterdir() if eventlog.INFIX in p.name]

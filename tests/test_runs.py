@@ -150,7 +150,7 @@ def test_train_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
     (folder / "notes.txt").write_text("my thesis")
     (folder / "spec.yaml").write_text("name: mine\n")
     before = snapshot(folder)
-    err = _refused(capsys, _args(folder))
+    err = _refused(capsys, _args(folder), status=1)  # an output that cannot be written there (as build's --out .)
     assert "not a crate-compose run" in err and "notes.txt" in err
     assert snapshot(folder) == before and sorted(p.name for p in folder.iterdir()) == ["notes.txt", "spec.yaml"]
 
@@ -228,7 +228,7 @@ def test_checks_that_could_fail_late_run_before_the_first_step(tmp_path, capsys,
     run = tmp_path / "run"
     run.mkdir()
     (run / "checkpoints").write_text("a file where checkpoints go")
-    err = _refused(capsys, _args(run))
+    err = _refused(capsys, _args(run), status=1)
     assert "checkpoints is a file" in err
     assert not (run / "metrics.jsonl").exists()
     import shutil as shutil_module

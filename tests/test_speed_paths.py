@@ -9,23 +9,38 @@ against the formula written out here by hand, forward and gradients: in float64 
 float32 to 1e-5, and in bfloat16 and float16 (half builds, and bfloat16 autocast as
 ``benchmarks/train_step.py`` trains) to the tolerance ``tests/test_every_primitive.py`` gives the half
 types, relative to the largest value of the float64 answer.
+
+The switch of :mod:`crate_compose.modules.paths` (``formulas_as_written()``, ``train --formulas``) takes
+every step off its fast path: with it, none of the fast kernels runs (spied on), each step is its
+formula, eager and compiled, and with it off the fast paths are taken. Every other test here pins
+the switch to the fast paths, whatever ``$CRATE_COMPOSE_FORMULAS`` says.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from crate_compose.modules import causal, sparsify
+import crate_compose as cc
+from crate_compose.modules import causal, paths, precision
 from crate_compose.modules.aot import AoT
 from crate_compose.modules.compress import MSSA
 from crate_compose.modules.sparsify import ISTA, ISTAMM, ISTAODL, ista_step
 from crate_compose.modules.standard import MHSA
+from crate_compose.modules.tost import ClassAttention
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "fast_paths")
+
+
+@pytest.fixture
+def fast_paths():
+    """The fast paths on for every test (a test of the switch sets it inside)."""
+    with paths.use_formulas("fast"):
+        yield
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 HALF = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # as tests/test_every_primitive.py: relative to max |exact|
@@ -106,19 +121,22 @@ def test_ista_paths_are_the_formula_with_their_gradients_in_float64(threshold, f
         _close(g, e, f"ista {threshold} folded={folded} {name}")
 
 
-@pytest.mark.parametrize("fold", [True, False], ids=["fold-on", "fold-off"])
+@pytest.mark.parametrize("formulas", ["fast", "written"])
 @pytest.mark.parametrize("tokens", [5, 40], ids=["5-tokens", "40-tokens"])
-def test_ista_module_takes_one_product_for_a_batch_and_two_for_a_few_tokens(tokens, fold, monkeypatch):
-    """The one product (its ``M`` is an ``addmm`` of two (d, d) matrices) for at least d = 24 tokens with
-    ``sparsify.FOLD`` on; the two products otherwise. The module computes the formula either way."""
+def test_ista_module_takes_one_product_for_a_batch_and_two_for_a_few_tokens(tokens, formulas, monkeypatch):
+    """Fast: the one product (its ``M`` is an ``addmm`` of two (d, d) matrices) for at least d = 24 tokens,
+    the two ``addmm`` otherwise; as written, no ``addmm`` at all. The module computes the formula either way."""
     shapes = []
     real = torch.addmm
     monkeypatch.setattr(torch, "addmm", lambda bias, a, b, **kw: shapes.append(tuple(a.shape)) or real(bias, a, b, **kw))
-    monkeypatch.setattr(sparsify, "FOLD", fold)
     step = _randomize(ISTA(24))
     z = _tokens((2, tokens, 24))
-    _close(step(z), _ista_exact(_ln(z, step.norm), step.dictionary), "ISTA module")
-    assert ((24, 24) in shapes) == (fold and 2 * tokens >= 24), shapes
+    with paths.use_formulas(formulas):
+        _close(step(z), _ista_exact(_ln(z, step.norm), step.dictionary), "ISTA module")
+    if formulas == "written":
+        assert not shapes
+    else:
+        assert ((24, 24) in shapes) == (2 * tokens >= 24), shapes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
@@ -397,3 +415,139 @@ def test_half_layernorm_without_gradients_takes_the_native_kernel_with_float32_s
                                 list(exact_norm.parameters()))
     for name, g, e in zip(("dx", "dweight", "dbias"), got_grads, exact_grads):
         _close((g.double() / e.abs().max()).to(dtype), e / e.abs().max(), f"LayerNorm {dtype} {name}")
+
+
+# ------------------------------------------------------------------------------------ the switch
+
+
+FAST_KERNELS = ("addmm", "scaled_dot_product_attention")  # what only the fast paths call
+
+SWITCHED = {
+    "ista": lambda: ISTA(24, lambd=2.0),
+    "ista-soft": lambda: ISTA(24, lambd=2.0, threshold="soft"),
+    "ista_mm": lambda: ISTAMM(24, alpha=2.0, lambd=0.3),
+    "ista_odl": lambda: ISTAODL(24, ratio=2, step_size=0.3, lambd=0.2),
+    "class_attention": lambda: ClassAttention(24, 3),
+    **ATTENTION,
+}
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """The fast kernels called (by name), and the dtypes ``torch.softmax`` was given."""
+    called: dict[str, list] = defaultdict(list)
+    for name, owner in (("addmm", torch), ("scaled_dot_product_attention", F)):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _real=real, _name=name, **k: called[_name].append(1) or _real(*a, **k))
+    real_softmax = torch.softmax
+    monkeypatch.setattr(torch, "softmax", lambda x, *a, **k: called["softmax"].append(x.dtype) or real_softmax(x, *a, **k))
+    return called
+
+
+@pytest.mark.parametrize("name", sorted(SWITCHED))
+def test_as_written_no_fast_kernel_runs_and_the_step_equals_its_fast_path(name, kernels):
+    """float64, 7 tokens and a batch of 40 (ISTA folds from d = 24 tokens): as written no ``addmm`` and no
+    fused attention runs, the fast path calls one of them, and both give the same values and gradients."""
+    module = _randomize(SWITCHED[name]())
+    for shape in ((2, 7, 24), (40, 1, 24)) if "ista" in name else ((2, 7, 24),):
+        x = _tokens(shape).requires_grad_(True)
+        results = {}
+        for formulas in ("written", "fast"):
+            kernels.clear()
+            with paths.use_formulas(formulas):
+                results[formulas] = _gradients(lambda: module(x), [x], list(module.parameters()))
+            fast_calls = [k for k in FAST_KERNELS if kernels.get(k)]
+            assert bool(fast_calls) == (formulas == "fast"), (formulas, fast_calls)
+        (written, written_grads), (fast, fast_grads) = results["written"], results["fast"]
+        _close(written, fast, f"{name} {shape}: written against fast")
+        for g, f in zip(written_grads, fast_grads):
+            _close(g, f, f"{name} {shape}: gradient, written against fast")
+
+
+@pytest.mark.parametrize("name", ["mssa", "mhsa-causal", "aot", "class_attention"])
+def test_written_attention_takes_its_softmax_in_float32_for_bfloat16(name, kernels):
+    """bfloat16 on the CPU: the fast path applies PyTorch's bfloat16 softmax (or the fused kernel),
+    the written one computes the softmax in float32, as half builds do (:mod:`.precision`)."""
+    module = _randomize(SWITCHED[name]()).to(torch.bfloat16)
+    x = _tokens((2, 7, 24)).to(torch.bfloat16)
+    with torch.no_grad(), paths.formulas_as_written():
+        module(x)
+    assert kernels["softmax"] and set(kernels["softmax"]) == {torch.float32}, kernels["softmax"]
+    assert not kernels.get("scaled_dot_product_attention")
+
+
+def test_as_written_a_half_layernorm_without_gradients_takes_the_float32_copy(monkeypatch):
+    given = []
+    real = F.layer_norm
+    monkeypatch.setattr(precision.F, "layer_norm", lambda x, *a, **k: given.append(x.dtype) or real(x, *a, **k))
+    norm = _randomize(precision.LayerNorm(16)).to(torch.bfloat16)
+    x = _tokens((2, 3, 16)).to(torch.bfloat16)
+    with torch.no_grad():
+        fast = norm(x)
+        with paths.formulas_as_written():
+            written = norm(x)
+    assert given == [torch.bfloat16, torch.float32]
+    assert fast.dtype == written.dtype == torch.bfloat16
+    assert (fast.double() - written.double()).abs().max() <= torch.finfo(torch.bfloat16).eps * written.abs().max()
+
+
+def test_the_switch_is_refused_for_another_name_and_restored_after_its_block():
+    assert paths.formulas() == "fast"
+    with pytest.raises(ValueError, match="'slow' is not one of: fast, written"):
+        paths.set_formulas("slow")
+    with pytest.raises(RuntimeError):
+        with paths.formulas_as_written():
+            assert paths.formulas() == "written" and not paths.fast()
+            raise RuntimeError
+    assert paths.formulas() == "fast" and paths.fast()
+
+
+def test_a_compiled_model_follows_the_switch_without_graph_breaks():
+    """``torch.compile(fullgraph=True)`` of a built CRATE: the graph captured with the fast paths calls
+    ``addmm`` and fused attention, the one captured as written neither (the switch change recompiles),
+    and both compute what the eager model computes."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append({getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm.forward
+
+    small = ["sizes.depth=1", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.image_size=32",
+             "sizes.patch_size=8", "sizes.classes=10"]
+    model = cc.build("crate-tiny", overrides=small, dtype="float64").eval()
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    images = _tokens((2, 3, 32, 32))
+    with torch.no_grad():
+        fast = compiled(images)["output"]
+        with paths.formulas_as_written():
+            written = compiled(images)["output"]
+            eager_written = model(images)["output"]
+        eager_fast = model(images)["output"]
+    assert len(graphs) == 2
+    assert {"addmm", "scaled_dot_product_attention"} <= graphs[0]
+    assert not {"addmm", "scaled_dot_product_attention"} & graphs[1]
+    _close(fast, eager_fast, "compiled fast")
+    _close(written, eager_written, "compiled as written")
+    _close(written, fast, "written against fast")
+
+
+@pytest.mark.parametrize("tokens", [5, 40], ids=["two-products", "one-product"])
+def test_under_autocast_the_fast_ista_step_rounds_the_tokens_and_the_written_one_keeps_them(tokens):
+    """What the fast ISTA step costs under bf16 autocast (docs/precision.md): its ``addmm`` adds the tokens
+    ``u`` inside the lowered product, so the step's output, the token stream, comes out in bfloat16; as
+    written, ``u + eta (.)`` adds a bfloat16 product to float32 tokens, which autocast keeps in float32, as
+    it keeps every residual sum. The fast step's error against float64 is that of a bfloat16 rounding of
+    the output; the written one's is the products' alone."""
+    exact_step = _randomize(ISTA(24))
+    z = _tokens((2, tokens, 24))
+    exact = _ista_exact(_ln(z, exact_step.norm), exact_step.dictionary).detach()
+    step = ISTA(24)
+    step.load_state_dict({k: v.float() for k, v in exact_step.state_dict().items()})
+    errors = {}
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for formulas, dtype in (("fast", torch.bfloat16), ("written", torch.float32)):
+            with paths.use_formulas(formulas):
+                out = step(z.float())
+            assert out.dtype == dtype, formulas
+            errors[formulas] = ((out.double() - exact).norm() / exact.norm()).item()
+    assert errors["written"] < errors["fast"] < 3 * 2**-8, errors

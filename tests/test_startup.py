@@ -119,3 +119,37 @@ print(heavy)
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_refusals_of_an_output_path_or_a_spec_input_come_before_torch_loads(tmp_path):
+    """Commands refused for their output path (a file, a device, someone else's files, inside a build or inside
+    the source of an export) or for their spec's input (an image spec given to generate or to train --task lm)
+    answer before torch is imported: under half a second, not after the ~2 s of torch and the data.
+    (--device cuda on a machine without CUDA needs torch to be known: it is refused when the argument is
+    parsed, before anything is read: tests/test_cli.py.)"""
+    digits = str(ROOT / "specs" / "crate-digits.yaml")
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine\n")
+    build = tmp_path / "build"  # what makes a folder a build: its spec and its weights
+    build.mkdir()
+    (build / "spec.yaml").write_text("name: x\n")
+    (build / "model.safetensors").write_bytes(b"\0" * 8)
+    swap = ["--swap", "encoder.layer.sparsify.primitive=ista"]
+    exit_1 = [["train", digits, "--out", "/dev/null"], ["train", digits, "--out", str(afile)],
+              ["train", digits, "--out", str(foreign)], ["train", digits, "--out", str(afile / "run")],
+              ["build", digits, "--out", "/dev/null"], ["build", digits, "--out", str(foreign)],
+              ["ablate", digits, *swap, "--out", str(foreign)], ["probe", digits, "--out", str(afile)],
+              ["show", digits, "--out", str(afile)], ["import", "crate-tiny", str(afile), "--out", str(foreign)],
+              ["evaluate", digits, "--weights", str(build), "--out", "/dev/null"],
+              ["linear-probe", digits, "--out", "/dev/null"]]
+    exit_2 = [["export", str(build), "--to", "crate", "--out", str(build / "model.safetensors")],
+              ["probe", digits, "--out", str(build / "probes")], ["show", digits, "--out", str(build / "pictures")],
+              ["generate", digits, "--prompt", "x"], ["train", digits, "--task", "lm", "--data", "text"]]
+    seen = _run(*exit_1, *exit_2, cwd=tmp_path)
+    assert seen["statuses"] == [1] * len(exit_1) + [2] * len(exit_2), seen["stderr"]
+    assert "Traceback" not in seen["stderr"] and seen["stderr"].count("error: ") == len(exit_1) + len(exit_2)
+    assert seen["loaded"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "build", "mine"]  # nothing written

@@ -166,3 +166,32 @@ def test_a_run_whose_output_no_longer_depends_on_its_input_is_stopped(tmp_path, 
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000020", "step-000040"]
     alive = tmp_path / "alive"  # the same run with the spec's threshold learns, and is not stopped
     assert cli.main(_run_args(alive, COLLAPSED + 5, "--log-every", "10")) == 0
+
+
+def test_a_run_with_the_formulas_as_written_records_them_and_a_resume_with_others_is_refused(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """``--formulas written``: the ISTA steps train as written (spied on), the run and every checkpoint record
+    it, and the fast paths are back after the run; a resume with ``--formulas fast`` is refused with both
+    values, one without continues as written; ``$CRATE_COMPOSE_FORMULAS`` gives a new run's default."""
+    from crate_compose.modules import paths, sparsify
+
+    written = []
+    real = sparsify.ista_written
+    monkeypatch.setattr(sparsify, "ista_written", lambda *a, **k: written.append(1) or real(*a, **k))
+    out = tmp_path / "run"
+    assert cli.main(_run_args(out, 2, "--formulas", "written", "--checkpoint-every", "1")) == 0
+    assert written and paths.formulas() == "fast"
+    assert json.loads((out / "run.json").read_text())["identity"]["settings"]["formulas"] == "written"
+    assert json.loads((out / "checkpoints/step-000001/state.json").read_text())["settings"]["formulas"] == "written"
+    capsys.readouterr()
+    assert cli.main(_run_args(out, 3, "--resume", "--formulas", "fast")) == 2
+    assert "settings.formulas: written in the run, fast now" in capsys.readouterr().err
+    written.clear()
+    assert cli.main(_run_args(out, 3, "--resume")) == 0 and written  # the run's own formulas
+    written.clear()
+    assert cli.main(_run_args(tmp_path / "fast", 1)) == 0 and not written
+    assert "formulas" not in json.loads((tmp_path / "fast" / "run.json").read_text())["identity"]["settings"]
+    monkeypatch.setenv("CRATE_COMPOSE_FORMULAS", "written")
+    assert cli.main(_run_args(tmp_path / "from-environment", 1)) == 0 and written
+    record = json.loads((tmp_path / "from-environment" / "run.json").read_text())
+    assert record["identity"]["settings"]["formulas"] == "written"

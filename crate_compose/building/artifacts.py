@@ -16,7 +16,6 @@ anybody's files.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import torch
@@ -26,37 +25,12 @@ from torch import fx
 from ..errors import Location, Problem, SpecError
 from ..files import naming, save_tensors, staged_folder, write_atomic
 from ..language import loader
-from ..settings import DIAGRAM_STEM
 from .builder import compile_spec, spec_of
+from .folders import (  # noqa: F401 (the build folder's names, read from here too)
+    BUILD_FILES, CODE_FILE, SPEC_FILE, SUMMARY_FILE, WEIGHTS_FILE, OutputExistsError, replaceable)
 from .plan import tied
 from .summary import summarize
 from .ties import retie, untie
-
-SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE = "spec.yaml", "model.safetensors", "code.py", "summary.txt"
-BUILD_FILES = frozenset({SPEC_FILE, WEIGHTS_FILE, CODE_FILE, SUMMARY_FILE})
-
-
-class OutputExistsError(FileExistsError):
-    """The output directory holds files that are not an earlier build: it is not replaced."""
-
-
-def replaceable(directory: Path) -> None:
-    """Raise unless ``directory`` is missing, empty or an earlier build that may be replaced."""
-    if not directory.exists():
-        return
-    if not directory.is_dir():
-        raise OutputExistsError(f"{directory} exists and is not a directory")
-    foreign = sorted(entry.name for entry in directory.iterdir() if not _written_by_a_build(entry))
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise OutputExistsError(
-            f"{directory} holds files that are not a crate-compose build ({shown}); "
-            "it is left alone: choose another --out"
-        )
-
-
-def _written_by_a_build(entry: Path) -> bool:
-    return entry.is_file() and (entry.name in BUILD_FILES or entry.stem == DIAGRAM_STEM)
 
 
 def save(module: fx.GraphModule, directory: str | Path, *, extra: dict[str, str] | None = None) -> Path:

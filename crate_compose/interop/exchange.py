@@ -208,7 +208,25 @@ def fitted(spec: Spec, ours: dict[str, torch.Tensor], checkpoint: Checkpoint, fo
         problems, skipped = check(pairs, ours, checkpoint.tensors, found, tied(spec))
     if problems:
         raise InteropError(_refusal(checkpoint.path, spec.name, found, problems, inferred))
+    broken = not_finite(checkpoint.tensors, [pair.theirs for pair in pairs])
+    if broken:  # a diverged run: as a build folder's NaN is refused (probing.load_weights, checkpoint.verify)
+        shown = ", ".join(broken[:SHOWN]) + (f", ... and {len(broken) - SHOWN} more" if len(broken) > SHOWN else "")
+        raise InteropError(f"{checkpoint.path}: {len(broken)} tensor{'s' if len(broken) != 1 else ''} "
+                           f"{'hold' if len(broken) != 1 else 'holds'} NaN or infinite values ({shown}; "
+                           "the weights of a diverged run?)")
     return pairs, skipped
+
+
+def not_finite(tensors: dict[str, torch.Tensor], names: Iterable[str]) -> list[str]:
+    """The names (of ``names``, each once, in order) of the floating tensors holding NaN or an infinity; the
+    tensors a network would take, so a constant the authors' module keeps but never reads is not judged."""
+    found = []
+    for name in dict.fromkeys(names):
+        tensor = tensors.get(name)
+        if tensor is not None and tensor.is_floating_point() and not tensor.is_meta \
+                and not torch.isfinite(tensor).all():
+            found.append(name)
+    return found
 
 
 def load_checkpoint(module: fx.GraphModule, file: str | Path | Checkpoint, family_name: str | None = None) -> list[str]:

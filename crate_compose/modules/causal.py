@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import WorkbenchError
-from .precision import float32
+from . import paths
+from .precision import float32, softmax
 
 
 class DecodingError(WorkbenchError):
@@ -59,6 +60,24 @@ class Growing:
 EXPLICIT_BF16_CPU_KEYS = 1024
 
 
+def visible(n: int, t: int, device: torch.device, offset: int = 0) -> torch.Tensor:
+    """``(n, t)`` booleans, True where query i may see key j: ``j <= i + offset`` (``offset = 0``: the
+    causal mask aligned top-left, as ``scaled_dot_product_attention(is_causal=True)`` aligns it)."""
+    return torch.ones(n, t, dtype=torch.bool, device=device).tril(diagonal=offset)
+
+
+def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``softmax(q k^T * scale + M) v`` as written (``M = -inf`` where ``mask`` is False; ``scale``
+    ``p^-1/2`` unless given): the scores, their softmax (in float32 for half inputs, cast back to the
+    values' dtype, as :mod:`.precision` computes it) and its product with the values, each its own op."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = q @ k.transpose(-1, -2) * scale  # (..., n, t)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return softmax(scores, dim=-1).to(v.dtype) @ v
+
+
 def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                       scale: float | None = None) -> torch.Tensor:
     """``softmax(q k^T * scale [+ causal mask]) v`` (``scale`` ``p^-1/2`` unless given; the causal mask
@@ -66,7 +85,11 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, caus
     accumulate in float32, except for bfloat16 on CPU with at most :data:`EXPLICIT_BF16_CPU_KEYS` keys,
     where the three products are written out: logits in bfloat16 (float32's range, so no overflow) and
     the softmax computed in float32 by the CPU kernel and rounded to bfloat16, as the fused kernel
-    rounds the weights it applies. ``q is k is v`` (MSSA) is made contiguous once."""
+    rounds the weights it applies. ``q is k is v`` (MSSA) is made contiguous once. With the formulas as
+    written (:mod:`crate_compose.modules.paths`): :func:`written_attention`."""
+    if not paths.fast():
+        mask = visible(q.shape[-2], k.shape[-2], q.device) if causal else None
+        return written_attention(q, k, v, scale=scale, mask=mask)
     if q.dtype == torch.bfloat16 and q.device.type == "cpu" and k.shape[-2] <= EXPLICIT_BF16_CPU_KEYS:
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         if q is k and k is v:
@@ -75,9 +98,7 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, caus
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         scores = (q * scale) @ k.transpose(-1, -2)  # (..., n, t)
         if causal:
-            n, t = scores.shape[-2:]
-            hidden = torch.ones(n, t, dtype=torch.bool, device=scores.device).triu(diagonal=1)
-            scores = scores.masked_fill(hidden, float("-inf"))
+            scores = scores.masked_fill(~visible(*scores.shape[-2:], scores.device), float("-inf"))
         return torch.softmax(scores, dim=-1) @ v
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
@@ -91,7 +112,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
         return softmax_attention(q, k, v)
     if s == t:
         return softmax_attention(q, k, v, causal=True)
-    mask = torch.ones(s, t, dtype=torch.bool, device=q.device).tril(diagonal=t - s)
+    mask = visible(s, t, q.device, offset=t - s)
+    if not paths.fast():
+        return written_attention(q, k, v, mask=mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
@@ -102,9 +125,7 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, *, causal: bool = False)
     0..i). Computed in float32 for half-precision inputs (the result too)."""
     scores = float32(q) @ float32(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
-        n, t = scores.shape[-2:]
-        hidden = torch.ones(n, t, dtype=torch.bool, device=scores.device).triu(diagonal=1)
-        scores = scores.masked_fill(hidden, float("-inf"))
+        scores = scores.masked_fill(~visible(*scores.shape[-2:], scores.device), float("-inf"))
     return torch.softmax(scores, dim=-1)
 
 

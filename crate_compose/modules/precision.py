@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import paths
+
 HALF = (torch.float16, torch.bfloat16)
 
 
@@ -30,14 +32,15 @@ def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` (same parameters, same state-dict names) that normalizes half-precision
-    tokens in float32 and returns their dtype."""
+    tokens in float32 and returns their dtype (on the CPU without gradients through PyTorch's mixed-precision
+    kernel, a fast path: :mod:`crate_compose.modules.paths`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in HALF:
             return super().forward(x)
         weight = self.weight.float() if self.weight is not None else None
         bias = self.bias.float() if self.bias is not None else None
-        if x.device.type == "cpu" and not torch.is_grad_enabled():
+        if x.device.type == "cpu" and not torch.is_grad_enabled() and paths.fast():
             # PyTorch's CPU kernel takes half tokens with float32 parameters and computes in float32
             # itself (statistics and arithmetic; the same values to the last place), without the two
             # copies of the tokens below: 9x faster at CRATE-B's (8, 197, 768). Not while gradients are

@@ -11,11 +11,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import paths
 from .precision import LayerNorm
 from .residual import Residual
 
-# ISTA takes its one-product form for at least d tokens; False: always two (benchmarks/train_step.py counts both).
-FOLD = True
+
+def _threshold(x: torch.Tensor, shift: float, threshold: str) -> torch.Tensor:
+    """``ReLU(x - shift)``, or ``S_shift(x) = sign(x) max(|x| - shift, 0)`` for ``threshold="soft"`` (003 eq. 116-117)."""
+    return F.softshrink(x, shift) if threshold == "soft" else torch.relu(x - shift)
+
+
+def ista_written(u: torch.Tensor, dictionary: torch.Tensor, step_size: float, lambd: float,
+                 threshold: str = "relu") -> torch.Tensor:
+    """``ReLU(u + eta (u - u D^T) D - eta lambda)`` (003 eq. 17 in rows), as written: the residual
+    ``u - u D^T``, its product with ``D``, the step and the threshold, each its own op."""
+    return _threshold(u + step_size * ((u - u @ dictionary.t()) @ dictionary), step_size * lambd, threshold)
 
 
 def ista_step(
@@ -38,14 +48,18 @@ def ista_step(
       bias ``-eta lambda`` and one threshold in place. Forming ``M`` costs ``d^3`` multiply-adds, the
       product it saves ``N d^2`` (``N`` tokens in all), in the backward pass likewise.
 
-    ``folded=None`` takes the one product when there are at least ``d`` tokens (a training batch) and
-    :data:`FOLD` is on, the two otherwise (decoding a few tokens). Both compute the same step; they differ by rounding
-    (``tests/test_speed_paths.py``: 1e-10 in float64, the dtype's precision in half).
+    ``folded=None`` takes the one product when there are at least ``d`` tokens (a training batch), the
+    two otherwise (decoding a few tokens), and :func:`ista_written` when the formulas are as written
+    (:mod:`crate_compose.modules.paths`). They compute the same step and differ by rounding
+    (``tests/test_speed_paths.py``: 1e-10 in float64, the dtype's precision in half; ``docs/precision.md``).
+    ``folded=True`` or ``False`` takes that form whatever the switch says.
     """
+    if folded is None and not paths.fast():
+        return ista_written(u, dictionary, step_size, lambd, threshold)
     rows = u.reshape(-1, u.shape[-1])  # (N, d)
     shift = step_size * lambd
     if folded is None:
-        folded = FOLD and rows.shape[0] >= rows.shape[1]
+        folded = rows.shape[0] >= rows.shape[1]
     if folded:
         m = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
         m.diagonal().add_(1.0)  # + I
@@ -118,6 +132,8 @@ class ISTAMM(nn.Module):
         u = self.norm(z)  # (B, n, d)
         alpha = self.alpha if self.alpha is not None else z.shape[-1] / (z.shape[-2] * self.precision**2)
         gain = 1 + 4 / (9 * (1 + alpha))  # eq. 86: the minimizer of the majorizer
+        if not paths.fast():  # as written
+            return torch.relu(gain * (u @ self.dictionary) - 4 * self.lambd / (9 * alpha))
         rows = u.reshape(-1, u.shape[-1])
         out = torch.addmm(rows.new_full((1,), -4 * self.lambd / (9 * alpha)), rows, self.dictionary, alpha=gain)
         return out.relu_().view(u.shape)  # eq. 87-88, 92: ReLU(gain u D - 4 lambda / (9 alpha)), one addmm
@@ -168,12 +184,21 @@ class ISTAODL(Residual):
         """The sparse code ``a2`` of shape ``(B, n, ratio*d)`` (``LN`` applied here)."""
         eta, threshold = self.step_size, self.step_size * self.lambd
         u = self.norm(x)  # (B, n, d)
+        if not paths.fast():
+            return self.code_written(u)
         rows = u.reshape(-1, u.shape[-1])  # (N, d)
         first = torch.addmm(rows.new_full((1,), -threshold), rows, self.dictionary, alpha=eta)  # eta u D - eta lambda
         a1 = F.relu(first)  # (N, r*d)
         # a1 - eta (a1 D^T - u) D - eta lambda = (a1 + first) - eta (a1 D^T) D: one product and one addmm
         a2 = torch.addmm(a1 + first, a1 @ self.dictionary.t(), self.dictionary, alpha=-eta).relu_()
         return a2.view(*u.shape[:-1], a2.shape[-1])  # (B, n, r*d)
+
+    def code_written(self, u: torch.Tensor) -> torch.Tensor:
+        """``a2`` from ``u = LN(x)`` as written: ``a1 = ReLU(eta u D - eta lambda)``, then
+        ``a2 = ReLU(a1 - eta (a1 D^T - u) D - eta lambda)``."""
+        eta, lambd, dictionary = self.step_size, self.lambd, self.dictionary
+        a1 = torch.relu(eta * (u @ dictionary) - eta * lambd)
+        return torch.relu(a1 - eta * ((a1 @ dictionary.t() - u) @ dictionary) - eta * lambd)
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         synthesis = self.dictionary if self.synthesis is None else self.synthesis

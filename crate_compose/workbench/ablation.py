@@ -47,16 +47,17 @@ from ..language.naming import GENERIC_KEYS, safe_name
 from ..language.overrides import parse_key_path
 from ..language.spec import Spec
 from ..settings import METRIC
+from . import preflight
 from .finetune import Init, fit_init, read_init, start_identity
 from .grids import Grid, GridError
-from .locks import LOCK_FILE, hold
+from .locks import hold
+from .preflight import ABLATION_FILE
 from .probes import plot_probes, probe, save_probes
 from .probing import PROBE_SAMPLES, _probe_inputs
 from .timelines import spread_rows
 from .runs import RUN_FILE, differences, digest, learned
 from .train import check_run_memory, prepare, train
 
-ABLATION_FILE = "ablation.json"
 FORMAT = 1
 MAX_RECORD_BYTES = 1_000_000  # a record is a few kB
 SHOWN_VARIANTS = 3  # a problem found in more variants names the first three
@@ -98,12 +99,19 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
     _check_variants(spec_ref, grid, device, memory_limit, start)
     _check_folder(out, identity, resume)  # refused before the lock creates the folder
     start = None  # its tensors are given back: each run reads the folder again (and checks its SHA-256)
-    with hold(out, "ablate into"):
+    with hold(out, "ablate into"):  # a folder it made is removed again when the ablation fails holding nothing
+        fresh = False
         if _check_folder(out, identity, resume):  # again: another process may have written there meanwhile
+            fresh = not (out / ABLATION_FILE).exists()
             _record(out, identity)
-        rows, probes = _train_grid(spec_ref, grid, out, progress, device, memory_limit,
-                                   {"init": init, "freeze": freeze, "recipe": recipe})
-        _write_results(out, rows, probes, identity)
+        try:
+            rows, probes = _train_grid(spec_ref, grid, out, progress, device, memory_limit,
+                                       {"init": init, "freeze": freeze, "recipe": recipe})
+            _write_results(out, rows, probes, identity)
+        except BaseException:
+            if fresh and not _started(out):  # no run started: the record written here was all it wrote
+                (out / ABLATION_FILE).unlink(missing_ok=True)
+            raise
     return rows
 
 
@@ -197,10 +205,7 @@ def _check_folder(out: Path, identity: dict[str, Any], resume: bool) -> bool:
     path = out / ABLATION_FILE
     recorded = _read_identity(path)
     if recorded is None:
-        foreign = sorted(e.name for e in out.iterdir() if e.name != LOCK_FILE) if out.is_dir() else []
-        if foreign:
-            raise WorkbenchError(f"{out} holds files that are not an ablation ({', '.join(foreign[:5])}); it is left "
-                                 "alone: choose another --out")
+        preflight.ablation_folder(out)  # a file, someone else's files: OutputError (exit 1), as the CLI checks first
         if resume:
             raise WorkbenchError(f"--resume: {out} holds no ablation to continue (no {ABLATION_FILE}); leave out "
                                  "--resume to start one")

@@ -308,7 +308,23 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         scaler.load_state_dict(state["scaler"])
 
 
+# A checkpoint is filled under ``.step-NNNNNN.XXXXXXXX.partial`` (files.staged_folder), and the build inside it
+# under a staging sibling of that, ``..step-NNNNNN.XXXXXXXX.partial.YYYYYYYY.partial`` (artifacts.save): one
+# leading dot per staging level, one ``.RANDOM.partial`` each (mkdtemp's names: [a-z0-9_]).
+_STAGING = re.compile(r"^(\.+)step-\d{6,}((?:\.[a-z0-9_]{1,32}\.partial)+)$")
+
+
+def staging_leftover(name: str) -> bool:
+    """Whether ``name`` is a staging folder a checkpoint writer makes in ``RUN/checkpoints`` (nested ones
+    included), never a name a user or a complete checkpoint has."""
+    match = _STAGING.match(name)
+    return match is not None and len(match.group(1)) == match.group(2).count(".partial")
+
+
 def prune_partial(run: Path) -> None:
-    """Remove checkpoints a killed run left half-written (never a complete one)."""
-    for entry in (run / "checkpoints").glob(".step-*.partial"):
-        shutil.rmtree(entry, ignore_errors=True)
+    """Remove checkpoints a killed run left half-written: every staging folder of ``RUN/checkpoints``
+    (:func:`staging_leftover`), nested ones included; never a complete checkpoint, a link or a user's file."""
+    folder = run / "checkpoints"
+    for entry in folder.iterdir() if folder.is_dir() else []:
+        if staging_leftover(entry.name) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)

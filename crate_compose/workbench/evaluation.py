@@ -15,6 +15,7 @@ from torch import nn
 
 from ..building.placement import step_seed
 from ..modules.embed import patchify
+from ..modules.precision import float32
 from ..settings import Settings
 from .data import Data
 from .loading import renormalize, split_batches
@@ -27,11 +28,12 @@ def loss_of(task: str, outputs: dict, x: torch.Tensor, y: torch.Tensor, patch: i
     """The task's loss on one batch: cross-entropy of the class or of every next token, or MSE on
     masked patches (001 App. B.1). A classifier's targets are class indices (B,) or, from mixup and
     cutmix, class probabilities (B, classes); label smoothing applies to both (``(1 - e) y + e / classes``)."""
+    output = float32(outputs["output"])  # half outputs in float32 (a float64 model's stay float64)
     if task == "classify":
-        return F.cross_entropy(outputs["output"].float(), y, label_smoothing=smoothing)
+        return F.cross_entropy(output, y, label_smoothing=smoothing)
     if task == "lm":
-        return F.cross_entropy(outputs["output"].float().flatten(0, 1), y.flatten(), label_smoothing=smoothing)
-    return masked_reconstruction_loss(outputs["output"].float(), x.float(), outputs["mask"], patch)
+        return F.cross_entropy(output.flatten(0, 1), y.flatten(), label_smoothing=smoothing)
+    return masked_reconstruction_loss(output, x.float(), outputs["mask"], patch)
 
 
 def evaluate(model: nn.Module, task: str, data: Data, settings: Settings, patch: int | None,

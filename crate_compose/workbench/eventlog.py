@@ -20,7 +20,9 @@ at steps up to ``S`` into its new file with their own wall times, after a purge 
 already showing the earlier files drops their later points), and removes the earlier files once the
 new one holds their points. The folder then holds one file with each step once, for TensorBoard's
 Python loader and for its Rust data server alike (which ignores purges), just as metrics.jsonl keeps
-only the rows written before the checkpoint. Points are flushed to disk as each row is added.
+only the rows written before the checkpoint. Points are flushed to disk as each row is added; a
+folder that stops taking them during the run (a full disk) stops the logging with one note, and the
+run goes on with metrics.jsonl (:class:`Board`).
 
 Probes (:func:`write_probe_curves`): ``probe`` writes the curves of ``probes.png`` beside it, one
 scalar per measure and run (``probes/coding_rate/trained``, ``probes/l0_density/untrained``; with
@@ -32,7 +34,9 @@ Importing this module imports neither torch nor tensorboard; they are imported w
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -89,57 +93,140 @@ def event_files(folder: Path) -> list[Path]:
 class Board:
     """The scalars of one run in ``folder`` (``RUN/tensorboard``), kept up to step ``upto`` (the
     checkpoint the run starts from; 0 for a new run) and continued from there (module docstring).
-    ``batch_size``: the global batch, for the examples per second."""
+    ``batch_size``: the global batch, for the examples per second.
 
-    def __init__(self, folder: str | Path, *, upto: int, batch_size: int) -> None:
+    TensorBoard's writer writes from a thread of its own. When the folder stops taking its writes
+    during the run (a full disk, a folder made read-only), the logging stops with one note to
+    ``notes`` (default: printed on stderr) naming the folder and the reason, and the run goes on with
+    metrics.jsonl and metrics.csv: no traceback from the writer's thread, no run lost to its logs.
+    The folder that cannot be written when the board opens is refused (an ``OSError``, exit status 1)."""
+
+    def __init__(self, folder: str | Path, *, upto: int, batch_size: int,
+                 notes: Callable[[str], None] | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.folder = Path(folder)
         self.batch_size = batch_size
+        self.notes = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
+        self.stopped: str | None = None  # why the logging stopped
         self.previous = (upto, 0.0)  # the last train row's step and seconds (counted from this process's start)
         earlier = event_files(self.folder)
         kept = [point for point in _points(earlier) if point[1] <= upto]
         with naming(self.folder):
             self.writer = SummaryWriter(str(self.folder), purge_step=0, max_queue=100)
+        self.guard = _guard(self.writer)  # the writer thread's failures kept, never raised in the thread
         self.path = next((p for p in event_files(self.folder) if p not in earlier), self.folder)
         with naming(self.path):
             for wall_time, step, tag, value in kept:
                 self.writer.add_scalar(tag, value, step, walltime=wall_time)
             self.writer.flush()
+            self._raise_failure()
         for path in earlier:  # their points are in the new file now
             path.unlink(missing_ok=True)
 
     def add(self, row: dict[str, Any]) -> None:
-        """The scalars of one metrics row (and, for a train row, the throughput), flushed to disk."""
+        """The scalars of one metrics row (and, for a train row, the throughput), flushed to disk; once the
+        folder stopped taking them, nothing."""
         step, kind = row.get("step"), row.get("kind")
-        if not isinstance(step, int) or not isinstance(kind, str):
+        if self.stopped or not isinstance(step, int) or not isinstance(kind, str):
             return
-        with naming(self.path):
-            for name, value in row.items():
-                if name not in LEFT_OUT and _number(value):
-                    self.writer.add_scalar(f"{kind}/{name}", float(value), step)
-            if kind == "train" and _number(row.get("seconds")):
-                last_step, last_seconds = self.previous
-                elapsed, steps = float(row["seconds"]) - last_seconds, step - last_step
-                if steps > 0 and elapsed > 0:
-                    self.writer.add_scalar(THROUGHPUT[0], steps / elapsed, step)
-                    self.writer.add_scalar(THROUGHPUT[1], steps * self.batch_size / elapsed, step)
-                self.previous = (step, float(row["seconds"]))
-            self.writer.flush()
+        try:
+            with naming(self.path):
+                for name, value in row.items():
+                    if name not in LEFT_OUT and _number(value):
+                        self.writer.add_scalar(f"{kind}/{name}", float(value), step)
+                if kind == "train" and _number(row.get("seconds")):
+                    last_step, last_seconds = self.previous
+                    elapsed, steps = float(row["seconds"]) - last_seconds, step - last_step
+                    if steps > 0 and elapsed > 0:
+                        self.writer.add_scalar(THROUGHPUT[0], steps / elapsed, step)
+                        self.writer.add_scalar(THROUGHPUT[1], steps * self.batch_size / elapsed, step)
+                    self.previous = (step, float(row["seconds"]))
+                self.writer.flush()
+                self._raise_failure()
+        except Exception as error:  # noqa: BLE001 (the writer's, or its thread's, whatever it is)
+            self._stop(error)
 
     def close(self) -> None:
-        with naming(self.path):
+        """Write what is pending and close the file; a failure stops the logging with its note."""
+        if self.stopped:
+            return
+        try:
+            with naming(self.path):
+                self.writer.close()
+                self._raise_failure()
+        except Exception as error:  # noqa: BLE001
+            self._stop(error)
+
+    def _raise_failure(self) -> None:
+        if self.guard is not None and self.guard.error is not None:
+            raise self.guard.error
+
+    def _stop(self, error: BaseException) -> None:
+        """Stop the logging for the rest of the run, with one note."""
+        self.stopped = _reason(error)
+        if self.guard is not None:
+            self.guard.error = self.guard.error or error  # the thread drops what is still queued
+        with contextlib.suppress(Exception):
             self.writer.close()
+        self.notes(f"TensorBoard logging stopped: {self.folder} cannot be written ({self.stopped}); the run goes on, "
+                   "its metrics in metrics.jsonl and metrics.csv")
 
     def __enter__(self) -> "Board":
         return self
 
     def __exit__(self, kind: object, *rest: object) -> None:
+        self.close()
+
+
+class _Guard:
+    """Stands for the record writer of TensorBoard's writer thread: a failed write, flush or close is kept
+    (``error``) instead of raised in the thread, which would print a traceback there and stop; after one,
+    nothing more is written."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.error: BaseException | None = None
+
+    def _do(self, action: str, *args: Any) -> None:
+        if self.error is not None:
+            return
         try:
-            self.close()
-        except OSError:
-            if kind is None:  # a failure already on its way (a full disk) is the one to report
-                raise
+            getattr(self.inner, action)(*args)
+        except Exception as error:  # noqa: BLE001 (an OSError, or whatever the file object raises)
+            self.error = error
+
+    def write(self, data: bytes) -> None:
+        self._do("write", data)
+
+    def flush(self) -> None:
+        self._do("flush")
+
+    def close(self) -> None:  # the file is closed even after a failure (a failure here is kept as well)
+        try:
+            self.inner.close()
+        except Exception as error:  # noqa: BLE001
+            self.error = self.error or error
+
+
+def _guard(writer: Any) -> _Guard | None:
+    """Put a :class:`_Guard` between ``writer``'s (a ``SummaryWriter``'s) writer thread and its file; None
+    where this tensorboard keeps them otherwise (its thread's failure is then found at the next flush)."""
+    events = getattr(getattr(writer, "file_writer", None), "event_writer", None)
+    queue = getattr(events, "_async_writer", None)
+    worker = getattr(queue, "_worker", None)
+    inner = getattr(worker, "_record_writer", None)
+    if inner is None or getattr(queue, "_writer", None) is not inner:
+        return None
+    guard = _Guard(inner)
+    worker._record_writer = queue._writer = guard
+    return guard
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return f"[Errno {error.errno}] {error.strerror}" if error.errno else error.strerror
+    return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
 def open_board(run: str | Path, logger: str | None, upto: int, batch_size: int,
@@ -149,7 +236,7 @@ def open_board(run: str | Path, logger: str | None, upto: int, batch_size: int,
     ``RUN/tensorboard`` as it is (with a note: its points after ``upto`` predate this resume)."""
     folder = Path(run) / FOLDER
     if choose(logger, notes) == "tensorboard":
-        return Board(folder, upto=upto, batch_size=batch_size)
+        return Board(folder, upto=upto, batch_size=batch_size, notes=notes)
     if notes is not None and event_files(folder):
         notes(f"--logger none: {folder} is left as it was (its points after step {upto:,} predate this resume; "
               "a resume with --logger tensorboard rewrites it)")
@@ -185,14 +272,22 @@ def write_probe_curves(folder: str | Path, runs: dict[str, Sequence[dict]]) -> P
     earlier = event_files(folder)
     with naming(folder):
         writer = SummaryWriter(str(folder), purge_step=0)
+    guard = _guard(writer)  # a failed write is raised here, not printed by the writer's thread
     path = next((p for p in event_files(folder) if p not in earlier), folder)
-    with naming(path):
-        try:
-            for tag, points in probe_curves(runs).items():
-                for step, value in points:
-                    writer.add_scalar(tag, value, step)
-        finally:
-            writer.close()
+    try:
+        with naming(path):
+            try:
+                for tag, points in probe_curves(runs).items():
+                    for step, value in points:
+                        writer.add_scalar(tag, value, step)
+            finally:
+                writer.close()
+            if guard is not None and guard.error is not None:
+                raise guard.error
+    except BaseException:
+        if path != folder:
+            path.unlink(missing_ok=True)  # never half a file: the earlier one stays
+        raise
     for old in earlier:
         old.unlink(missing_ok=True)
     return path

@@ -26,6 +26,7 @@ from ..building.builder import compile_spec
 from ..errors import WorkbenchError
 from ..language import loader
 from .decoding import encode_bytes, generate, ids_to_bytes
+from .preflight import check_language_model  # torch-free: the CLI refuses before torch loads
 from .probing import load_weights
 
 
@@ -41,15 +42,6 @@ class Generation(NamedTuple):
     def text(self) -> str:
         """Prompt and continuation as text; bytes that are not UTF-8 show as U+FFFD."""
         return (self.prompt + self.continuation).decode("utf-8", errors="replace")
-
-
-def check_language_model(spec) -> None:
-    """Refuse a spec whose input is not token ids (an image model has nothing to continue)."""
-    if spec.input.dtype != "int64" or len(spec.input.shape) != 1:
-        raise WorkbenchError(
-            f"spec '{spec.name}' is not a language model (input {spec.input.shape}, {spec.input.dtype}); generate "
-            "takes a spec whose input is token ids (input: {shape: [N], dtype: int64})"
-        )
 
 
 def embedding_vocabulary(spec) -> int | None:

@@ -5,7 +5,8 @@ blocking) while they write into a folder. A second writer is refused at once wit
 naming the holder (its process id, host, command and start time, which the holder writes into
 the lock file). The kernel drops the lock when the holder's file is closed, so a writer killed
 with SIGKILL, or a machine that lost power, leaves no stale lock: the ``.lock`` file itself may
-stay and is harmless.
+stay and is harmless. A command that fails (a full disk, a refusal) while its folder holds nothing
+but the lock removes what taking the lock created: the lock file, the folder, its new parents.
 
 Torch-free; only the standard library.
 """
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import WorkbenchError
+from ..errors import OutputError, WorkbenchError
 
 LOCK_FILE = ".lock"
 
@@ -55,16 +56,26 @@ def _describe(path: Path) -> str:
 @contextlib.contextmanager
 def hold(folder: str | Path, what: str = "write into") -> Iterator[Path]:
     """Hold ``folder``'s lock (creating the folder) for the ``with`` block; raise :class:`FolderBusy`
-    naming the other process when it is held. Yields the folder."""
+    naming the other process when it is held. Yields the folder.
+
+    When the block fails (a full disk, a refusal, Ctrl-C) and the folder holds nothing but the lock,
+    what this call created goes again: the lock file, and the folder and the parents it made. A folder
+    that existed before, or that holds anything else, is left as it is."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise WorkbenchError(f"{folder} exists and is not a folder: give a folder to {what}")
-    folder.mkdir(parents=True, exist_ok=True)
+        raise OutputError(f"{folder} exists and is not a folder: give a folder to {what}")
+    made = _make(folder)
     path = folder / LOCK_FILE
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    created = False
     try:
-        descriptor = os.open(path, flags, 0o644)
+        try:
+            descriptor = os.open(path, flags | os.O_EXCL, 0o644)
+            created = True
+        except FileExistsError:
+            descriptor = os.open(path, flags, 0o644)
     except OSError as error:
+        _undo(folder, made, created)
         if error.errno == errno.ELOOP:
             raise WorkbenchError(f"{path} is a symbolic link: refusing to lock through it") from None
         raise
@@ -77,6 +88,36 @@ def hold(folder: str | Path, what: str = "write into") -> Iterator[Path]:
         with contextlib.suppress(OSError):  # who holds it, for the message a second writer gets
             os.ftruncate(descriptor, 0)
             os.pwrite(descriptor, json.dumps(_holder()).encode(), 0)
-        yield folder
+        try:
+            yield folder
+        except BaseException:
+            _undo(folder, made, created)  # still locked: nobody else writes there meanwhile
+            raise
     finally:
         os.close(descriptor)  # releases the lock
+
+
+def _make(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; the ones this call made, deepest first."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing  # made here, or by another process at the same moment: removed only when empty
+
+
+def _undo(folder: Path, made: list[Path], created: bool) -> None:
+    """After a failure: the lock file this call created, when the folder holds nothing else, and then the
+    folders it made, each only while it is empty (``rmdir``: never a file, never a folder in use)."""
+    try:
+        alone = [entry.name for entry in folder.iterdir()] == [LOCK_FILE]
+    except OSError:  # gone already (a run removed its folder), or unreadable
+        alone = False
+    if created and alone:
+        with contextlib.suppress(OSError):
+            (folder / LOCK_FILE).unlink()
+    for place in made:
+        try:
+            place.rmdir()
+        except FileNotFoundError:  # removed already (train removes a run folder it made)
+            continue
+        except OSError:  # not empty: someone else's files, a run that started; and so are the folders above
+            break

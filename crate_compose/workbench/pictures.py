@@ -22,12 +22,11 @@ from typing import Iterable
 
 import torch
 
-from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE
 from ..building.builder import compile_spec
 from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
 from ..language import loader
-from . import drawings
+from . import drawings, preflight
 from .loading import normalization, renormalize
 from .locks import hold
 from .looking import StepView, Views, look, not_images, pca_rgb
@@ -87,7 +86,8 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
     ``RUN/checkpoints/step-N``, ``RUN/pictures/final`` or ``RUN/pictures/step-N``; beside other
     weights ``W``, ``W/../pictures/<W's name>``; without weights, ``pictures/<spec name>``. Refused
     (:class:`WorkbenchError`): a folder inside a build (a folder holding model.safetensors and
-    spec.yaml) or inside the weights folder, and a file where the folder goes."""
+    spec.yaml) or inside the weights folder; (:class:`~crate_compose.errors.OutputError`, status 1) a file
+    where the folder goes (:func:`crate_compose.workbench.preflight.picture_folder`)."""
     named = Path(weights) if weights is not None else None
     if named is not None and named.name in ("", ".", ".."):
         named = named.resolve()
@@ -99,16 +99,7 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
         folder = named.parent.parent / "pictures" / named.name
     else:
         folder = named.parent / "pictures" / named.name
-    where = f"--out {folder}" if out is not None else str(folder)
-    resolved = folder.resolve()
-    inside = [named.resolve()] if named is not None else []
-    for place in (resolved, *resolved.parents):
-        if place in inside or ((place / WEIGHTS_FILE).is_file() and (place / SPEC_FILE).is_file()):
-            raise WorkbenchError(f"{where} is inside the {'weights folder' if place in inside else 'build'} {place}: "
-                                 "pictures are never written into a build (train --resume would refuse its "
-                                 "final/); choose a folder outside it")
-    if folder.exists() and not folder.is_dir():
-        raise WorkbenchError(f"{where} exists and is not a folder: give a folder for the pictures")
+    preflight.picture_folder(folder, f"--out {folder}" if out is not None else str(folder), named)
     return folder
 
 

@@ -25,10 +25,11 @@ from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_w
 from ..building.builder import compile_spec, spec_of
 from ..building.plan import tied
 from ..errors import WorkbenchError
-from ..files import writable, write_together
+from ..files import write_together
 from ..interop.exchange import load_checkpoint
 from ..interop.reading import InteropError, read_checkpoint
 from ..language.zoo import presets
+from . import preflight
 from . import runs as run_records
 from .checkpoint import latest_checkpoint
 from .data import Data
@@ -306,8 +307,9 @@ def probe_folder(weights: str | Path | None, spec_name: str, out: str | Path | N
     ``RUN/checkpoints/step-N``, the run's ``RUN/probes/final`` or ``RUN/probes/step-N`` (never inside
     the build: ``train --resume`` takes ``final/`` only when it holds a build and nothing else); for
     other weights, or none, ``probes/<spec name>``. Refused: a folder inside a build (a folder holding
-    model.safetensors and spec.yaml), a file where the folder goes (:class:`WorkbenchError`), and a
-    probes.json or probes.png that is not a regular file (``OSError``, as every output)."""
+    model.safetensors and spec.yaml; :class:`WorkbenchError`), a file where the folder goes
+    (:class:`~crate_compose.errors.OutputError`, status 1), and a probes.json or probes.png that is not a
+    regular file (``OSError``, as every output): :func:`crate_compose.workbench.preflight.probe_folder`."""
     named = Path(weights or "")
     named = named.resolve() if weights is not None and named.name in ("", "..") else named
     if out is not None:
@@ -318,16 +320,7 @@ def probe_folder(weights: str | Path | None, spec_name: str, out: str | Path | N
         folder = named.parent.parent / "probes" / named.name
     else:
         folder = Path("probes") / spec_name
-    where = f"--out {folder}" if out is not None else str(folder)
-    resolved = folder.resolve()
-    for place in (resolved, *resolved.parents):
-        if (place / WEIGHTS_FILE).is_file() and (place / SPEC_FILE).is_file():
-            raise WorkbenchError(f"{where} is inside the build {place}: probes are never written into a build "
-                                 "(train --resume would refuse its final/); choose a folder outside it")
-    if folder.exists() and not folder.is_dir():
-        raise WorkbenchError(f"{where} exists and is not a folder: give a folder for probes.json and probes.png")
-    for name in ("probes.json", "probes.png"):
-        writable(folder / name)
+    preflight.probe_folder(folder, f"--out {folder}" if out is not None else str(folder))
     return folder
 
 

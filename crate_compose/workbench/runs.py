@@ -56,7 +56,8 @@ CADENCE = ("eval_every", "log_every", "checkpoint_every")  # what is logged and 
 LATER = {name: getattr(Settings(), name) for name in (
     "optimizer", "beta1", "beta2", "momentum", "nesterov", "schedule", "min_lr", "lr_step", "lr_decay", "accumulate",
     "ema", "precision", "compile", "drop_path", "epochs", "warmup_epochs",
-    "mixup", "cutmix", "normalize")}  # data pipeline
+    "mixup", "cutmix", "normalize",  # data pipeline
+    "formulas")}  # fast paths or the formulas as written (modules/paths.py)
 MACHINERY = ("workers",)  # how fast a run goes, never what it computes: no part of its identity (data pipeline)
 # logging: where the metrics are written besides metrics.jsonl (--logger), never what is learned: no part of
 # its identity, so a run resumes with another logger (or with the package no longer installed)

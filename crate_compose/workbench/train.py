@@ -38,6 +38,7 @@ import math
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -53,9 +54,10 @@ from ..building.placement import step_seed
 from ..errors import TrainError
 from ..files import naming, writable, write_atomic
 from ..language import loader
+from ..modules.paths import use_formulas
 from ..modules.residual import stochastic_depth
 from ..settings import AUGMENTATIONS, TASKS, Settings, settings_problems
-from . import checkpoint, eventlog, finetune, locks, runs
+from . import checkpoint, eventlog, finetune, locks, preflight, runs
 from .data import Data, load_data
 from .data import verify as verify_data
 from .distributed import Distributed
@@ -268,7 +270,7 @@ def train(
     if settings.epochs is not None:
         settings = replace(settings, steps=settings.epochs * per_epoch)
     if settings.warmup_epochs is not None:
-        settings = replace(settings, warmup=settings.warmup_epochs * per_epoch)
+        settings = replace(settings, warmup=_warmup_of_epochs(settings, per_epoch, notes or _say))
     start = finetune.read_init(init) if init is not None else None
     dist = Distributed()
     dist.check_batch(settings.batch_size)
@@ -337,13 +339,7 @@ class _Opening:
 
     def open(self, stack: contextlib.ExitStack) -> _Plan:
         run = self.run
-        if run.exists() and not run.is_dir():
-            raise TrainError(f"{run} exists and is not a folder: give a folder for the run (--out)")
-        foreign = runs.foreign_entries(run)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise TrainError(f"{run} holds files that are not a crate-compose run ({shown}); it is left alone: "
-                             "choose another --out")
+        preflight.run_folder(run)  # a file, someone else's files: OutputError (exit 1), as the CLI checks first
         if self.resume and not (run / runs.RUN_FILE).exists():  # refused before anything is written there
             found = ", ".join(p.name for p in checkpoint.checkpoints(run).values())
             extra = f" beside its checkpoints ({found}), so they cannot be checked" if found else ""
@@ -421,9 +417,7 @@ class _Opening:
     def _prepare_folder(self, plan: _Plan) -> None:
         """Every check that could fail later, then the record: nothing is learned late."""
         run = self.run
-        for name in ("checkpoints", "final", "probes", eventlog.FOLDER):
-            if (run / name).exists() and not (run / name).is_dir():
-                raise TrainError(f"{run / name} is a file where the run keeps a folder; move it away")
+        preflight.kept_folders(run)  # again under the lock
         for name in ("spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", runs.RUN_FILE):
             writable(run / name)
         if (run / "final").is_dir():
@@ -499,6 +493,19 @@ def _say(note: str) -> None:
     print(f"note: {note}", file=sys.stderr)
 
 
+def _warmup_of_epochs(settings: Settings, per_epoch: int, notes: Callable[[str], None]) -> int:
+    """The warm-up ``warmup_epochs`` give; when the run's length is given in steps (a recipe's run shortened
+    with ``--steps``) and that warm-up would be more than half of it, the default 5% instead, and a note
+    says so. A run given in epochs warms up as many epochs as it says."""
+    warmup = settings.warmup_epochs * per_epoch
+    if settings.epochs is not None or warmup <= settings.steps // 2:
+        return warmup
+    shorter = max(1, settings.steps // 20)
+    notes(f"warmup_epochs {settings.warmup_epochs} would be {warmup:,} of this run's {settings.steps:,} steps: "
+          f"warming up for {shorter:,} (5%) instead; --warmup N to choose")
+    return shorter
+
+
 def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress: bool,
           notes: Callable[[str], None]) -> Result:
     run, data, dist, device = opening.run, opening.data, opening.dist, opening.device
@@ -516,12 +523,23 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer, ema=ema, scaler=scaler)
     board = eventlog.open_board(run, settings.logger, plan.start, settings.batch_size, notes) if writer else None
     metrics = _Metrics(run, plan.metrics_rows, writer, stack.enter_context(board) if board else None)  # logging
+    stack.enter_context(use_formulas(settings.formulas))  # the run's formulas: fast paths or as written
     net = torch.nn.parallel.DistributedDataParallel(model) if dist.active else model
     if settings.compile:
         net = torch.compile(net)
     model.train()
-    bar = stack.enter_context(contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer)))
-    began, loss_value, evaluation, constant = time.perf_counter(), float("nan"), {}, 0
+    before = _seconds_before(run) if plan.start else 0.0  # a resumed run's clock goes on from its checkpoint
+    if writer and plan.start:
+        notes(f"resumed at step {plan.start:,} of {settings.steps:,} from {run / 'checkpoints'}/step-{plan.start:06d} "
+              f"({before:,.0f} s of training before)")
+    if writer and settings.compile:
+        notes("--compile: the first step compiles the network (minutes on a CPU, with nothing printed meanwhile); "
+              "the time left is estimated from the steps after it")
+        stack.enter_context(warnings.catch_warnings())  # torch's own deprecation inside its compiler, twice a run
+        warnings.filterwarnings("ignore", message=r"`torch\._prims_common\.check` is deprecated", category=FutureWarning)
+    bar = stack.enter_context(contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer,
+                                                              elapsed=before)))
+    began, loss_value, evaluation, constant = time.perf_counter() - before, float("nan"), {}, 0
     loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
     for step in range(plan.start + 1, settings.steps + 1):
         x, y = next(loading)  # decoded and augmented, seeded per step (in --workers processes)
@@ -536,6 +554,8 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
         if step % settings.log_every == 0 or step == settings.steps:
             metrics.add({"step": step, "kind": "train", "loss": loss_value, "lr": lr_at(step, settings),
                          "seconds": round(time.perf_counter() - began, 3)})
+        if writer and settings.compile and step == plan.start + 1:
+            notes(f"compiled, and took the first step, in {time.perf_counter() - began - before:,.0f} s")
         bar.update(1)
         bar.set_postfix(loss=f"{loss_value:.4f}")
         last = step == settings.steps
@@ -560,6 +580,11 @@ def _loop(opening: _Opening, plan: _Plan, stack: contextlib.ExitStack, progress:
                                                            "ema": str(settings.ema)})
         write_atomic(run / "result.json", json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False) + "\n")
     return result
+
+
+def _seconds_before(run: Path) -> float:
+    """The training seconds the rows kept from a resumed run's checkpoint record (its last ``seconds``)."""
+    return next((float(r["seconds"]) for r in reversed(_rows(_read_metrics(run))) if "seconds" in r), 0.0)
 
 
 def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Settings, patch, rank: int,
