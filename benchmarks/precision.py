@@ -298,7 +298,7 @@ def main() -> int:
     rows, seconds = [], {}
     for name, network in chosen.items():
         if args.batch:
-            network = Network(**{**asdict(network), "batch": args.batch})
+            network = Network(**{**asdict(network), "batch": args.batch, "label": f"{network.label}, batch {args.batch}"})
         began = time.perf_counter()
         found = measure(network, precisions, count=args.inputs)
         seconds[name] = time.perf_counter() - began
