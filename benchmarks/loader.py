@@ -9,7 +9,7 @@ noise. It is read as ``folder:PATH`` at ``--image-size`` (224), as ``train`` rea
 
 **The loader**: for each augmentation (``none``: decode and resize; ``crop-flip``: decode, a random
 resized crop to 224 and a flip; ``randaugment``: crop-flip and RandAugment) and each worker count,
-:func:`crate_compose.workbench.loading.batches` yields batches of ``--batch-size`` (64) for a fresh
+:func:`crate_compose.data.batches.batches` yields batches of ``--batch-size`` (64) for a fresh
 run; the first ``--warm`` batches (worker start-up included) are not counted, the next ``--batches``
 are timed. Images/s = images / seconds; the table gives the median over ``--rounds`` runs, and the
 first batch's latency (start-up: the workers' start and their first batch).
@@ -44,9 +44,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from crate_compose.settings import Settings  # noqa: E402
-from crate_compose.workbench.data import load_data  # noqa: E402
-from crate_compose.workbench.evaluation import loss_of  # noqa: E402
-from crate_compose.workbench.loading import batches, transforms_v2  # noqa: E402
+from crate_compose.data.sets import load_data  # noqa: E402
+from crate_compose import tasks  # noqa: E402
+from crate_compose.data.batches import batches, transforms_v2  # noqa: E402
 
 CLASSES = 10
 AUGMENTS = ("none", "crop-flip", "randaugment")
@@ -102,7 +102,7 @@ def model_rate(data, batch: tuple[torch.Tensor, torch.Tensor], device: str, prec
     def step() -> None:
         with autocast:
             outputs = model(x)
-        loss = loss_of("classify", outputs, x, y, None)
+        loss = tasks.get("classify").loss(outputs, x, y, model=model)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

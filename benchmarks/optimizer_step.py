@@ -8,12 +8,12 @@ script says so and exits 2.
 
 The parameters: one tensor of each shape of ``crate_compose.build("crate-base")`` (read on the meta
 device, so nothing is built; 22,796,008 parameters in 108 tensors), float32 on ``--device``, in the
-two groups :func:`crate_compose.workbench.optimizers.optimizer_for` makes (weight decay 0.05 on the
+two groups :func:`crate_compose.training.optimizers.optimizer_for` makes (weight decay 0.05 on the
 matrices, none on the rest), lr 1e-4, betas (0.9, 0.99), with random gradients (standard normal). Each
 optimizer gets its own copy of the same parameters and gradients.
 
 The optimizers: ``lion_pytorch`` (``Lion``, eight operations per parameter) and
-``crate_compose.workbench.optimizers.Lion`` both ways: ``ours, foreach`` (``foreach=True``: seven
+``crate_compose.training.optimizers.Lion`` both ways: ``ours, foreach`` (``foreach=True``: seven
 ``torch._foreach_*`` calls per group, the default on CUDA) and ``ours, per parameter``
 (``foreach=False``: lion_pytorch's operations less one copy, one parameter at a time, the default on
 the CPU). ``aten calls`` counts the operator calls one step dispatches (``TorchDispatchMode``): on CUDA
@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import crate_compose as cc  # noqa: E402
-from crate_compose.workbench.optimizers import Lion, _foreach_devices  # noqa: E402
+from crate_compose.training.optimizers import Lion, _foreach_devices  # noqa: E402
 
 LR, WEIGHT_DECAY, BETAS = 1e-4, 0.05, (0.9, 0.99)
 NAMES = ("lion_pytorch", "ours, foreach", "ours, per parameter")

@@ -7,7 +7,7 @@
 Each network is built once in float64 (seed 0) and its weights rounded to float32's values, so every
 copy holds the same numbers; the float32 copy is that network in float32. For each of ``--inputs``
 batches (images drawn from N(0, 1), or uniform token ids, with random labels) it computes, in training
-mode, the task's loss (:func:`crate_compose.workbench.evaluation.loss_of`: cross-entropy, or MSE on the
+mode, the task's loss (:meth:`crate_compose.tasks.Task.loss`: cross-entropy, or MSE on the
 masked patches, the masks drawn from the same seed every time) and its gradients, and compares with
 the float64 network computing every formula as written (the reference):
 
@@ -53,8 +53,7 @@ import torch
 import crate_compose as cc
 from crate_compose.modules.paths import use_formulas
 from crate_compose.modules.sparsify import ISTA, ISTAMM
-from crate_compose.workbench.evaluation import loss_of
-from crate_compose.workbench.losses import patch_size_of
+from crate_compose import tasks
 
 
 @dataclass(frozen=True)
@@ -194,7 +193,6 @@ def _forward_backward(model: torch.nn.Module, network: Network, batch: tuple[tor
     if x.is_floating_point():
         x = x.to(dtype, copy=True).requires_grad_(True)  # a leaf of its own
     autocast = precision in ("bf16", "fp16")
-    patch = patch_size_of(model) if network.task == "mae" else None
     model.zero_grad(set_to_none=True)
     support, hooks = _supports(model)
     try:
@@ -202,7 +200,7 @@ def _forward_backward(model: torch.nn.Module, network: Network, batch: tuple[tor
             torch.manual_seed(seed)
             with torch.autocast("cpu", dtype=HALF.get(precision, torch.bfloat16), enabled=autocast):
                 outputs = model(x)
-                loss = loss_of(network.task, outputs, x, y, patch)
+                loss = tasks.get(network.task).loss(outputs, x, y, model=model)
             (loss * scale).backward()
     finally:
         for hook in hooks:

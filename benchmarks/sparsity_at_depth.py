@@ -44,10 +44,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from crate_compose.building.builder import compile_spec
     from crate_compose.files import write_atomic
-    from crate_compose.workbench.probes import probe, probes_png
-    from crate_compose.workbench.probing import load_weights, probe_over_training, run_weights, _probe_inputs
-    from crate_compose.workbench.timelines import spread_rows
-    from crate_compose.workbench.train import HEADLESS, prepare
+    from crate_compose.assessment.layer_probes import probe, probes_png
+    from crate_compose import tasks
+    from crate_compose.assessment.run_probes import load_weights, probe_over_training, run_weights
+    from crate_compose.assessment.timelines import spread_rows
+    from crate_compose.training.preparation import HEADLESS, prepare
 
     seeds = sorted(p for p in args.grid.glob("*/seed-*") if (p / "run.json").is_file())
     if not seeds:
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in seeds:
         found = run_weights(run)
         spec, data = prepare(found.spec, found.data, (), found.image_size, found.seed, keep=HEADLESS)
-        inputs, extra = _probe_inputs(data, args.samples, found.normalize)
+        inputs, extra = tasks.probe_inputs(found.task, data, args.samples, found.normalize)
         model = compile_spec(spec, seed=found.seed)
         load_weights(model, found.weights)
         trained.append(probe(model, inputs, **extra))

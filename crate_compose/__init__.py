@@ -35,11 +35,11 @@ _LAZY = {
     "spec_of": ("building.builder", "spec_of"),
     "dump_spec": ("language.loader", "dump"),
     "load_spec": ("language.loader", "load"),
-    "CachedModel": ("workbench.decoding", "CachedModel"),
-    "generate": ("workbench.decoding", "generate"),
+    "CachedModel": ("generation.decoding", "CachedModel"),
+    "generate": ("generation.decoding", "generate"),
     "derive_decoder": ("building.derivation", "derive_decoder"),
-    "masked_reconstruction_loss": ("workbench.losses", "masked_reconstruction_loss"),
-    "reconstruction_loss": ("workbench.losses", "reconstruction_loss"),
+    "masked_reconstruction_loss": ("tasks.masked_autoencoding", "masked_reconstruction_loss"),
+    "reconstruction_loss": ("tasks.masked_autoencoding", "reconstruction_loss"),
     "diagram": ("rendering.diagrams", "diagram"),
     "render": ("rendering.diagrams", "render"),
     **{name: ("registry", name) for name in
@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .building.derivation import derive_decoder
     from .building.inspection import derive, inspect, validate
     from .building.summary import Summary, summarize
+    from .generation.decoding import CachedModel, generate
     from .interop.exchange import export_checkpoint, import_checkpoint, load_checkpoint, write_checkpoint
     from .interop.reading import InteropError, read_checkpoint
     from .language.loader import dump as dump_spec
@@ -81,8 +82,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .modules.residual import Residual
     from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive
     from .rendering.diagrams import diagram, render
-    from .workbench.decoding import CachedModel, generate
-    from .workbench.losses import masked_reconstruction_loss, reconstruction_loss
+    from .tasks.masked_autoencoding import masked_reconstruction_loss, reconstruction_loss
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ import importlib.machinery
 import importlib.util
 import types
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 
 def deprecated(module: str, old: str, new: str, value: Any) -> Any:
@@ -39,11 +39,46 @@ MOVED = {
     "crate_compose.artifacts": "crate_compose.building.artifacts", "crate_compose.api": "crate_compose.building.inspection",
     "crate_compose.figures": "crate_compose.rendering.diagrams",
     "crate_compose.residual": "crate_compose.modules.residual",
-    "crate_compose.objectives": "crate_compose.workbench.losses",
-    **{f"crate_compose.{name}": f"crate_compose.workbench.{name}" for name in
-       ("data", "corpus", "train", "checkpoint", "runs", "locks", "probes", "ablation", "grids", "generation",
-        "decoding", "losses", "progress")},
+    "crate_compose.objectives": "crate_compose.tasks.masked_autoencoding",
+    # the flat modules of the first layout (crate_compose.data, .ablation and .generation are packages now, which
+    # keep the old module's names: moved_names)
+    "crate_compose.corpus": "crate_compose.data.corpus", "crate_compose.train": "crate_compose.training.run",
+    "crate_compose.checkpoint": "crate_compose.training.checkpoint", "crate_compose.runs": "crate_compose.training.identity",
+    "crate_compose.locks": "crate_compose.training.locks", "crate_compose.probes": "crate_compose.assessment.layer_probes",
+    "crate_compose.grids": "crate_compose.ablation.grids", "crate_compose.decoding": "crate_compose.generation.decoding",
+    "crate_compose.losses": "crate_compose.tasks.masked_autoencoding", "crate_compose.progress": "crate_compose.training.progress",
+    # the one workbench folder, before it became the packages of what a researcher does
+    **{f"crate_compose.workbench.{old}": f"crate_compose.{new}" for old, new in (
+        ("ablation", "ablation.ablate"), ("grids", "ablation.grids"), ("archives", "data.archives"),
+        ("corpus", "data.corpus"), ("data", "data.sets"), ("images", "data.folders"), ("loading", "data.batches"),
+        ("evaluation", "tasks.registry"), ("losses", "tasks.masked_autoencoding"), ("train", "training.run"),
+        ("runs", "training.identity"), ("checkpoint", "training.checkpoint"), ("locks", "training.locks"),
+        ("optimizers", "training.optimizers"), ("recipes", "training.recipes"), ("distributed", "training.distributed"),
+        ("eventlog", "training.eventlog"), ("progress", "training.progress"), ("finetune", "training.finetune"),
+        ("preflight", "training.preflight"), ("assessment", "assessment.scoring"),
+        ("linear_probe", "assessment.frozen_features"), ("probes", "assessment.layer_probes"),
+        ("probing", "assessment.run_probes"), ("timelines", "assessment.timelines"), ("looking", "pictures.views"),
+        ("pictures", "pictures.show"), ("drawings", "pictures.drawings"), ("decoding", "generation.decoding"),
+        ("generation", "generation.text"))},
 }
+
+
+def moved_names(package: str, module: str) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562) for the names of the module that had the package's path
+    (``crate_compose.data`` was the module now at ``crate_compose.data.sets``): each use warns and
+    gives the name's value at its new place; any other name is an AttributeError, as usual."""
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__") or importlib.util.find_spec(f"{package}.{name}") is not None:
+            # a submodule not imported yet (``from . import archives``): the import system loads it
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name, None)
+        if value is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return deprecated(package, name, f"{module}.{name}", value)
+
+    return __getattr__
+
 
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -25,7 +25,7 @@ proximal step on a LASSO, ...). It is registered under a name with
 * ``measure``: how to measure the objective the step claims to move, and which way it claims to
   move it: a :class:`crate_compose.modules.measures.Measure` or a tuple of them (``None``: the step is no
   step on a measurable objective), or a function of no arguments returning them (so a declaration
-  need not import torch); :func:`crate_compose.workbench.probes.probe` reads it, layer by layer;
+  need not import torch); :func:`crate_compose.assessment.layer_probes.probe` reads it, layer by layer;
 * a *factory* ``f(args, input_shape) -> nn.Module``, where ``input_shape`` is the per-sample
   shape of the step's input (batch axis excluded), inferred by the builder. A factory that also
   takes a ``context`` keyword receives the :class:`Context` of the build: what earlier steps

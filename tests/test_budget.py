@@ -131,7 +131,8 @@ def test_depth_is_bounded_where_it_is_written(tmp_path, capsys):
     ({"workers": 4}, 4, 9),  # two batches prepared ahead by each worker
 ])
 def test_a_run_is_estimated_with_its_optimizer_its_ema_and_its_prefetched_batches(options, copies, batches):
-    from crate_compose.workbench.train import Settings, check_run_memory
+    from crate_compose.settings import Settings
+    from crate_compose.training.preparation import check_run_memory
 
     spec = cc.load_spec("crate-digits")
     found = estimate(spec)

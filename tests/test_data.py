@@ -1,5 +1,5 @@
-"""The offline data sets of crate_compose.workbench.data (folders of images: crate_compose.workbench.images):
-shapes, splits, determinism, errors, spec fitting."""
+"""The offline data sets of crate_compose.data.sets (their loaders: crate_compose.data.shipped, .subspaces,
+.folders, .corpus): shapes, splits, determinism, errors, spec fitting."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import torch
 from PIL import Image
 
 from crate_compose.errors import DataError
-from crate_compose.workbench import data as D
-from crate_compose.workbench import images
+from crate_compose.data import sets as D
+from crate_compose.data import folders as images
+from crate_compose.data import record, shipped
 from crate_compose.language.loader import load
 
 DIGITS = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
@@ -87,15 +88,15 @@ def test_photos_shapes_and_labels(photos):
 
 
 def test_photos_train_and_test_regions_are_disjoint(photos):
-    regions = D._photo_regions()
+    regions = shipped._photo_regions()
     for split, side in ((photos.train, 0), (photos.test, 1)):
         for (photo, top, left), crop in zip(split.crops.tolist(), split.inputs):
             region = regions[photo][side]
             assert left + 32 <= region.shape[-1] and top + 32 <= region.shape[-2]
             raw = region[:, top : top + 32, left : left + 32]
-            expected = D._standardize(raw[None], torch.tensor(photos.mean), torch.tensor(photos.std))[0]
+            expected = shipped._standardize(raw[None], torch.tensor(photos.mean), torch.tensor(photos.std))[0]
             assert torch.allclose(crop, expected, atol=1e-5)
-    full = D._photo_regions()[0]
+    full = shipped._photo_regions()[0]
     assert full[0].shape[-1] + full[1].shape[-1] == 640 and full[0].shape[-1] == 480  # left 75% / right 25%
     assert {p for p, _, _ in photos.train.crops.tolist()} == {0, 1}
 
@@ -237,8 +238,8 @@ def test_spec_overrides_fit_crate_tiny_to_digits(digits):
 
 
 def test_spec_overrides_skip_undeclared_sizes(digits, subspaces):
-    assert D.spec_overrides(digits, {"sizes": {"d": 4}}) == ["input.shape=[1, 8, 8]"]
-    photos = D.Data("photos", None, None, (3, 8, 12), None, "mae", sizes={"channels": 3})
+    assert record.spec_overrides(digits, {"sizes": {"d": 4}}) == ["input.shape=[1, 8, 8]"]
+    photos = record.Data("photos", None, None, (3, 8, 12), None, "mae", sizes={"channels": 3})
     overrides = photos.spec_overrides({"sizes": {"image_size": 8, "channels": 1}})
     assert overrides == ["input.shape=[3, 8, 12]", "sizes.channels=3"]  # not square: no image_size
     fitted = load("specs/aot-subspaces.yaml", subspaces.spec_overrides(load("specs/aot-subspaces.yaml")))
@@ -256,7 +257,7 @@ def test_digits_batch_runs_through_a_built_model(digits):
 
 
 def test_import_does_not_load_matplotlib():
-    code = "import sys, crate_compose.workbench.data; assert 'matplotlib' not in sys.modules"
+    code = "import sys, crate_compose.data.sets; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,4 +1,4 @@
-"""``--data subspaces`` follows the spec it is for (crate_compose.workbench.data.load_subspaces), and training a
+"""``--data subspaces`` follows the spec it is for (crate_compose.data.subspaces.load_subspaces), and training a
 token-set spec says in one line that no task trains on token sets."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 import crate_compose as cc
 from crate_compose import cli
 from crate_compose.errors import DataError
-from crate_compose.workbench import data as D
-from crate_compose.workbench.train import prepare
+from crate_compose.data import sets as D
+from crate_compose.training.preparation import prepare
 
 
 def test_subspaces_are_generated_at_the_sizes_the_spec_declares():

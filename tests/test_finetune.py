@@ -18,8 +18,9 @@ import crate_compose as cc
 from crate_compose import cli
 from crate_compose.building.builder import compile_spec
 from crate_compose.errors import TrainError, WorkbenchError
-from crate_compose.workbench import finetune
-from crate_compose.workbench.train import Settings, prepare, train
+from crate_compose.training import finetune
+from crate_compose.training.preparation import prepare
+from crate_compose.training.run import Settings, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -147,7 +147,7 @@ def test_a_checkpoint_of_no_family_asks_for_one(tmp_path):
 
 def test_every_command_that_takes_weights_reads_an_authors_checkpoint_as_its_import(tmp_path):
     """evaluate (and probe, linear-probe, show: the same loader) on the .pth equals it on the imported build."""
-    from crate_compose.workbench.assessment import evaluate_weights
+    from crate_compose.assessment.scoring import evaluate_weights
 
     sizes = dict(image_size=8, channels=1, patch_size=4, d=32, depth=2, heads=2, head_dim=16, classes=10)
     path = saved(tmp_path, "crate", state_dict("crate", sizes, dtype=torch.float32))

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 import crate_compose as cc
 from crate_compose import cli, registry
-from crate_compose.workbench.decoding import CachedModel, DecodingError, decode_bytes, encode_bytes, generate
+from crate_compose.generation.decoding import CachedModel, DecodingError, decode_bytes, encode_bytes, generate
 from crate_compose.errors import SpecError
 from crate_compose.registry import Context
 
@@ -347,7 +347,7 @@ def test_generate_past_the_context_exits_2(capsys):
 
 
 def test_text_data_fits_the_spec_context_and_its_vocabulary():
-    from crate_compose.workbench.data import load_data
+    from crate_compose.data.sets import load_data
 
     spec = cc.load_spec("gpt2-small", ["sizes.context=64"])
     data = load_data("text", spec=spec)
@@ -390,7 +390,7 @@ def test_a_prompt_that_is_not_utf8_keeps_its_bytes(tmp_path):
     import sys
     from pathlib import Path
 
-    from crate_compose.workbench.generation import generate_text
+    from crate_compose.generation.text import generate_text
 
     result = generate_text("causal-crate-bytes", "\udcff\udcfe", overrides=TINY[1::2], tokens=3)
     assert result.prompt == b"\xff\xfe" and len(result.continuation) == 3 and result.text.startswith("\ufffd\ufffd")
@@ -417,7 +417,7 @@ def test_a_tiny_temperature_is_greedy_decoding(capsys):
 
 
 def test_generate_checks_the_vocabulary_before_the_model_runs(tmp_path, capsys, monkeypatch):
-    from crate_compose.workbench import generation
+    from crate_compose.generation import text as generation
 
     small = [*TINY, "--set", "sizes.vocab=100"]
     assert _run(capsys, "build", "causal-crate-bytes", *small, "--out", tmp_path / "vocab100")[0] == 0

@@ -1,4 +1,4 @@
-"""Our multi-tensor Lion (workbench/optimizers.py) against ``lion_pytorch.Lion``, the implementation the
+"""Our multi-tensor Lion (training/optimizers.py) against ``lion_pytorch.Lion``, the implementation the
 CRATE authors' training script imports (installed with the test extra as the reference): the same
 update to the bit in float32 on the CPU, its state dicts and the run checkpoints written with it
 resume in ours exactly, and ``train --optimizer lion`` runs ours."""
@@ -15,9 +15,9 @@ from runfiles import train_losses
 from safetensors.torch import load_file
 
 from crate_compose.settings import Settings
-from crate_compose.workbench import optimizers
-from crate_compose.workbench.optimizers import Lion, optimizer_for
-from crate_compose.workbench.train import train
+from crate_compose.training import optimizers
+from crate_compose.training.optimizers import Lion, optimizer_for
+from crate_compose.training.run import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -170,7 +170,7 @@ def test_a_run_checkpointed_with_lion_pytorch_resumes_with_ours_exactly(tmp_path
     """Runs before this Lion saved lion_pytorch's state: such a run killed after its step-3 checkpoint
     and resumed (with ours) ends where the whole run with lion_pytorch ends, and so does ours from the
     start; with the CPU's default (per parameter) and with the multi-tensor path CUDA takes."""
-    from crate_compose.workbench import train as training
+    from crate_compose.training import run as training
 
     if batched:
         monkeypatch.setattr(optimizers, "_foreach_devices", lambda: ("cpu",))

@@ -1,4 +1,4 @@
-"""The data pipeline (workbench/loading.py): batches made in DataLoader workers equal those made in the
+"""The data pipeline (data/batches.py): batches made in DataLoader workers equal those made in the
 training process, augmentations seeded by (seed, step, position), exact resume with workers, soft targets."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from safetensors.torch import load_file
 
 from crate_compose.errors import DataError, TrainError
 from crate_compose.settings import Settings, settings_problems
-from crate_compose.workbench.data import load_data
-from crate_compose.workbench.evaluation import loss_of
-from crate_compose.workbench.loading import (IMAGENET_MEAN, IMAGENET_STD, Examples, StepBatches, batch_indices, batches,
+from crate_compose.data.sets import load_data
+from crate_compose import tasks
+from crate_compose.data.batches import (IMAGENET_MEAN, IMAGENET_STD, Examples, StepBatches, batch_indices, batches,
                                              renormalize)
-from crate_compose.workbench.train import train
+from crate_compose.training.run import train
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
@@ -133,12 +133,12 @@ def test_mixup_and_cutmix_make_soft_targets_that_sum_to_one(digits, mix):
 def test_the_classification_loss_takes_soft_targets_with_label_smoothing():
     logits = torch.randn(4, 5)
     hard = torch.tensor([0, 3, 1, 4])
-    assert torch.allclose(loss_of("classify", {"output": logits}, None, F.one_hot(hard, 5).float(), None, 0.1),
-                          loss_of("classify", {"output": logits}, None, hard, None, 0.1))
+    assert torch.allclose(tasks.get("classify").loss({"output": logits}, None, F.one_hot(hard, 5).float(), model=None, smoothing=0.1),
+                          tasks.get("classify").loss({"output": logits}, None, hard, model=None, smoothing=0.1))
     soft = torch.softmax(torch.randn(4, 5), 1)
     smoothed = soft * 0.9 + 0.1 / 5
     expected = -(smoothed * torch.log_softmax(logits, 1)).sum(1).mean()
-    assert torch.allclose(loss_of("classify", {"output": logits}, None, soft, None, 0.1), expected)
+    assert torch.allclose(tasks.get("classify").loss({"output": logits}, None, soft, model=None, smoothing=0.1), expected)
 
 
 def test_imagenet_normalization_standardizes_train_and_test_alike(folder):
@@ -214,7 +214,7 @@ def test_a_run_resumed_with_other_workers_equals_the_uninterrupted_one(tmp_path)
 def test_a_split_read_in_workers_is_the_split_read_here_and_a_bad_image_is_named(tmp_path):
     """``split_batches`` (evaluation, the linear probe): the same batches in order with 0 or 2 workers; a
     bad image met in a worker is a DataError naming the file, not a worker's traceback."""
-    from crate_compose.workbench.loading import split_batches
+    from crate_compose.data.batches import split_batches
 
     _noise_folder(tmp_path, 9, 20, seed=2)
     data = load_data(f"folder:{tmp_path}")

@@ -29,8 +29,9 @@ from tensorboard.backend.event_processing.event_file_loader import LegacyEventFi
 from crate_compose import cli  # noqa: E402
 from crate_compose.errors import TrainError  # noqa: E402
 from crate_compose.settings import Settings, settings_problems  # noqa: E402
-from crate_compose.workbench import eventlog, runs  # noqa: E402
-from crate_compose.workbench.train import train  # noqa: E402
+from crate_compose.training import eventlog  # noqa: E402
+from crate_compose.training import identity
+from crate_compose.training.run import train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
@@ -133,11 +134,11 @@ def test_the_logger_is_no_part_of_the_run(tmp_path, capsys):
     """A run started without event files resumes with them (and the other way round): same identity."""
     run = tmp_path / "run"
     assert cli.main(_args(run, 4, "--log-every", "1", "--checkpoint-every", "2", "--logger", "none")) == 0
-    record = json.loads((run / runs.RUN_FILE).read_text())
+    record = json.loads((run / identity.RUN_FILE).read_text())
     assert "logger" not in record["identity"]["settings"]
     assert cli.main(_args(run, 6, "--log-every", "1", "--checkpoint-every", "2", "--resume", "--logger",
                           "tensorboard")) == 0
-    assert json.loads((run / runs.RUN_FILE).read_text())["hash"] == record["hash"]
+    assert json.loads((run / identity.RUN_FILE).read_text())["hash"] == record["hash"]
     shown = _accumulated(run / eventlog.FOLDER)
     assert [s for s, _ in shown["train/loss"]] == [5, 6]  # what this resume trained; the steps before had none
     assert cli.main(_args(run, 8, "--log-every", "1", "--checkpoint-every", "2", "--resume", "--logger", "none")) == 0
@@ -245,8 +246,8 @@ def test_the_logger_setting_and_a_missing_package(tmp_path, monkeypatch):
 
 
 def test_an_ablation_resumes_with_another_logger():
-    from crate_compose.workbench.ablation import _identity
-    from crate_compose.workbench.grids import Grid
+    from crate_compose.ablation.ablate import _identity
+    from crate_compose.ablation.grids import Grid
 
     swaps = {"encoder.layer.sparsify.primitive": ["ista", "ista_soft"]}
     grids = [Grid(swaps, Settings(steps=2, logger=logger), overrides=TINY) for logger in ("tensorboard", "none", None)]

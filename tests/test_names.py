@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import crate_compose as cc
-from crate_compose.workbench import probes
+from crate_compose.assessment import layer_probes as probes
 from crate_compose.building.artifacts import load_build
-from crate_compose.workbench.decoding import CachedModel
+from crate_compose.generation.decoding import CachedModel
 from crate_compose.modules.measures import Measure
 
 PACKAGE = Path(cc.__file__).resolve().parent
@@ -42,8 +42,8 @@ def test_an_old_name_imported_by_name_warns():
     with pytest.warns(DeprecationWarning, match="crate_compose.load is deprecated"):
         from crate_compose import load
     assert load is load_build
-    with pytest.warns(DeprecationWarning, match="crate_compose.workbench.probes.Objective is deprecated"):
-        from crate_compose.workbench.probes import Objective
+    with pytest.warns(DeprecationWarning, match="crate_compose.assessment.layer_probes.Objective is deprecated"):
+        from crate_compose.assessment.layer_probes import Objective
     assert Objective is Measure
 
 
@@ -61,7 +61,7 @@ def test_the_new_names_do_not_warn_and_unknown_names_still_fail():
 
 
 def test_probes_still_exports_the_measures():
-    """``crate_compose.workbench.probes.coding_rate`` etc. keep working: the measures live in modules/measures.py."""
+    """``crate_compose.assessment.layer_probes.coding_rate`` etc. keep working: the measures live in modules/measures.py."""
     from crate_compose.modules import measures
 
     for name in ("Reading", "coding_rate", "heads_of", "lasso", "snr", "sparsity", "subspace_residual",

@@ -18,14 +18,15 @@ from safetensors.torch import load_file, save_file
 
 from crate_compose.building.builder import compile_spec
 from crate_compose.cli import main
-from crate_compose.workbench.assessment import evaluate_weights, linear_probe_weights
-from crate_compose.workbench.data import load_data
-from crate_compose.workbench.loading import IMAGENET_MEAN, IMAGENET_STD, renormalize
-from crate_compose.workbench.looking import display
-from crate_compose.workbench.pictures import show
-from crate_compose.workbench.probes import probe
-from crate_compose.workbench.probing import _probe_inputs, load_weights, normalization_of, probe_run, standardize
-from crate_compose.workbench.train import Settings, train
+from crate_compose.assessment.scoring import evaluate_weights, linear_probe_weights
+from crate_compose.data.sets import load_data
+from crate_compose.data.batches import IMAGENET_MEAN, IMAGENET_STD, renormalize
+from crate_compose.pictures.views import display
+from crate_compose.pictures.show import show
+from crate_compose.assessment.layer_probes import probe
+from crate_compose.tasks.held_out import first_test_inputs
+from crate_compose.assessment.run_probes import load_weights, normalization_of, probe_run, standardize
+from crate_compose.training.run import Settings, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SPEC = "specs/crate-digits.yaml"
@@ -73,12 +74,12 @@ def test_probe_and_linear_probe_standardize_as_the_run(run, tinted):
     _, _, runs = probe_run(run, out=run.parent / "probes", notes=notes.append, logger="none")
     assert any("standardized with ImageNet's statistics" in note for note in notes)
     spec = run / "final" / "spec.yaml"
-    from crate_compose.workbench.train import prepare
+    from crate_compose.training.preparation import prepare
 
     fitted, data = prepare(spec, f"folder:{tinted}")
     model = compile_spec(fitted)
     load_weights(model, run / "final")
-    raw, _ = _probe_inputs(data, 256)
+    raw, _ = first_test_inputs(data, 256)
     by_hand = (raw * torch.tensor(data.std).view(1, -1, 1, 1) + torch.tensor(data.mean).view(1, -1, 1, 1)
                - torch.tensor(IMAGENET_MEAN).view(1, -1, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, -1, 1, 1)
     assert torch.allclose(renormalize(raw, data, "imagenet"), by_hand, atol=1e-6)
@@ -91,8 +92,8 @@ def test_probe_and_linear_probe_standardize_as_the_run(run, tinted):
 def test_show_feeds_imagenets_statistics_and_draws_the_images_as_they_are(run, tinted, tmp_path, monkeypatch):
     """The network sees the images standardized as it was trained; the pictures show the data's pixels
     (``show`` undoes ImageNet's statistics, not the data's)."""
-    from crate_compose.workbench import pictures
-    from crate_compose.workbench.train import prepare
+    from crate_compose.pictures import show as pictures
+    from crate_compose.training.preparation import prepare
 
     seen = []
     real = pictures.look

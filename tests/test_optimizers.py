@@ -1,4 +1,4 @@
-"""How a run updates its weights (workbench/optimizers.py and the step in workbench/train.py): the
+"""How a run updates its weights (training/optimizers.py and the step in training/run.py): the
 optimizers against their update rules written out here, the schedules, gradient accumulation against
 one whole batch, the EMA's recursion, precision, stochastic depth, and exact resume of all of it."""
 
@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 from crate_compose.modules.residual import Residual, stochastic_depth
 from crate_compose.settings import Settings, settings_problems
-from crate_compose.workbench import runs
-from crate_compose.workbench.optimizers import EMA, lr_at, optimizer_for
-from crate_compose.workbench.train import train
+from crate_compose.training import identity
+from crate_compose.training.optimizers import EMA, lr_at, optimizer_for
+from crate_compose.training.run import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -137,7 +137,7 @@ def test_a_killed_run_resumes_exactly_with_lion_ema_accumulation_and_precision(t
     train(DIGITS, settings, overrides=SMALL, out=broken, progress=False, device=str(device))
     shutil.rmtree(broken / "checkpoints/step-000006"), shutil.rmtree(broken / "final")  # killed after step 3's
     shutil.rmtree(broken / "final-ema"), (broken / "result.json").unlink()              # checkpoint
-    record = json.loads((broken / runs.RUN_FILE).read_text())
+    record = json.loads((broken / identity.RUN_FILE).read_text())
     assert record["identity"]["settings"]["precision" if precision != "fp32" else "optimizer"]  # recorded
     train(DIGITS, settings, overrides=SMALL, out=broken, resume=True, progress=False, device=str(device))
     for folder in ("final", "final-ema"):
@@ -152,23 +152,23 @@ def test_a_killed_run_resumes_exactly_with_lion_ema_accumulation_and_precision(t
 
 def test_resuming_with_another_optimizer_is_refused(tmp_path):
     train(DIGITS, replace(RECIPE_LIKE, steps=3), overrides=SMALL, out=tmp_path / "run", progress=False)
-    with pytest.raises(runs.RunMismatch, match="settings.optimizer: lion in the run, adamw now"):
+    with pytest.raises(identity.RunMismatch, match="settings.optimizer: lion in the run, adamw now"):
         train(DIGITS, replace(RECIPE_LIKE, optimizer="adamw"), overrides=SMALL, out=tmp_path / "run", resume=True,
               progress=False)
 
 
 def test_a_run_from_before_these_settings_keeps_its_identity():
     """Settings at their defaults stay out of the identity: run.json files written before them still match."""
-    identity = runs.identity("spec", "name", replace(Settings(), warmup=5), "data", "0.1.0")
-    assert not set(identity["settings"]) & set(runs.LATER)
-    assert "optimizer" in runs.identity("spec", "name", replace(Settings(optimizer="lion"), warmup=5), "d", "v")["settings"]
+    recorded = identity.identity("spec", "name", replace(Settings(), warmup=5), "data", "0.1.0")
+    assert not set(recorded["settings"]) & set(identity.LATER)
+    assert "optimizer" in identity.identity("spec", "name", replace(Settings(optimizer="lion"), warmup=5), "d", "v")["settings"]
 
 
 def test_epochs_set_the_steps_and_the_warm_up(tmp_path):
     result = train(DIGITS, Settings(epochs=1, warmup_epochs=1, batch_size=256), overrides=SMALL, out=tmp_path / "r",
                    progress=False)
     assert result.steps == 1437 // 256  # the digits' training split, in whole batches
-    assert json.loads((tmp_path / "r" / runs.RUN_FILE).read_text())["identity"]["settings"]["warmup"] == 5
+    assert json.loads((tmp_path / "r" / identity.RUN_FILE).read_text())["identity"]["settings"]["warmup"] == 5
 
 
 def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_path, device):
@@ -189,7 +189,7 @@ def test_a_checkpoint_written_before_these_settings_resumes(tmp_path):
     shutil.rmtree(run / "checkpoints/step-000004"), shutil.rmtree(run / "final"), (run / "result.json").unlink()
     state_file = run / "checkpoints/step-000002/state.json"
     state = json.loads(state_file.read_text())
-    state["settings"] = {k: v for k, v in state["settings"].items() if k not in runs.LATER and k != "workers"}
+    state["settings"] = {k: v for k, v in state["settings"].items() if k not in identity.LATER and k != "workers"}
     state_file.write_text(json.dumps(state))
     assert train(DIGITS, settings, overrides=SMALL, out=run, resume=True, progress=False).steps == 4
 

@@ -30,8 +30,8 @@ from crate_compose.interop.reading import Checkpoint, InteropError, read_checkpo
 def _peers():
     """timm and transformers, imported after torchvision: the CUDA build of torchvision PyPI serves beside this
     project's CPU torch fails on import unless its missing operators are declared first (what the training
-    pipeline does, :func:`crate_compose.workbench.loading.transforms_v2`), and both import it when present."""
-    from crate_compose.workbench.loading import transforms_v2
+    pipeline does, :func:`crate_compose.data.batches.transforms_v2`), and both import it when present."""
+    from crate_compose.data.batches import transforms_v2
 
     transforms_v2()
     return pytest.importorskip("timm"), pytest.importorskip("transformers")

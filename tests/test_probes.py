@@ -33,8 +33,8 @@ import torch.nn.functional as F
 
 import crate_compose as cc
 from crate_compose import registry
-from crate_compose.workbench import probes
-from crate_compose.workbench.probes import coding_rate, lasso, snr, sparsity, subspace_residual, variational_rate
+from crate_compose.assessment import layer_probes as probes
+from crate_compose.assessment.layer_probes import coding_rate, lasso, snr, sparsity, subspace_residual, variational_rate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -439,7 +439,7 @@ def test_save_and_plot(tiny, tmp_path):
 
 
 def test_importing_crate_compose_does_not_import_matplotlib():
-    code = "import sys, crate_compose, crate_compose.workbench.probes; print('matplotlib' in sys.modules)"
+    code = "import sys, crate_compose, crate_compose.assessment.layer_probes; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
@@ -475,7 +475,7 @@ def test_the_table_and_the_figure_are_written_both_or_neither(tiny, tmp_path, mo
 def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, monkeypatch):
     from crate_compose.building.artifacts import BUILD_FILES
     from crate_compose.errors import WorkbenchError
-    from crate_compose.workbench.probing import probe_run
+    from crate_compose.assessment.run_probes import probe_run
 
     monkeypatch.chdir(tmp_path)
     spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
@@ -507,7 +507,7 @@ def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, mon
 
 def test_probe_into_a_folder_another_process_writes_exits_3(tmp_path, capsys):
     from crate_compose.cli import main
-    from crate_compose.workbench.locks import hold
+    from crate_compose.training.locks import hold
 
     spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
     out = tmp_path / "probes"

@@ -13,7 +13,7 @@ from runfiles import snapshot, train_losses
 from safetensors.torch import load_file
 
 from crate_compose.cli import main
-from crate_compose.workbench.recipes import RecipeError, read_recipe, shipped
+from crate_compose.training.recipes import RecipeError, read_recipe, shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")

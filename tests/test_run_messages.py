@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from crate_compose.settings import Settings
-from crate_compose.workbench import progress
-from crate_compose.workbench import train as train_module
-from crate_compose.workbench.train import train
+from crate_compose.training import progress
+from crate_compose.training import run as train_module
+from crate_compose.training.run import train
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

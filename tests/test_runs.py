@@ -21,7 +21,8 @@ from runfiles import snapshot, train_losses
 from safetensors.torch import load_file, save_file
 
 from crate_compose import cli
-from crate_compose.workbench import locks, runs
+from crate_compose.training import locks
+from crate_compose.training import identity
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
@@ -66,8 +67,8 @@ def _refused(capsys, argv: list[str], status: int = 2) -> str:
 
 
 def test_a_run_records_its_identity_and_hash(finished):
-    record = runs.read(finished)
-    assert record.hash == runs.digest(record.identity) and len(record.hash) == 64
+    record = identity.read(finished)
+    assert record.hash == identity.digest(record.identity) and len(record.hash) == 64
     assert record.identity["spec"]["sha256"] == hashlib.sha256((finished / "spec.yaml").read_bytes()).hexdigest()
     assert record.identity["settings"]["warmup"] == 1  # resolved: 5% of 4 steps, at least 1
     assert record.identity["data"]["name"] == "digits" and len(record.identity["data"]["fingerprint"]) == 64
@@ -109,7 +110,7 @@ def test_resume_takes_the_runs_own_options_and_continues_exactly(finished, kille
     assert train_losses(killed) == train_losses(finished)
     a, b = load_file(finished / "final" / "model.safetensors"), load_file(killed / "final" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert [h["from_step"] for h in runs.read(killed).history] == [0, 2]
+    assert [h["from_step"] for h in identity.read(killed).history] == [0, 2]
 
 
 def test_a_finished_run_resumed_with_its_steps_changes_nothing(finished, tmp_path, capsys):
@@ -130,8 +131,8 @@ def test_a_finished_run_resumed_with_more_steps_continues(finished, tmp_path, ca
     assert json.loads((run / "result.json").read_text())["steps"] == 6
     assert sorted(train_losses(run)) == list(range(1, 7))
     assert {p.name for p in (run / "checkpoints").iterdir()} == {"step-000002", "step-000004", "step-000006"}
-    record = runs.read(run)
-    assert record.steps == 6 and record.identity == runs.read(finished).identity  # the same run, longer
+    record = identity.read(run)
+    assert record.steps == 6 and record.identity == identity.read(finished).identity  # the same run, longer
     _refused(capsys, _args(run, "--resume", steps=5))  # never shorter
 
 

@@ -113,7 +113,7 @@ import contextlib, io, sys
 from crate_compose import cli
 with contextlib.redirect_stdout(io.StringIO()):
     assert cli.main({command!r}) == 0
-heavy = [m for m in ("torch", "crate_compose.building.builder", "crate_compose.rendering.diagrams", "crate_compose.workbench.train", "graphviz",
+heavy = [m for m in ("torch", "crate_compose.building.builder", "crate_compose.rendering.diagrams", "crate_compose.training.run", "graphviz",
                      "matplotlib", "safetensors", "torch._dynamo") if m in sys.modules]
 print(heavy)
 """

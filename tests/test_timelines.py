@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from crate_compose import cli
-from crate_compose.workbench.probes import probes_png
-from crate_compose.workbench.timelines import spread_rows, timeline_png
+from crate_compose.assessment.layer_probes import probes_png
+from crate_compose.assessment.timelines import spread_rows, timeline_png
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

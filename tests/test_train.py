@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 import crate_compose as cc
 from crate_compose import cli
-from crate_compose.workbench.train import Settings, TrainError, batch_indices, lr_at, train
+from crate_compose.training.run import Settings, TrainError, batch_indices, lr_at, train
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
@@ -154,7 +154,7 @@ def test_a_run_whose_output_no_longer_depends_on_its_input_is_stopped(tmp_path, 
     """ISTA's threshold far above every token (lambda 10^4) zeroes every code: every example gets the
     same output and no gradient reaches the layers before. Such a run is stopped after 50 steps in a row
     (exit status 2, its checkpoints kept) instead of training on without learning anything."""
-    from crate_compose.workbench.train import COLLAPSED
+    from crate_compose.training.run import COLLAPSED
 
     out = tmp_path / "dead"
     args = _run_args(out, COLLAPSED + 30, "--set", "encoder.layer.sparsify.args.lambd=10000", "--checkpoint-every",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from crate_compose import cli
-from crate_compose.workbench.train import Settings, train
+from crate_compose.training.run import Settings, train
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

@@ -47,7 +47,7 @@ HUB_CONFIG = "config.json"  # a hub's model folder: model.safetensors beside its
 
 class InteropError(WorkbenchError):
     """Another code's checkpoint that cannot be read or does not fit the spec; the message names the file.
-    (A training checkpoint of this package's own that is damaged is a ``workbench.checkpoint.CheckpointError``.)"""
+    (A training checkpoint of this package's own that is damaged is a ``crate_compose.training.checkpoint.CheckpointError``.)"""
 
 
 @dataclass

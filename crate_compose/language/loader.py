@@ -37,8 +37,23 @@ from .substitution import substitute, substitute_swap
 from .validation import validate
 
 
-def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
-    """Load a spec (file path, zoo preset name, or an already-parsed dict) with overrides.
+def read(ref: str | Path | dict | Source) -> Source:
+    """Stages 1-2: a spec file or zoo preset read, with everything it ``extends``, merged (each file opened
+    once, here); a dict is taken as parsed; a :class:`Source` already read is given back as it is.
+
+    A command reads its spec once and hands the reading down (``load(source, overrides)`` opens no
+    file), so every variant of a long ablation grid is built from the same text even if the file is
+    edited meanwhile."""
+    if isinstance(ref, Source):
+        return ref
+    if isinstance(ref, dict):
+        return Source(copy.deepcopy(ref))
+    return load_source(ref)
+
+
+def load(ref: str | Path | dict | Source, overrides: Iterable[str] = ()) -> Spec:
+    """Load a spec (file path, zoo preset name, an already-parsed dict, or a :class:`Source` from
+    :func:`read`, which is not changed) with overrides.
 
     Overrides that change the network (anything but ``name``, ``description``, ``reference``)
     make a variant: unless they also set them, its name gets a suffix saying what changed
@@ -46,10 +61,7 @@ def load(ref: str | Path | dict, overrides: Iterable[str] = ()) -> Spec:
     ``reference`` count is dropped, so a variant never claims the paper's count.
     """
     overrides = list(overrides)
-    if isinstance(ref, dict):
-        source = Source(copy.deepcopy(ref))
-    else:
-        source = load_source(ref)
+    source = copy.deepcopy(ref) if isinstance(ref, Source) else read(ref)
     apply_overrides(source, overrides)
     mark_variant_by_overrides(source, overrides)
     return resolve(source)

@@ -1,7 +1,7 @@
 """The torch building blocks of causal steps that decode token by token.
 
 A causal step that mixes tokens keeps a state of what it has seen, ``decode(x_new, state) ->
-(y_new, state)`` (see :mod:`crate_compose.workbench.decoding`, which runs a model's steps with these states):
+(y_new, state)`` (see :mod:`crate_compose.generation.decoding`, which runs a model's steps with these states):
 :class:`Growing` is the cache of keys and values that grows along the token axis, and
 :func:`causal_attention` attends the newest queries to every cached key. :func:`kind_of` tells how a
 step decodes, :func:`state_bytes` what its state holds. :func:`attention_weights` writes out the

@@ -4,7 +4,7 @@ A primitive that is a step on a named objective declares a *measure* (``measure=
 :func:`crate_compose.registry.primitive`): one or more :class:`Measure` s, each a function
 ``(module, inputs, output) -> Reading`` that evaluates the objective on the step's output (and,
 where the step has a natural starting point, on that point too: ``Reading.before``), and the
-direction the step claims to move it (``"down"`` or ``"up"``). :func:`crate_compose.workbench.probes.probe`
+direction the step claims to move it (``"down"`` or ``"up"``). :func:`crate_compose.assessment.layer_probes.probe`
 runs a built model with forward hooks and reads them, layer by layer.
 
 The objectives (``docs/workbench.md``, Probe; tokens are rows, ``Z`` of shape ``(B, n, d)``):
@@ -63,7 +63,7 @@ class Measure:
     claims to move it; ``fn(module, inputs, output, **options)``: a float, a :class:`Reading`, or
     ``None`` when this module has nothing to measure (e.g. AoT's ``mhsa`` variant has no shared
     subspaces); ``label``: the axis label of plots; ``description``: one sentence for summaries.
-    ``options`` are :func:`crate_compose.workbench.probes.probe`'s ``normalize`` and ``eps``; a function ignores
+    ``options`` are :func:`crate_compose.assessment.layer_probes.probe`'s ``normalize`` and ``eps``; a function ignores
     those it does not use.
     """
 

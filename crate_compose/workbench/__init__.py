@@ -1,8 +1,9 @@
-"""The workbench: data, training, checkpoints and runs, probes, ablation grids, generation.
-
-Each module is imported where it is used (``crate_compose.workbench.train``), so reading a grid
-file (:mod:`crate_compose.workbench.grids`) never imports torch. ``probe_run`` and ``probe_table``
-(in :mod:`crate_compose.workbench.probing`) are kept here, deprecated, for one release.
+"""The workbench's old home, kept for one release: its modules now live in the packages of what a researcher
+does (:mod:`crate_compose.data`, :mod:`~crate_compose.tasks`, :mod:`~crate_compose.training`,
+:mod:`~crate_compose.assessment`, :mod:`~crate_compose.pictures`, :mod:`~crate_compose.ablation`,
+:mod:`~crate_compose.generation`). ``import crate_compose.workbench.train`` warns and gives
+:mod:`crate_compose.training.run` (:data:`crate_compose.deprecation.MOVED`); ``probe_run`` and ``probe_table``
+resolve here, deprecated, as before.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from typing import Any
 
 from ..deprecation import deprecated
 
-_MOVED = {"probe_run": "probing", "probe_table": "probing"}  # crate_compose.workbench.X before the subpackage
+_MOVED = {"probe_run": "crate_compose.assessment.run_probes", "probe_table": "crate_compose.assessment.run_probes"}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _MOVED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{_MOVED[name]}", __name__), name)
-    return deprecated(__name__, name, f"{_MOVED[name]}.{name}", value)
+    return deprecated(__name__, name, f"{_MOVED[name]}.{name}", getattr(import_module(_MOVED[name]), name))

@@ -480,11 +480,11 @@ case("r079", "resume", "run-json-huge", "run.json of 5 MB", _record(
 
 
 def _rehashed(c: h.Ctx, path: Path) -> None:
-    from crate_compose.workbench import runs
+    from crate_compose.training import identity
 
     def change(record):
         record["identity"]["settings"]["lr"] = 0.01
-        record["hash"] = runs.digest(record["identity"])
+        record["hash"] = identity.digest(record["identity"])
     c.edit_json(path, change)
 
 
@@ -1160,13 +1160,13 @@ case("r171", "lock", "two-trains", "two train --resume of one run at once: the s
 
 
 def _other_version(c: h.Ctx) -> None:
-    from crate_compose.workbench import runs
+    from crate_compose.training import identity
 
     c.killed(at=2)
 
     def change(record):
         record["identity"]["version"] = "0.0.1"
-        record["hash"] = runs.digest(record["identity"])
+        record["hash"] = identity.digest(record["identity"])
     c.edit_json(c.run / "run.json", change)
 
 

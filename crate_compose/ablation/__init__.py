@@ -1,0 +1,9 @@
+"""Ablation studies: a grid of swaps (:mod:`.grids`) trained for several seeds and compared (:mod:`.ablate`).
+
+``crate_compose.ablation`` was the module now at :mod:`.ablate`; its names still resolve here, deprecated, for one
+release.
+"""
+
+from ..deprecation import moved_names
+
+__getattr__ = moved_names(__name__, "ablate")

@@ -1,0 +1,346 @@
+"""Ablation grids: every variant of a grid trained for every seed, into a folder that knows its grid.
+
+``ablate`` trains every variant of a grid of swaps (:class:`crate_compose.ablation.grids.Grid`, e.g.
+``--swap encoder.layer.sparsify.primitive=ista,ista_soft,ista_mm``) for several seeds. Every variant
+is a spec of its own (its own name), and since every step's initial weights depend only on the seed
+and its place in the network, the variants of one seed start from the same weights in every step
+they did not swap. The results are a table (markdown and CSV: variant, parameters, final metric
+mean and spread over the seeds, wall time) and one probe figure of every variant.
+
+What makes the table trustworthy:
+
+* before anything trains, every variant is fitted to the data, walked through its shapes and its
+  training's memory estimated; every value that cannot fit is reported together, at the line of the
+  grid file (or the ``--swap``) that gave it;
+* ``OUT/ablation.json`` records the grid's identity (the base spec's name and hash, the swaps, the
+  settings but the seed and the cadence, the seeds, the overrides, the package version); a folder
+  that holds another ablation, or another person's files, is refused; one that holds this ablation is
+  continued only with ``resume``, and any difference is refused with both values. A folder whose
+  ablation never started a run is simply started again;
+* every run ``OUT/<variant>/seed-N`` is trained by :func:`crate_compose.training.run.train`, resumed when it
+  holds a run record: train refuses a run whose identity differs, continues an unfinished one exactly
+  and reads a finished one back without writing; the table is written only from the runs it accepted,
+  and states the settings of the identity;
+* the folder is locked (:func:`crate_compose.training.locks.hold`) for the whole ablation.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .. import tasks
+from ..assessment.layer_probes import plot_probes, probe, save_probes
+from ..assessment.run_probes import PROBE_SAMPLES
+from ..assessment.timelines import spread_rows
+from ..building.artifacts import load_build
+from ..building.builder import compile_spec, spec_of
+from ..building.inspection import validate
+from ..errors import Location, Problem, SpecError, WorkbenchError
+from ..files import write_atomic
+from ..language import loader
+from ..language.naming import GENERIC_KEYS, safe_name
+from ..language.overrides import parse_key_path
+from ..language.spec import Spec
+from ..training import preflight
+from ..training.finetune import Init, fit_init, read_init, start_identity
+from ..training.identity import RUN_FILE, differences, digest, learned
+from ..training.locks import hold
+from ..training.preflight import ABLATION_FILE
+from ..training.preparation import Loaded, check_run_memory, prepare
+from ..training.run import train
+from .grids import Grid, GridError
+
+FORMAT = 1
+MAX_RECORD_BYTES = 1_000_000  # a record is a few kB
+SHOWN_VARIANTS = 3  # a problem found in more variants names the first three
+
+
+def variant_label(variant: dict[str, str]) -> str:
+    """A short label: the last meaningful key of each swapped path and its value (``sparsify=ista_soft``)."""
+    parts = []
+    for path, value in variant.items():
+        words = [w for w in parse_key_path(path) if w not in GENERIC_KEYS and not w.isdigit()]
+        parts.append(f"{words[-1] if words else path}={value}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Row:
+    """One variant's line of the table."""
+
+    variant: str
+    params: int
+    metric: str
+    mean: float
+    spread: float
+    seconds: float
+    values: list[float]
+
+
+def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu",
+           memory_limit: str | float | None = None, resume: bool = False, init: str | Path | None = None,
+           freeze: str = "none", recipe: str | None = None) -> list[Row]:
+    """Train every variant of ``grid`` for every seed into ``out``, then write the table and the
+    figure; ``resume`` continues the ablation ``out`` holds (see the module docstring). ``init`` (a
+    build folder) fine-tunes every variant from the same weights, ``freeze`` as ``train``'s; every
+    variant must take them (checked before anything trains). ``recipe`` (a recipe's text, whose
+    settings are in ``grid.settings``) is saved in every run folder.
+
+    The spec is read once, here (:func:`crate_compose.language.loader.read`): every variant, check, run and probe
+    is resolved from that reading, so a file edited during a long grid changes none of them; the data set
+    is loaded once for every variant and seed that reads it alike (:class:`crate_compose.training.preparation.Loaded`)."""
+    out = Path(out)
+    spec_ref, loaded = loader.read(spec_ref), Loaded()
+    start = read_init(init) if init is not None else None
+    identity = {**_identity(spec_ref, grid), **start_identity(start, freeze)}
+    _check_variants(spec_ref, grid, device, memory_limit, start, loaded)
+    _check_folder(out, identity, resume)  # refused before the lock creates the folder
+    start = None  # its tensors are given back: each run reads the folder again (and checks its SHA-256)
+    with hold(out, "ablate into"):  # a folder it made is removed again when the ablation fails holding nothing
+        fresh = False
+        if _check_folder(out, identity, resume):  # again: another process may have written there meanwhile
+            fresh = not (out / ABLATION_FILE).exists()
+            _record(out, identity)
+        try:
+            rows, probes = _train_grid(spec_ref, grid, out, progress, device, memory_limit,
+                                       {"init": init, "freeze": freeze, "recipe": recipe}, loaded)
+            _write_results(out, rows, probes, identity)
+        except BaseException:
+            if fresh and not _started(out):  # no run started: the record written here was all it wrote
+                (out / ABLATION_FILE).unlink(missing_ok=True)
+            raise
+    return rows
+
+
+def base_spec(spec_ref, grid: Grid) -> Spec:
+    """The spec every variant swaps from: ``spec_ref`` with the grid's overrides."""
+    try:
+        return loader.load(spec_ref, grid.overrides)
+    except SpecError as error:
+        raise SpecError([_relocated(p, grid.origins) for p in error.problems]) from None
+
+
+def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
+    from .. import __version__
+
+    spec = base_spec(spec_ref, grid)
+    # the logger (OUTPUTS) is where metrics go, not what a run learns: an ablation resumes with another
+    settings = {**learned(grid.settings, ("seed",)), "steps": grid.settings.steps}  # every run of a grid as long
+    return {"spec": {"name": spec.name, "sha256": hashlib.sha256(loader.dump(spec).encode()).hexdigest()},
+            "swaps": grid.swaps, "seeds": grid.seeds, "overrides": grid.overrides, "settings": settings,
+            "version": __version__}
+
+
+# ---------------------------------------------------------------- every variant, before anything trains
+
+
+def _check_variants(spec_ref, grid: Grid, device: str, memory_limit, start: Init | None = None,
+                    loaded: Loaded | None = None) -> None:
+    """Every variant fitted to the data (:func:`crate_compose.training.run.prepare`), walked through its
+    shapes (:func:`crate_compose.building.inspection.validate`), its training's memory estimated
+    (:func:`crate_compose.training.run.check_run_memory`) and, fine-tuning, the weights of ``start``
+    fitted to it (:func:`crate_compose.training.finetune.fit_init`); each problem once, with the variants
+    it is found in, where its value was written."""
+    variants = grid.variants()
+    found: dict[str, tuple[Problem, list[str]]] = {}
+    for variant in variants:
+        for problem in _variant_problems(spec_ref, grid, variant, device, memory_limit, start, loaded):
+            found.setdefault(str(problem), (problem, []))[1].append(variant_label(variant))
+    if found:
+        raise GridError([_of_variants(p, labels, len(variants)) for p, labels in found.values()])
+
+
+def _variant_problems(spec_ref, grid: Grid, variant: dict[str, str], device: str, memory_limit,
+                      start: Init | None, loaded: Loaded | None) -> list[Problem]:
+    settings = grid.settings
+    per_process = max(1, settings.batch_size // int(os.environ.get("WORLD_SIZE", "1")))  # as train shares a batch
+    try:
+        spec, _ = prepare(spec_ref, settings.data, grid.assignments(variant), settings.image_size, 0, memory_limit,
+                          loaded=loaded)
+        validate(spec)
+        check_run_memory(spec, settings, per_process, device, memory_limit)
+        if start is not None:  # the variant's tensors, on the meta device: their names and shapes only
+            fit_init(compile_spec(spec, meta=True), start)
+    except SpecError as error:
+        return [_relocated(p, grid.origins) for p in error.problems]
+    except WorkbenchError as error:  # data that cannot follow the variant's sizes, weights that do not fit it
+        return [Problem(str(error))]
+    return []
+
+
+def _of_variants(problem: Problem, labels: list[str], total: int) -> Problem:
+    """``problem`` said of the variants it was found in."""
+    if len(labels) == total > 1:
+        which = "every variant"
+    else:
+        more = f" and {len(labels) - SHOWN_VARIANTS} more" if len(labels) > SHOWN_VARIANTS else ""
+        which = f"variant{'s' if len(labels) > 1 else ''} {'; '.join(labels[:SHOWN_VARIANTS])}{more}"
+    return Problem(f"{which}: {problem.message}", problem.path, problem.location, problem.hint)
+
+
+OVERRIDE_PLACE = re.compile(r"--set #\d+ '([^']*)'")  # how the loader names an override (overrides.apply_override)
+
+
+def _relocated(problem: Problem, origins: dict[str, Location]) -> Problem:
+    """``problem`` with each override it names said as where it was written (a grid file's line,
+    ``--swap``, ``--set``): the loader numbers a variant's overrides, which the user did not write."""
+    def place(match: re.Match) -> str:
+        return str(origins.get(match.group(1), match.group(0)))
+
+    location = problem.location
+    named = OVERRIDE_PLACE.fullmatch(location.source) if location and not location.line else None
+    if named and named.group(1) in origins:
+        location = origins[named.group(1)]
+    return Problem(OVERRIDE_PLACE.sub(place, problem.message), problem.path, location,
+                   OVERRIDE_PLACE.sub(place, problem.hint))
+
+
+# ---------------------------------------------------------------- the folder's identity
+
+
+def _check_folder(out: Path, identity: dict[str, Any], resume: bool) -> bool:
+    """Refuse ``out`` unless it can take this grid (see the module docstring); True when the grid's
+    identity is to be recorded there (a new ablation, or one that never started a run)."""
+    path = out / ABLATION_FILE
+    recorded = _read_identity(path)
+    if recorded is None:
+        preflight.ablation_folder(out)  # a file, someone else's files: OutputError (exit 1), as the CLI checks first
+        if resume:
+            raise WorkbenchError(f"--resume: {out} holds no ablation to continue (no {ABLATION_FILE}); leave out "
+                                 "--resume to start one")
+        return True
+    if not _started(out):
+        return True
+    if not resume:
+        raise WorkbenchError(f"{out} holds an ablation: pass --resume to continue it, or choose another --out")
+    changes = differences(recorded, identity)
+    if changes:
+        said = "; ".join(f"{key.removeprefix('settings.')}: {json.dumps(old)} in {path}, {json.dumps(new)} now"
+                         for key, old, new in changes)
+        raise WorkbenchError(f"--resume: {out} holds another ablation: {said}. Choose another --out for this one")
+    return False
+
+
+def _record(out: Path, identity: dict[str, Any]) -> None:
+    record = {"format": FORMAT, "identity": identity, "hash": digest(identity)}
+    write_atomic(out / ABLATION_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def _started(out: Path) -> bool:
+    """Whether any run of the ablation in ``out`` has started (holds its run record)."""
+    return any(out.glob(f"*/seed-*/{RUN_FILE}"))
+
+
+def _read_identity(path: Path) -> dict[str, Any] | None:
+    """The identity ``path`` records, None when there is no such file; refused when it cannot be trusted."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
+            raise ValueError(f"not a regular file of at most {MAX_RECORD_BYTES:,} bytes")
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not (isinstance(record, dict) and record.get("format") == FORMAT and isinstance(record.get("identity"), dict)
+                and record.get("hash") == digest(record["identity"])):
+            raise ValueError(f"not an ablation record of format {FORMAT} whose identity matches its hash")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
+        raise WorkbenchError(f"{path} cannot be trusted ({reason}); restore it, or choose another --out") from None
+    return record["identity"]
+
+
+# ---------------------------------------------------------------- training and the table
+
+
+def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str, memory_limit,
+                start: dict[str, Any], loaded: Loaded) -> tuple[list[Row], dict[str, list[dict]]]:
+    rows: list[Row] = []
+    probes: dict[str, list[dict]] = {}
+    total, done = len(grid.variants()) * grid.seeds, 0
+    metric = tasks.get(grid.settings.task).metric
+    for variant in grid.variants():
+        label, overrides = variant_label(variant), grid.assignments(variant)
+        values, seconds, params = [], [], 0
+        for seed in range(grid.seeds):
+            done += 1
+            run = out / _folder(label) / f"seed-{seed}"
+            result = train(spec_ref, replace(grid.settings, seed=seed), overrides=overrides, out=run, device=device,
+                           progress=progress, memory_limit=memory_limit, resume=(run / RUN_FILE).is_file(),
+                           loaded=loaded, **start)
+            value = result.metrics.get(metric, float("nan"))
+            said = "finished before, kept" if result.already_finished else f"{result.seconds:.0f} s"
+            print(f"[{done}/{total}] {label}, seed {seed}: {metric} {value:.4f} ({said})", flush=True)
+            values.append(value)
+            seconds.append(result.seconds)
+            params = result.params
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        rows.append(Row(label, params, metric, statistics.fmean(values), spread, statistics.fmean(seconds), values))
+        spec, data = prepare(spec_ref, grid.settings.data, overrides, grid.settings.image_size, 0, memory_limit,
+                             loaded=loaded)
+        inputs, extra = tasks.probe_inputs(grid.settings.task, data, PROBE_SAMPLES, grid.settings.normalize)  # the same for every run
+        finals = [load_build(out / _folder(label) / f"seed-{seed}" / "final") for seed in range(grid.seeds)]
+        probes[label] = spread_rows([probe(model, inputs, **extra) for model in finals])
+        if len(probes) == 1 and start.get("init") is None:  # the first variant untrained, as training started
+            untrained = [compile_spec(spec_of(model), seed=seed) for seed, model in enumerate(finals)]
+            probes[f"{label}, untrained"] = spread_rows([probe(model, inputs, **extra) for model in untrained])
+    return rows, dict(sorted(probes.items(), key=lambda item: item[0].endswith(", untrained")))
+
+
+def _folder(label: str) -> str:
+    """A variant's folder: its label as a file name (``sparsify-ista_soft``); a label that does not
+    stay as it is, or a long one, gets its hash appended, so two variants never share a folder."""
+    plain = label.replace(", ", "_").replace("=", "-")
+    name = safe_name(plain)
+    if name == plain and len(name) <= 80:
+        return name
+    return f"{name[:60]}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"
+
+
+def _start_said(identity: dict[str, Any]) -> str:
+    """Where every variant's weights start, as the table states it."""
+    init, freeze = identity.get("init"), identity.get("freeze", "none")
+    if init is None:
+        return "every variant of one seed starts from the same weights in the steps it does not swap."
+    frozen = ", its encoder frozen (the head alone trains)" if freeze == "encoder" else ""
+    return (f"every variant is fine-tuned from the weights of `{init['path']}` (SHA-256 {init['sha256'][:12]}…)"
+            f"{frozen}; a head that does not fit them starts new, from the seed.")
+
+
+def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], identity: dict[str, Any]) -> None:
+    """The table (results.md, results.csv) and the probes, stating the settings of the grid's identity."""
+    settings, seeds, name = identity["settings"], identity["seeds"], identity["spec"]["name"]
+    header = ["variant", "parameters", f"{rows[0].metric} (mean)", "spread (std over seeds)", "seeds",
+              "seconds per run"]
+    lines = [
+        f"# Ablation of {name}",
+        "",
+        f"Task `{settings['task']}` on `{settings['data']}`, {settings['steps']} steps, batch "
+        f"{settings['batch_size']}, lr {settings['lr']}, seeds 0..{seeds - 1}; " + _start_said(identity),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+    ]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["variant", "parameters", "metric", "mean", "std", "seeds", "seconds", "values"])
+    for row in rows:
+        spread = f"{row.spread:.4f}" if len(row.values) > 1 else "— (one seed)"
+        lines.append(f"| {row.variant} | {row.params:,} | {row.mean:.4f} | {spread} | {len(row.values)} | "
+                     f"{row.seconds:.0f} |")
+        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}",
+                         f"{row.spread:.6f}" if len(row.values) > 1 else "",
+                         len(row.values), f"{row.seconds:.1f}", " ".join(f"{v:.6f}" for v in row.values)])
+    write_atomic(out / "results.md", "\n".join(lines) + "\n\n![probes](probes.png)\n")
+    write_atomic(out / "results.csv", buffer.getvalue())
+    save_probes(probes, out / "probes.json")
+    over = f"mean of seeds 0..{seeds - 1}, band: their range" if seeds > 1 else "seed 0"
+    plot_probes(probes, out / "probes.png", title=f"{name}: each variant's probes after training, and the first "
+                f"untrained ({over})")

@@ -1,0 +1,114 @@
+"""Trained weights assessed as the papers do: ``crate-compose evaluate`` and ``linear-probe``.
+
+``evaluate`` runs a build's weights on the test split of a data set: top-1 accuracy and loss for a
+classifier (top-5 as well when there are more than five classes), the masked MSE beside the
+mean-patch baseline for a masked autoencoder, the cross-entropy per byte for a language model.
+``linear_probe`` takes frozen features of the training and test splits
+(:func:`crate_compose.assessment.frozen_features.features`) and reports the logistic regression's test
+accuracy, the ``C`` it chose and the k-NN accuracy. Both answer as a dictionary the command line
+prints as JSON.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from .. import tasks
+from ..building.builder import compile_spec
+from ..data.batches import renormalize, split_batches
+from ..data.sets import Data
+from ..errors import WorkbenchError
+from ..settings import Settings
+from ..training.preparation import HEADLESS, prepare
+from .frozen_features import features, knn, linear_probe
+from .run_probes import is_run, load_weights, resolve_subject, standardize
+
+TOP_K = 5
+
+
+
+def _loaded(command: str, spec_ref, data_name: str | None, weights: str | Path | None, overrides: Iterable[str],
+            image_size: int | None, seed: int | None, normalize: str | None, keep: tuple[str, ...] = ()):
+    """The subject (a run folder resolved: :func:`crate_compose.assessment.run_probes.resolve_subject`), the
+    spec fitted to its data, the data, the model with its weights (none: untrained, of the seed) and how
+    its inputs are standardized (:func:`crate_compose.assessment.run_probes.standardize`)."""
+    subject = resolve_subject(command, spec_ref, weights, data_name, image_size, seed, normalize)
+    spec, data = prepare(subject.spec, subject.data, list(overrides), subject.image_size, subject.seed, keep=keep)
+    normalize = standardize(subject.weights, subject.normalize, data)
+    model = compile_spec(spec, seed=subject.seed)
+    if subject.weights is not None:
+        load_weights(model, subject.weights)
+    return subject, spec, data, model, normalize
+
+
+def tensors_of(dataset, workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole split as two stacked tensors (inputs, targets), read 512 examples at a time (decoded in
+    ``workers`` DataLoader processes when it is read from files)."""
+    parts = list(split_batches(dataset, 512, workers))
+    return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+
+
+def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
+                     overrides: Iterable[str] = (), task: str | None = None, image_size: int | None = None,
+                     seed: int | None = None, normalize: str | None = None, workers: int = 0) -> dict[str, Any]:
+    """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint; or an authors'
+    checkpoint file) on ``data_name`` (default: digits), its images standardized as ``normalize`` says
+    (default: as the weights were trained, :func:`crate_compose.assessment.run_probes.normalization_of`),
+    the masks drawn from ``seed`` (default 0). A run folder as ``spec_ref`` or ``weights`` gives its
+    final weights, spec, data, image size, seed and standardization: its own test metrics come back.
+    ``workers`` DataLoader processes decode a split read from files (the metrics are the same)."""
+    if weights is None and not is_run(spec_ref):
+        raise WorkbenchError("evaluate needs trained weights: --weights DIR (a run's final/ or a checkpoint, or "
+                             "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN")
+    subject, spec, data, model, normalize = _loaded("evaluate", spec_ref, data_name, weights, overrides, image_size,
+                                                    seed, normalize)
+    chosen = tasks.of(task or subject.task, data)
+    if chosen is None:
+        raise WorkbenchError(f"data set '{data.name}' is for no task that evaluate scores ({', '.join(tasks.names())}); "
+                             f"measure the network on it with crate-compose probe")
+    task = chosen.name
+    settings = Settings(task=task, data=subject.data, seed=subject.seed, normalize=normalize, workers=workers)
+    top_k = TOP_K if (data.classes or 0) > TOP_K else None  # a classifier's top-5 beside its top-1
+    metrics = chosen.evaluate(model, data, settings, top_k=top_k)
+    return {"spec": spec.name, "data": subject.data, "weights": str(subject.weights), "task": task,
+            "normalize": normalize, "examples": len(data.test), **metrics}
+
+
+def _features_of(model, data: Data, split, normalize: str, workers: int, layer: int | None,
+                 pool: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The frozen features (:func:`crate_compose.assessment.frozen_features.features`) and the targets of a
+    whole split, 512 examples at a time."""
+    parts = [(features(model, renormalize(x, data, normalize), layer=layer, pool=pool), y)
+             for x, y in split_batches(split, 512, workers)]
+    return torch.cat([f for f, _ in parts]), torch.cat([y for _, y in parts])
+
+
+def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
+                         overrides: Iterable[str] = (), layer: int | None = None, pool: str = "cls",
+                         image_size: int | None = None, seed: int = 0, normalize: str | None = None,
+                         workers: int = 0) -> dict[str, Any]:
+    """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
+    network of ``seed``, a baseline; a run folder: its final weights, on its data) on ``data_name``'s
+    splits (default: digits), standardized as ``normalize`` says (default: as the weights were
+    trained). ``seed`` draws the validation split; ``workers`` DataLoader processes decode a split read
+    from files. The features are taken batch by batch: only they are held, never the images."""
+    subject, spec, data, model, normalize = _loaded("linear-probe", spec_ref, data_name, weights, overrides,
+                                                    image_size, seed, normalize, keep=HEADLESS)
+    data_name, weights = subject.data, subject.weights
+    train_f, train_y = _features_of(model, data, data.train, normalize, workers, layer, pool)
+    test_f, test_y = _features_of(model, data, data.test, normalize, workers, layer, pool)
+    labels = "classes"
+    if not data.classes:
+        if data.train.crops is None:
+            raise WorkbenchError(f"data set '{data_name}' has no classes to probe for")
+        # crops of photographs: the class of a crop is the photograph it was cut from (train crops from
+        # each photo's left 75%, test crops from its right 25%)
+        train_y, test_y, labels = data.train.crops[:, 0], data.test.crops[:, 0], "the photograph of each crop"
+    result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
+    result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
+    return {"spec": spec.name, "data": data_name, "weights": str(weights) if weights else None,
+            "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, "normalize": normalize,
+            **result.to_dict()}

@@ -1,0 +1,95 @@
+"""``crate-compose ablate``: a grid of swapped primitives trained over seeds; a results table and probe plot."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import crate_compose as cc
+
+from .. import tasks
+from ..errors import SpecError
+from ..settings import MAX_RUNS, MAX_SEEDS
+from .arguments import (
+    Command,
+    from_environment,
+    memory_argument,
+    number,
+    rank_zero,
+    recipe_argument,
+    recipe_settings,
+    run_arguments,
+    run_settings,
+    spec_arguments,
+    start_arguments,
+)
+
+
+def add(command: Command) -> None:
+    """Add the command ablate."""
+    ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
+    spec_arguments(ablate)
+    ablate.add_argument("--swap", action="append", default=[], metavar="PATH=a,b,c",
+                        help="a step to swap and the primitives to try, e.g. encoder.layer.sparsify.primitive="
+                        "ista,ista_soft,ista_mm (repeatable: the grid crosses them; replaces the grid file's "
+                        "values of that path; a value listed twice is trained once)")
+    ablate.add_argument("--grid", type=Path, help="a YAML grid file: swaps, seeds, set, and any training setting but "
+                        f"seed; the command line wins over it; at most {MAX_RUNS} runs (variants x seeds)")
+    ablate.add_argument("--seeds", type=number(int, 1, MAX_SEEDS, what="a whole number"), default=None,
+                        help=f"seeds per variant, 1 to {MAX_SEEDS} (default: the grid file's, else 1)")
+    run_arguments(ablate)
+    recipe_argument(ablate)
+    start_arguments(ablate, " every variant")
+    ablate.add_argument("--out", type=Path, help="folder of the grid (default: ablations/<spec name>)")
+    ablate.add_argument("--resume", action="store_true", help="continue the ablation in --out (its ablation.json): "
+                        "finished runs are kept, unfinished ones continue; a grid that differs is refused")
+    memory_argument(ablate)
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    from ..ablation.grids import combine, read_grid
+    from ..training.recipes import read_recipe
+
+    found = read_grid(args.grid) if args.grid else None  # checked before torch loads
+    recipe = read_recipe(args.config) if args.config else None
+    from_grid = found.settings() if found else {}
+    given = recipe_settings(recipe, args.steps is not None or "steps" in from_grid,
+                            args.warmup is not None or "warmup" in from_grid)
+    settings = run_settings(args, {**from_environment(), **given, **from_grid})  # the command line wins over the
+    # grid, the grid over the recipe, the recipe over the environment
+    grid = combine(found, args.swap, args.overrides, args.seeds, settings,
+                   recipe=(args.config, recipe.overrides) if recipe else None)
+    for note in grid.notes:
+        print(f"note: {note}", file=sys.stderr)
+    from ..language.loader import read as read_spec
+    from ..training import preflight
+
+    try:
+        spec_ref = read_spec(args.spec)  # the spec file, opened once for the whole grid
+    except SpecError:
+        spec_ref = args.spec  # ablate says its problems, located
+    out = args.out or _default_ablation(spec_ref, grid)
+    if out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
+        preflight.ablation_folder(out)
+    from ..ablation.ablate import ablate, base_spec
+
+    out = out or Path("ablations") / base_spec(spec_ref, grid).name
+    rows = ablate(spec_ref, grid, out=out, progress=args.progress, device=args.device,
+                  memory_limit=args.memory_limit, resume=args.resume, init=args.init, freeze=args.freeze or "none",
+                  recipe=recipe.text if recipe else None)
+    if not rank_zero():
+        return 0
+    best = (max if tasks.get(settings.task).maximize else min)(rows, key=lambda r: r.mean)
+    print((out / "results.md").read_text())
+    print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")
+    return 0
+
+
+def _default_ablation(spec_ref, grid) -> Path | None:
+    """``ablations/<base spec name>`` (ablation.base_spec), torch-free; None when the spec does not load (its
+    problems are then reported located at the grid's lines, by ablation.base_spec)."""
+    try:
+        return Path("ablations") / cc.load_spec(spec_ref, grid.overrides).name
+    except SpecError:
+        return None

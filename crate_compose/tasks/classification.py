@@ -1,0 +1,56 @@
+"""Classification: the cross-entropy of the class, top-1 (and top-k) accuracy on the test split.
+
+The loss is torch's cross-entropy of the logits against class indices ``(B,)`` or, from ``--mixup`` and
+``--cutmix``, class probabilities ``(B, classes)``; ``--label-smoothing e`` applies to both
+(``(1 - e) y + e / classes``). Half outputs are scored in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import TrainError
+from .registry import ExampleRun, Task, task
+
+
+@task
+class Classification(Task):
+    name = "classify"
+    summary = "cross-entropy of the class; test accuracy and loss"
+    trains_on = "labeled images"
+    data_kinds = ("classify",)
+    columns = ("test_accuracy", "test_loss")
+    metric = "test_accuracy"
+    maximize = True
+    example = ExampleRun("crate-digits", "digits", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"))
+    mixes_labels = True
+
+    def check(self, spec: Any, data) -> None:
+        if data.task_hint == "mae" and not data.classes:  # images without labels
+            raise TrainError(f"data set '{data.name}' has no labels to classify; use --task mae")
+        super().check(spec, data)
+
+    def loss(self, outputs, x, y, *, model, smoothing=0.0):
+        import torch.nn.functional as F
+
+        from ..modules.precision import float32
+
+        return F.cross_entropy(float32(outputs["output"]), y, label_smoothing=smoothing)
+
+    def evaluate(self, model, data, settings, *, top_k=None):
+        """Top-1 accuracy and loss; ``top_k``: also the share of examples whose class is among the ``k``
+        largest logits (``test_top{k}``)."""
+        from .held_out import evaluating, test_batches
+
+        total, correct, among, loss_sum = 0, 0, 0, 0.0
+        with evaluating(model, settings.seed) as device:
+            for x, y in test_batches(data, settings, device):
+                outputs = model(x)
+                logits = outputs["output"]
+                loss_sum += self.loss(outputs, x, y, model=model).item() * len(x)
+                correct += (logits.argmax(-1) == y).sum().item()
+                if top_k:
+                    among += (logits.topk(top_k, dim=-1).indices == y[:, None]).any(-1).sum().item()
+                total += len(x)
+        return {"test_accuracy": correct / total, "test_loss": loss_sum / total,
+                **({f"test_top{top_k}": among / total} if top_k else {})}

@@ -1,0 +1,170 @@
+"""Tasks: what a training run learns, each one declaration that owns its objective.
+
+A task is one class, registered with :func:`task`, that owns everything that makes a run a classifier,
+a masked autoencoder or a language model:
+
+* which data it trains on and which specs fit it (:meth:`Task.check`, :attr:`Task.inputs`);
+* its loss on a batch (:meth:`Task.loss`);
+* its test metrics and the baselines beside them (:meth:`Task.evaluate`, :attr:`Task.columns`), which
+  ``train`` logs and ``evaluate`` prints;
+* the metric that ranks the variants of an ablation (:attr:`Task.metric`, :attr:`Task.maximize`);
+* the inputs the white-box probes read (:meth:`Task.probe_inputs`).
+
+Declaring a task imports no torch (as declaring a primitive does not): what needs torch is imported inside
+the methods that use it, so ``crate-compose list tasks``, ``validate`` and a grid file's settings are read
+without it. The built-in tasks are :mod:`.classification`, :mod:`.masked_autoencoding` and
+:mod:`.language_modelling`; ``docs/architecture.md`` says how to add one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import TrainError
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..data.sets import Data
+    from ..settings import Settings
+
+__all__ = ["ExampleRun", "Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs", "task"]
+
+_TASKS: dict[str, "Task"] = {}
+
+
+@dataclass(frozen=True)
+class ExampleRun:
+    """A small run of a task that trains in seconds: the tests train, resume, evaluate and probe every
+    registered task's example, so a new task is tested for free (as every primitive's example is built)."""
+
+    spec: str  # a zoo preset or a spec file
+    data: str  # a data set name
+    overrides: tuple[str, ...] = ()  # --set strings that make it small
+
+
+class Task:
+    """One training objective. Subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str]  # what --task names
+    summary: ClassVar[str]  # one line for `crate-compose list tasks`
+    trains_on: ClassVar[str]  # the data it learns from, in words (list tasks, refusals)
+    inputs: ClassVar[str] = "images"  # what the spec's input is: "images" or "tokens" (checked before torch loads)
+    data_kinds: ClassVar[tuple[str, ...]]  # the kinds of data set it trains on (Data.task_hint)
+    columns: ClassVar[tuple[str, ...]]  # the test metrics evaluate() reports, in order (metrics.csv's columns)
+    metric: ClassVar[str]  # the test metric that ranks variants
+    maximize: ClassVar[bool]  # whether a larger metric is better
+    mixes_labels: ClassVar[bool] = False  # whether --mixup/--cutmix (soft class targets) apply
+    model_name: ClassVar[str] = "model for this task"  # what a network trained on it is called, in refusals
+    example: ClassVar[ExampleRun]  # a small run of it (the tests run every task's)
+
+    # ------------------------------------------------------------------ before anything is built
+
+    def check(self, spec: Any, data: "Data") -> None:
+        """Refuse (:class:`~crate_compose.errors.TrainError`) a spec or data set this task cannot train;
+        the default: the data set must be of one of :attr:`data_kinds`."""
+        if data.task_hint not in self.data_kinds:
+            raise TrainError(f"task '{self.name}' does not fit data set '{data.name}' ({_which_task(data)}); "
+                             f"--task {self.name} goes with {self.trains_on}")
+
+    def check_input(self, spec: Any) -> None:
+        """Refuse a spec whose input this task cannot take, from the spec alone (before torch loads)."""
+        if self.inputs == "tokens" and spec.input.dtype != "int64":
+            raise TrainError(f"spec '{spec.name}' does not take token ids (input: shape [N], dtype int64), so it is "
+                             f"no {self.model_name}")
+
+    # ------------------------------------------------------------------ training and evaluation
+
+    def loss(self, outputs: dict, x: "torch.Tensor", y: "torch.Tensor", *, model: Any,
+             smoothing: float = 0.0) -> "torch.Tensor":
+        """The loss of one batch from the model's ``outputs`` on inputs ``x`` with targets ``y``."""
+        raise NotImplementedError
+
+    def evaluate(self, model: Any, data: "Data", settings: "Settings", *, top_k: int | None = None) -> dict[str, float]:
+        """The test metrics (:attr:`columns`, those that apply) of ``model`` on ``data``'s test split."""
+        raise NotImplementedError
+
+    def probe_inputs(self, data: "Data", samples: int, normalize: str = "data") -> tuple["torch.Tensor", dict]:
+        """The inputs the white-box probes measure (the first ``samples`` test inputs, standardized as
+        ``normalize`` says) and what else a probe needs (the true subspaces of synthetic tokens)."""
+        from .held_out import first_test_inputs
+
+        return first_test_inputs(data, samples, normalize)
+
+    def best(self, values: dict[str, float]) -> str:
+        """The key of the best value (by :attr:`metric`'s direction)."""
+        return (max if self.maximize else min)(values, key=values.__getitem__)
+
+
+def _which_task(data: "Data") -> str:
+    fitting = [t.name for t in all_tasks() if data.task_hint in t.data_kinds]
+    return f"it is for --task {' or '.join(fitting)}" if fitting else "no task trains on it"
+
+
+def task(cls: type[Task]) -> type[Task]:
+    """Register a task class (a decorator); its name must be new."""
+    if cls.name in _TASKS:
+        raise ValueError(f"task '{cls.name}' is registered already")
+    _TASKS[cls.name] = cls()
+    return cls
+
+
+BUILTIN = ("classification", "masked_autoencoding", "language_modelling")  # modules of this package, in this order
+
+
+def _builtins() -> None:
+    """Import the built-in tasks' modules, each of which registers its task (once: a module is imported once,
+    whether here or by a caller that imported it first)."""
+    for module in BUILTIN:
+        import_module(f"{__package__}.{module}")
+
+
+def names() -> tuple[str, ...]:
+    """The registered tasks' names, in registration order."""
+    return tuple(one.name for one in all_tasks())
+
+
+def all_tasks() -> list[Task]:
+    """Every registered task: the built-in ones in :data:`BUILTIN` order, then the others as registered (an
+    order that does not depend on which module was imported first: it is metrics.csv's column order)."""
+    _builtins()
+    rank = {f"{__package__}.{module}": place for place, module in enumerate(BUILTIN)}
+    return sorted(_TASKS.values(), key=lambda one: rank.get(type(one).__module__, len(rank)))
+
+
+def get(name: str) -> Task:
+    """The task named ``name``; an unknown name is a :class:`~crate_compose.errors.TrainError` naming them all."""
+    _builtins()
+    if name not in _TASKS:
+        raise TrainError(f"unknown task '{name}'; expected one of: {', '.join(names())}")
+    return _TASKS[name]
+
+
+def of(name: str | None, data: "Data") -> Task | None:
+    """The task ``name`` (a run's, or given), else the one a data set is for by default (its ``task_hint``), else
+    None (synthetic tokens, which no task trains on)."""
+    if name is not None:
+        return get(name)
+    _builtins()
+    return _TASKS.get(data.task_hint)
+
+
+def probe_inputs(name: str | None, data: "Data", samples: int, normalize: str = "data") -> tuple["torch.Tensor", dict]:
+    """What the white-box probes measure for task ``name`` (:func:`of`) on ``data``
+    (:meth:`Task.probe_inputs`; a data set without a task: its first test inputs)."""
+    found = of(name, data)
+    if found is not None:
+        return found.probe_inputs(data, samples, normalize)
+    from .held_out import first_test_inputs
+
+    return first_test_inputs(data, samples, normalize)
+
+
+def columns() -> tuple[str, ...]:
+    """Every task's test metrics, each once, in registration order (the columns of metrics.csv)."""
+    seen: dict[str, None] = {}
+    for one in all_tasks():
+        seen.update(dict.fromkeys(one.columns))
+    return tuple(seen)

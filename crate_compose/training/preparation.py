@@ -1,0 +1,119 @@
+"""A run's spec and data, fitted to each other, and what is refused before anything is allocated.
+
+:func:`prepare` reads the spec once (:func:`crate_compose.language.loader.read`), loads the data it names
+and resolves the spec with the sizes the data fixes (input shape, classes, a text's context); the task
+(:mod:`crate_compose.tasks`) then says what of the spec and the data it cannot train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from .. import tasks
+from ..building import budget
+from ..data.batches import check as check_loading
+from ..data.batches import held_batches
+from ..data.sets import Data, load_data
+from ..data.sets import takes as data_takes
+from ..errors import TrainError
+from ..language import loader
+from ..settings import AUGMENTATIONS, Settings
+from .optimizers import float32_copies
+
+
+def check_run(task: tasks.Task, spec, data: Data, settings: Settings) -> None:
+    """Refuse what the run cannot do before anything is written: the settings the data cannot take, then
+    what the task says of the spec and the data (:meth:`crate_compose.tasks.Task.check`)."""
+    if settings.augment not in AUGMENTATIONS:
+        raise TrainError(f"unknown augmentation '{settings.augment}'; expected one of: {', '.join(AUGMENTATIONS)}")
+    if settings.augment == "shift" and len(data.input_shape) != 3:
+        raise TrainError(f"augment 'shift' moves images; data set '{data.name}' is not images")
+    check_loading(settings, data, task.mixes_labels)  # crop-flip, randaugment, --normalize imagenet, --mixup, --cutmix
+    if data.task_hint == "tokens":  # no task has a loss for token sets: say so once, not a hint per task
+        trained = "; ".join(f"{one.name}: {one.trains_on}" for one in tasks.all_tasks())
+        raise TrainError(f"data set '{data.name}' holds token sets labeled per token, which no task trains on "
+                         f"({trained}); measure spec '{spec.name}' on it with crate-compose probe")
+    task.check(spec, data)
+    if settings.batch_size > len(data.train):
+        raise TrainError(f"--batch-size {settings.batch_size:,} is larger than the training set of '{data.name}' "
+                         f"({len(data.train):,} examples)")
+
+
+def fingerprint(data: Data) -> str:
+    """SHA-256 of what a data set holds: its tensors (built-in sets), or the relative path and size of
+    every file (folders), so a run resumed on other data is refused."""
+    digest = hashlib.sha256(data.name.encode())
+    for split in (data.train, data.test):
+        files = getattr(split, "files", None)
+        tensors = getattr(split, "tensors", None) or [getattr(split, name) for name in ("inputs", "targets", "tokens")
+                                                       if isinstance(getattr(split, name, None), torch.Tensor)]
+        if files is not None:
+            for path, label in zip(files, split.labels):
+                digest.update(f"{path}\0{_size(path)}\0{label}\n".encode())
+            digest.update(repr(getattr(split, "size", "")).encode())
+        for tensor in tensors:
+            digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
+            digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        digest.update(str(len(split)).encode())
+    return digest.hexdigest()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+HEADLESS = ("classes",)  # the sizes only a head uses: kept the weights' where the head is not used (prepare's keep)
+
+
+class Loaded:
+    """The data sets one command has loaded, by what they were loaded with, so that a grid's variants and
+    seeds, its checks and its probes share one loading. A set that follows the spec (text: its context;
+    synthetic tokens: its sizes) is loaded again for a spec whose input or sizes differ; a set that
+    draws from the seed, for each seed (:func:`crate_compose.data.sets.takes`)."""
+
+    def __init__(self) -> None:
+        self._sets: dict[tuple, Data] = {}
+
+    def load(self, name: str, *, image_size: int | None, seed: int, spec: Any, memory_limit) -> Data:
+        takes = data_takes(name)
+        key = (name, image_size, str(memory_limit), seed if "seed" in takes else None,
+               (tuple(spec.input.shape), tuple(sorted(spec.sizes.items()))) if "spec" in takes else None)
+        if key not in self._sets:
+            self._sets[key] = load_data(name, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
+        return self._sets[key]
+
+
+def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
+            memory_limit: str | float | None = None, *, keep: Iterable[str] = (), loaded: Loaded | None = None):
+    """The spec and the data, the spec's input size set from the data (text: windows of the spec's context);
+    images over ``memory_limit`` are refused from their headers. Sizes named in ``keep`` stay the spec's
+    (``classes`` for a linear probe: the head is not used, the weights' fits).
+
+    ``spec_ref`` is read once (:func:`crate_compose.language.loader.read`; a reading already made is used as it
+    is, opening no file), resolved with ``overrides``, and resolved again from the same reading with the
+    sizes the data fixes when it fixes any. ``loaded`` shares data sets already loaded by the same command."""
+    source = loader.read(spec_ref)
+    spec = loader.load(source, overrides)
+    data = (loaded or Loaded()).load(data_name, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
+    fit = [o for o in data.spec_overrides(spec) if not o.startswith(tuple(f"sizes.{k}=" for k in keep))]
+    return (loader.load(source, [*fit, *overrides]) if fit else spec), data
+
+
+def default_run(spec_ref, overrides: Iterable[str] = ()) -> Path:
+    """``runs/<spec name>``: the spec named as written with its overrides (before it is fitted to the data)."""
+    return Path("runs") / loader.load(spec_ref, list(overrides)).name
+
+
+def check_run_memory(spec, settings: Settings, per_process: int, device: torch.device | str, memory_limit) -> None:
+    """Refuse a run whose memory estimate is over the limit (:func:`crate_compose.building.budget.check_training`):
+    the float32 copies its optimizer and EMA keep, the batch each process takes, and on the CPU the input
+    batches its workers prepare ahead."""
+    budget.check_training(spec, per_process, str(device), memory_limit, copies=float32_copies(settings),
+                          batches=held_batches(settings, device))

@@ -1,0 +1,317 @@
+"""Training a built network on a named data set: one loop for a laptop and for torchrun.
+
+``train(spec, task="classify", data="digits")`` builds the spec (its input size set from the
+data), then runs AdamW with a linear warm-up and a cosine decay. Everything that varies from step
+to step is a function of the run's seed and the step number: the order of the examples (a
+permutation per epoch) and every random draw inside the model (the mask of a masked autoencoder
+draws from a generator seeded per step). So a run resumed from a checkpoint computes exactly what
+the uninterrupted run computes, and a run under ``torchrun`` sees the same global batches as a
+single process.
+
+A run folder holds::
+
+    spec.yaml                 the resolved spec that was trained
+    metrics.jsonl, .csv       one row per logged step (train loss, learning rate) and per evaluation
+    tensorboard/              the same rows and the throughput as TensorBoard scalars (--logger; training.eventlog)
+    checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.training.checkpoint), every N steps
+    final/                    the trained build (crate_compose.load_build, crate-compose probe --weights)
+    result.json               the last train loss, the evaluation, parameters and wall time
+
+``train(..., init="runs/pretrained/final", freeze="encoder")`` fine-tunes: the spec is built as
+usual, then the build's tensors are copied in by name, the head's left new where they do not fit
+(:mod:`crate_compose.training.finetune`); the build and the freeze are part of the run's identity.
+
+Under ``torchrun --nproc_per_node=N`` each process takes 1/N of every global batch, and
+DistributedDataParallel (gloo on the CPU, NCCL on CUDA) averages the gradients, so the update
+equals the single-process update on the whole batch. Only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+import time
+import warnings
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from .. import tasks
+from ..building.artifacts import save as save_build
+from ..building.placement import step_seed
+from ..data.batches import batch_indices, batches, held_batches, shift  # noqa: F401 (batch_indices, shift: their old place)
+from ..data.sets import Data
+from ..errors import TrainError
+from ..files import write_atomic
+from ..language import loader
+from ..modules.paths import use_formulas
+from ..settings import Settings, settings_problems
+from . import checkpoint, eventlog, finetune
+from .distributed import Distributed
+from .metrics import Metrics, Result, finite, read_metrics, rows_of
+from .opening import Opening, Plan
+from .optimizers import autocast, lr_at, scaler_for
+from .preparation import Loaded, check_run, check_run_memory, default_run, prepare
+from .progress import bar as progress_bar
+
+EMA_FOLDER = "final-ema"  # the run's averaged weights (--ema), a build folder beside final/
+COLLAPSED = 50  # training steps in a row whose every example got the same output: the run is stopped
+
+
+def train(
+    spec_ref,
+    settings: Settings,
+    *,
+    overrides: Iterable[str] = (),
+    out: str | Path | None = None,
+    resume: bool = False,
+    resume_from: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    memory_limit: str | float | None = None,
+    init: str | Path | None = None,
+    freeze: str = "none",
+    notes: Callable[[str], None] | None = None,
+    recipe: str | None = None,
+    loaded: Loaded | None = None,
+) -> Result:
+    """Train ``spec_ref`` (a spec file, a zoo preset, or a reading of one, :func:`crate_compose.language.loader.read`)
+    as ``settings`` says; see the module docstring. The spec is read once: the run's spec, its name and its
+    data all come from that reading. ``loaded``: data sets the calling command has loaded already (an ablation's).
+
+    Before anything is allocated, the weights, AdamW's state and one batch's activations are
+    estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.building.budget`)
+    raises :class:`~crate_compose.building.budget.ResourceError` with the estimate and the limit. Before the
+    first step, the run folder is locked and checked (:mod:`crate_compose.training.identity`): a new run needs a
+    folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
+    the run recorded there only when nothing that defines it differs, from a checkpoint that
+    :func:`crate_compose.training.checkpoint.verify` passes. A finished run resumed with the same steps is
+    returned as it is (``Result.already_finished``), nothing written.
+
+    ``init`` (a build folder: ``build --out``, a run's ``final/``, a checkpoint) fine-tunes: its tensors
+    are copied into the new model by name, a head that does not fit is left newly initialized, and
+    anything else that does not fit is refused before anything is written
+    (:mod:`crate_compose.training.finetune`). ``freeze="encoder"`` trains the head alone. Both are part of
+    the run's identity, so ``resume`` needs the same ones. ``notes`` receives each note (the head left
+    new, the tensors of ``init`` not used, the parameters that train); default: printed on stderr.
+    ``recipe``: the text of the recipe the settings came from (``train --config``), saved as ``recipe.yaml``.
+    """
+    overrides = list(overrides)
+    _check_settings(settings)
+    if settings.logger == "tensorboard":  # logging: a missing package is said before anything is written
+        eventlog.choose(settings.logger, error=TrainError)
+    finetune.check_freeze(freeze)
+    source = loader.read(spec_ref)  # the spec file, opened here once
+    spec, data = prepare(source, settings.data, overrides, settings.image_size, settings.seed, memory_limit,
+                         loaded=loaded)
+    check_run(tasks.get(settings.task), spec, data, settings)
+    per_epoch = max(1, len(data.train) // settings.batch_size)  # passes over the training split, in whole batches
+    if settings.epochs is not None:
+        settings = replace(settings, steps=settings.epochs * per_epoch)
+    if settings.warmup_epochs is not None:
+        settings = replace(settings, warmup=_warmup_of_epochs(settings, per_epoch, notes or _say))
+    start = finetune.read_init(init) if init is not None else None
+    dist = Distributed()
+    dist.check_batch(settings.batch_size)
+    run = Path(out) if out is not None else default_run(source, overrides)
+    device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
+    check_run_memory(spec, settings, max(1, settings.batch_size // dist.world), device, memory_limit)
+    dist.start(device)
+    try:
+        with contextlib.ExitStack() as stack:
+            opening = Opening(run, spec, data, settings, resume or resume_from is not None, resume_from, dist, device,
+                               start, freeze, recipe)
+            plan = dist.agree(lambda: opening.open(stack))
+            if plan.finished is not None:
+                return plan.finished
+            return _loop(opening, plan, stack, progress, notes or _say)
+    finally:
+        dist.stop()
+
+
+def _check_settings(settings: Settings) -> None:
+    problems = settings_problems(settings)
+    if problems:
+        raise TrainError("; ".join(f"{name}: {message}" for name, message in problems))
+
+
+def _say(note: str) -> None:
+    print(f"note: {note}", file=sys.stderr)
+
+
+def _warmup_of_epochs(settings: Settings, per_epoch: int, notes: Callable[[str], None]) -> int:
+    """The warm-up ``warmup_epochs`` give; when the run's length is given in steps (a recipe's run shortened
+    with ``--steps``) and that warm-up would be more than half of it, the default 5% instead, and a note
+    says so. A run given in epochs warms up as many epochs as it says."""
+    warmup = settings.warmup_epochs * per_epoch
+    if settings.epochs is not None or warmup <= settings.steps // 2:
+        return warmup
+    shorter = max(1, settings.steps // 20)
+    notes(f"warmup_epochs {settings.warmup_epochs} would be {warmup:,} of this run's {settings.steps:,} steps: "
+          f"warming up for {shorter:,} (5%) instead; --warmup N to choose")
+    return shorter
+
+
+def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: bool,
+          notes: Callable[[str], None]) -> Result:
+    run, data, dist, device = opening.run, opening.data, opening.dist, opening.device
+    settings, model, optimizer = plan.settings, opening.model, opening.optimizer
+    writer = dist.rank == 0
+    params = sum(p.numel() for p in model.parameters())
+    if writer:
+        for note in opening.notes if plan.start == 0 else []:  # a resumed run's weights are its checkpoint's
+            notes(note)
+        if opening.freeze != "none":
+            notes(f"--freeze {opening.freeze}: {opening.trainable:,} of {params:,} parameters train (the head's)")
+    task = tasks.get(settings.task)
+    ema, scaler = opening.ema, scaler_for(settings, device)
+    if plan.checkpoint is not None:
+        checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer, ema=ema, scaler=scaler)
+    board = eventlog.open_board(run, settings.logger, plan.start, settings.batch_size, notes) if writer else None
+    metrics = Metrics(run, plan.metrics_rows, writer, stack.enter_context(board) if board else None)  # logging
+    stack.enter_context(use_formulas(settings.formulas))  # the run's formulas: fast paths or as written
+    net = torch.nn.parallel.DistributedDataParallel(model) if dist.active else model
+    if settings.compile:
+        net = torch.compile(net)
+    model.train()
+    before = _seconds_before(run) if plan.start else 0.0  # a resumed run's clock goes on from its checkpoint
+    if writer and plan.start:
+        notes(f"resumed at step {plan.start:,} of {settings.steps:,} from {run / 'checkpoints'}/step-{plan.start:06d} "
+              f"({before:,.0f} s of training before)")
+    if writer and settings.compile:
+        notes("--compile: the first step compiles the network (minutes on a CPU, with nothing printed meanwhile); "
+              "the time left is estimated from the steps after it")
+        stack.enter_context(warnings.catch_warnings())  # torch's own deprecation inside its compiler, twice a run
+        warnings.filterwarnings("ignore", message=r"`torch\._prims_common\.check` is deprecated", category=FutureWarning)
+    bar = stack.enter_context(contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer,
+                                                              elapsed=before)))
+    began, loss_value, evaluation, constant = time.perf_counter() - before, float("nan"), {}, 0
+    loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
+    for step in range(plan.start + 1, settings.steps + 1):
+        x, y = next(loading)  # decoded and augmented, seeded per step (in --workers processes)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss, same = _update(net, model, optimizer, scaler, ema, x, y, step, settings, task, dist.rank, device)
+        loss_value = dist.mean(loss)
+        if not math.isfinite(loss_value):
+            raise _diverged(run, step, loss_value)
+        constant = constant + 1 if dist.mean(same) == 1.0 else 0  # steps in a row, on every process
+        if constant >= COLLAPSED:
+            raise _collapsed(run, step - constant + 1, step, loss_value)
+        if step % settings.log_every == 0 or step == settings.steps:
+            metrics.add({"step": step, "kind": "train", "loss": loss_value, "lr": lr_at(step, settings),
+                         "seconds": round(time.perf_counter() - began, 3)})
+        if writer and settings.compile and step == plan.start + 1:
+            notes(f"compiled, and took the first step, in {time.perf_counter() - began - before:,.0f} s")
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_value:.4f}")
+        last = step == settings.steps
+        if writer and (last or (settings.eval_every and step % settings.eval_every == 0)):
+            evaluation = _evaluate(model, ema, data, settings, task)
+            metrics.add({"step": step, "kind": "eval", **evaluation})
+            bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
+        if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
+            checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings), run_hash=plan.record.hash,
+                                       metrics_rows=metrics.count, ema=ema, scaler=scaler)
+    if plan.start == settings.steps:  # its last checkpoint, but result.json or final/ was lost: finish it again
+        loss_value = next((r["loss"] for r in reversed(rows_of(read_metrics(run))) if r.get("kind") == "train"),
+                          float("nan"))
+        evaluation = _evaluate(model, ema, data, settings, task) if writer else {}
+    result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began,
+                    opening.trainable)
+    if writer:
+        save_build(model, run / "final", extra={"seed": str(settings.seed), "steps": str(settings.steps)})
+        if ema is not None:  # the averaged weights beside the weights: a build folder of their own
+            with ema.swapped_in(model):
+                save_build(model, run / EMA_FOLDER, extra={"seed": str(settings.seed), "steps": str(settings.steps),
+                                                           "ema": str(settings.ema)})
+        write_atomic(run / "result.json", json.dumps(finite(result.to_dict()), indent=2, allow_nan=False) + "\n")
+    return result
+
+
+def _seconds_before(run: Path) -> float:
+    """The training seconds the rows kept from a resumed run's checkpoint record (its last ``seconds``)."""
+    return next((float(r["seconds"]) for r in reversed(rows_of(read_metrics(run))) if "seconds" in r), 0.0)
+
+
+def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Settings, task: tasks.Task, rank: int,
+            device: torch.device) -> torch.Tensor:
+    """One optimizer step on the batch ``(x, y)``: the learning rate of ``step``; ``settings.accumulate``
+    equal micro-batches, each forward under the precision's autocast with the step's own random draws
+    (masks, dropped paths), the gradients summed (and synchronized once, after the last); clipping, the
+    optimizer (through the fp16 scaler), and the EMA. Returns the batch's loss (detached) and whether
+    every example of the last micro-batch got the same output (:func:`_same_for_every_example`)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(step, settings)
+    optimizer.zero_grad(set_to_none=True)
+    parts = settings.accumulate
+    unsynced = getattr(net, "no_sync", None) or getattr(getattr(net, "_orig_mod", None), "no_sync", None)
+    total = torch.zeros((), device=device)
+    for part, (xs, ys) in enumerate(zip(x.chunk(parts), y.chunk(parts))):
+        name = f"step/{step}/rank/{rank}" + (f"/part/{part}" if parts > 1 else "")
+        sync = unsynced() if unsynced is not None and part < parts - 1 else contextlib.nullcontext()
+        with sync, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(step_seed(settings.seed, name))  # the run's own draws, whatever ran before
+            with autocast(settings, device):
+                outputs = net(xs)
+                loss = task.loss(outputs, xs, ys, model=model, smoothing=settings.label_smoothing) / parts
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        total += loss.detach()
+    same = _same_for_every_example(outputs["output"].detach())
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients
+    if settings.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when a gradient overflowed; the scale adapts
+        scaler.update()
+    else:
+        optimizer.step()
+    if ema is not None:
+        ema.update(model)
+    return total, same
+
+
+def _same_for_every_example(output: torch.Tensor) -> torch.Tensor:
+    """1.0 when every example of the (micro-)batch got exactly the same output, else 0.0 (a batch of one
+    example says nothing): the network no longer depends on its input."""
+    if len(output) < 2:
+        return torch.zeros((), device=output.device)
+    return (output == output[:1]).all().float()
+
+
+def _evaluate(model, ema, data: Data, settings: Settings, task: tasks.Task) -> dict[str, float]:
+    """The test metrics of the weights, and of their average (``ema_`` before each name) when kept."""
+    found = task.evaluate(model, data, settings)
+    if ema is not None:
+        with ema.swapped_in(model):
+            found.update({f"ema_{k}": v for k, v in task.evaluate(model, data, settings).items()})
+    return found
+
+
+def _kept(run: Path, step: int) -> str:
+    found = [s for s in checkpoint.checkpoints(run) if s < step]
+    return f"its checkpoints up to step {max(found):,} are intact" if found else "no checkpoint was written"
+
+
+def _diverged(run: Path, step: int, loss: float) -> TrainError:
+    error = TrainError(f"the loss is {loss} at step {step:,}: the run diverged and was stopped ({_kept(run, step)}); "
+                       "lower --lr or raise --warmup, and start a new run with another --out")
+    error.shared = True
+    return error
+
+
+def _collapsed(run: Path, since: int, step: int, loss: float) -> TrainError:
+    before = [s for s in checkpoint.checkpoints(run) if s < since]
+    last = f"the last from before step {since:,} is step {max(before):,}" if before else "none is from before it"
+    error = TrainError(f"every example has had exactly the same output since step {since:,} ({COLLAPSED} steps in a "
+                       f"row; loss {loss:.4f}): the network no longer depends on its input (a layer gives the same "
+                       f"tokens, or only zeros, whatever it is given), so it cannot learn; the run was stopped "
+                       f"({_kept(run, step + 1)}; {last}); lower --lr or raise --warmup, and start a new run with another --out")
+    error.shared = True
+    return error
+
+

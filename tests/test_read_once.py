@@ -1,0 +1,82 @@
+"""A command reads its spec once: ``train``, ``ablate`` and ``probe`` open the spec file one time and hand the
+reading down, an ablation loads its data set once for every variant and seed, and a spec edited while a grid
+trains changes none of its variants."""
+
+from __future__ import annotations
+
+import collections
+import shutil
+from pathlib import Path
+
+import pytest
+
+from crate_compose import cli
+from crate_compose.ablation import ablate as ablation
+from crate_compose.language import extends
+from crate_compose.language.loader import load
+from crate_compose.training import preparation
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"]
+SETS = [arg for o in TINY for arg in ("--set", o)]
+RUN = ["--steps", "2", "--batch-size", "8", "--eval-every", "0", "--no-progress", "--logger", "none"]
+
+
+@pytest.fixture
+def reads(monkeypatch) -> collections.Counter:
+    """How many times each spec file is opened (every file a spec reads goes through extends.read_file)."""
+    seen: collections.Counter = collections.Counter()
+    real = extends.read_file
+
+    def counting(path, *args, **kwargs):
+        seen[Path(path).resolve()] += 1
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(extends, "read_file", counting)
+    return seen
+
+
+@pytest.fixture
+def spec_file(tmp_path) -> Path:
+    path = tmp_path / "mine.yaml"
+    shutil.copy(ROOT / "specs" / "crate-digits.yaml", path)
+    return path
+
+
+def test_train_opens_its_spec_file_once(reads, spec_file, tmp_path):
+    assert cli.main(["train", str(spec_file), *SETS, *RUN, "--out", str(tmp_path / "run")]) == 0
+    assert reads[spec_file.resolve()] == 1, reads
+
+
+def test_ablate_opens_its_spec_file_once_and_loads_its_data_once(reads, spec_file, tmp_path, monkeypatch):
+    loads = []
+    real = preparation.load_data
+    monkeypatch.setattr(preparation, "load_data", lambda *a, **k: loads.append(a) or real(*a, **k))
+    assert cli.main(["ablate", str(spec_file), "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft",
+                     "--seeds", "2", *SETS, *RUN, "--out", str(tmp_path / "grid")]) == 0
+    assert reads[spec_file.resolve()] == 1, reads  # two variants, two seeds, their checks and probes: one reading
+    assert len(loads) == 1  # digits, for every variant and seed
+
+
+def test_probe_of_a_run_opens_its_spec_once(reads, spec_file, tmp_path):
+    assert cli.main(["train", str(spec_file), *SETS, *RUN, "--out", str(tmp_path / "run")]) == 0
+    reads.clear()
+    assert cli.main(["probe", str(tmp_path / "run"), "--out", str(tmp_path / "probes"), "--logger", "none"]) == 0
+    assert list(reads.values()) == [1], reads  # the run's own spec.yaml
+
+
+def test_a_spec_edited_while_a_grid_trains_changes_none_of_its_variants(spec_file, tmp_path, monkeypatch):
+    real = ablation.train
+
+    def then_edit(*args, **kwargs):
+        result = real(*args, **kwargs)
+        spec_file.write_text(spec_file.read_text().replace("depth: 4", "depth: 3"))  # a user edits the file
+        return result
+
+    monkeypatch.setattr(ablation, "train", then_edit)
+    assert "depth: 4" in spec_file.read_text()
+    assert cli.main(["ablate", str(spec_file), "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft",
+                     "--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.head_dim=8",
+                     *RUN, "--out", str(tmp_path / "grid")]) == 0
+    depths = {path.parent.parent.name: load(path).encoder.depth for path in (tmp_path / "grid").glob("*/seed-0/spec.yaml")}
+    assert len(depths) == 2 and set(depths.values()) == {4}, depths
