@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from machine import cpu_stall_us, publish  # benchmarks/machine.py, beside this script
+from machine import chosen_device, publish, timed  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -96,26 +96,6 @@ class Calls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(step, device: torch.device, stall_max: float, retakes: int) -> tuple[float, float]:
-    """Seconds of one step and its CPU stall share; retaken while the cores were contended."""
-    for _ in range(retakes + 1):
-        stall = cpu_stall_us() if device.type == "cpu" else None
-        synchronize(device)
-        began = time.perf_counter()
-        step()
-        synchronize(device)
-        seconds = time.perf_counter() - began
-        share = 0.0 if stall is None else (cpu_stall_us() - stall) / 1e6 / seconds
-        if share <= stall_max:
-            break
-    return seconds, share
-
-
 def machine(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
@@ -140,11 +120,7 @@ def main() -> int:
     parser.add_argument("--out", nargs="?", const=str(HERE / "RESULTS.md"), help="append the results as a section")
     args = parser.parse_args()
     Reference = need_lion_pytorch()
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda, but torch sees no CUDA device")
+    device = chosen_device(args.device, parser)
     if args.threads:
         torch.set_num_threads(args.threads)
     args.runs = args.runs or (101 if device.type == "cuda" else 31)

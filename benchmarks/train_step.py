@@ -72,7 +72,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import crate_compose as cc
 from crate_compose.modules.paths import use_formulas
-from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
+from machine import chosen_device, synchronize, timed  # benchmarks/machine.py, beside this script
 
 MODELS = ("crate-base", "vit_base_patch16_224")
 SHORT = {"crate-base": "CRATE-B", "vit_base_patch16_224": "ViT-B/16 (timm)"}
@@ -90,11 +90,6 @@ def need_timm():
               "so that pip does not replace torch.", file=sys.stderr)
         sys.exit(2)
     return timm
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def build(name: str, size: int, device: torch.device, timm) -> tuple[torch.nn.Module, callable]:
@@ -153,21 +148,6 @@ def count_flops(name: str, args, device: torch.device, timm, *, fold: bool = Tru
         forward = counter.get_total_flops()
     del model
     return step, forward
-
-
-def timed(fn, device: torch.device, stall_max: float, retakes: int) -> tuple[float, float]:
-    """Seconds of one call and its CPU stall share; retaken while the cores were contended."""
-    for attempt in range(retakes + 1):
-        stall = cpu_stall_us() if device.type == "cpu" else None
-        synchronize(device)
-        began = time.perf_counter()
-        fn()
-        synchronize(device)
-        seconds = time.perf_counter() - began
-        share = 0.0 if stall is None else (cpu_stall_us() - stall) / 1e6 / seconds
-        if share <= stall_max:
-            break
-    return seconds, share
 
 
 def interleaved(calls: dict[str, callable], device, runs: int, stall_max: float, retakes: int) -> dict:
@@ -330,11 +310,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement to this file")
     args = parser.parse_args()
     timm = need_timm()
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda, but torch sees no CUDA device")
+    device = chosen_device(args.device, parser)
     if args.size % 16:
         parser.error("--size must be a multiple of 16")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]

@@ -26,6 +26,23 @@ def deprecated(module: str, old: str, new: str, value: Any) -> Any:
     return value
 
 
+# crate_compose.workbench.X, the one folder the workbench was, -> where X lives now (under crate_compose)
+_WORKBENCH = {
+    "ablation": "ablation.study", "grids": "ablation.grids", "archives": "data.archives", "corpus": "data.corpus",
+    "data": "data.sets", "images": "data.folders", "loading": "data.batches", "evaluation": "tasks.registry",
+    "losses": "tasks.masked_autoencoding", "train": "training.run", "runs": "training.identity",
+    "checkpoint": "training.checkpoint", "locks": "training.locks", "optimizers": "training.optimizers",
+    "recipes": "training.recipes", "distributed": "training.distributed", "eventlog": "training.eventlog",
+    "progress": "training.progress", "finetune": "training.finetune", "preflight": "training.preflight",
+    "assessment": "assessment.scoring", "linear_probe": "assessment.frozen_features",
+    "probes": "assessment.layer_probes", "probing": "assessment.run_probes", "timelines": "assessment.timelines",
+    "looking": "pictures.views", "pictures": "pictures.show", "drawings": "pictures.drawings",
+    "decoding": "generation.decoding", "generation": "generation.text",
+}
+# crate_compose.X of the first, flat layout, which became workbench modules (crate_compose.data, .ablation and
+# .generation are packages now, which keep the old module's names: moved_names)
+_FLAT = ("corpus", "train", "checkpoint", "runs", "locks", "probes", "grids", "decoding", "losses", "progress")
+
 # old module path -> where it lives now (the layout of subpackages); importing an old path warns
 MOVED = {
     "crate_compose.yamlread": "crate_compose.language.yamlread", "crate_compose.spec": "crate_compose.language.spec",
@@ -40,26 +57,8 @@ MOVED = {
     "crate_compose.figures": "crate_compose.rendering.diagrams",
     "crate_compose.residual": "crate_compose.modules.residual",
     "crate_compose.objectives": "crate_compose.tasks.masked_autoencoding",
-    # the flat modules of the first layout (crate_compose.data, .ablation and .generation are packages now, which
-    # keep the old module's names: moved_names)
-    "crate_compose.corpus": "crate_compose.data.corpus", "crate_compose.train": "crate_compose.training.run",
-    "crate_compose.checkpoint": "crate_compose.training.checkpoint", "crate_compose.runs": "crate_compose.training.identity",
-    "crate_compose.locks": "crate_compose.training.locks", "crate_compose.probes": "crate_compose.assessment.layer_probes",
-    "crate_compose.grids": "crate_compose.ablation.grids", "crate_compose.decoding": "crate_compose.generation.decoding",
-    "crate_compose.losses": "crate_compose.tasks.masked_autoencoding", "crate_compose.progress": "crate_compose.training.progress",
-    # the one workbench folder, before it became the packages of what a researcher does
-    **{f"crate_compose.workbench.{old}": f"crate_compose.{new}" for old, new in (
-        ("ablation", "ablation.ablate"), ("grids", "ablation.grids"), ("archives", "data.archives"),
-        ("corpus", "data.corpus"), ("data", "data.sets"), ("images", "data.folders"), ("loading", "data.batches"),
-        ("evaluation", "tasks.registry"), ("losses", "tasks.masked_autoencoding"), ("train", "training.run"),
-        ("runs", "training.identity"), ("checkpoint", "training.checkpoint"), ("locks", "training.locks"),
-        ("optimizers", "training.optimizers"), ("recipes", "training.recipes"), ("distributed", "training.distributed"),
-        ("eventlog", "training.eventlog"), ("progress", "training.progress"), ("finetune", "training.finetune"),
-        ("preflight", "training.preflight"), ("assessment", "assessment.scoring"),
-        ("linear_probe", "assessment.frozen_features"), ("probes", "assessment.layer_probes"),
-        ("probing", "assessment.run_probes"), ("timelines", "assessment.timelines"), ("looking", "pictures.views"),
-        ("pictures", "pictures.show"), ("drawings", "pictures.drawings"), ("decoding", "generation.decoding"),
-        ("generation", "generation.text"))},
+    **{f"crate_compose.workbench.{old}": f"crate_compose.{new}" for old, new in _WORKBENCH.items()},
+    **{f"crate_compose.{old}": f"crate_compose.{_WORKBENCH[old]}" for old in _FLAT},
 }
 
 

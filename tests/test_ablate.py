@@ -23,7 +23,7 @@ from crate_compose.language import loader
 from crate_compose.language.naming import safe_name
 from crate_compose.settings import MAX_RUNS, Settings
 from crate_compose.training import run as train_module
-from crate_compose.ablation.ablate import _folder, ablate, variant_label
+from crate_compose.ablation.study import _folder, ablate, variant_label
 from crate_compose.ablation.grids import Grid, GridError, parse_swap
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,7 +291,7 @@ def test_other_files_and_a_resume_of_nothing_are_refused(tmp_path, capsys):
 
 def test_an_ablation_that_never_started_a_run_is_started_again(tmp_path, capsys, monkeypatch):
     out = tmp_path / "grid"
-    monkeypatch.setattr("crate_compose.ablation.ablate.train", _raise(KeyboardInterrupt))  # stopped before its first run
+    monkeypatch.setattr("crate_compose.ablation.study.train", _raise(KeyboardInterrupt))  # stopped before its first run
     assert cli.main(_args(out, "--swap", f"{SPARSIFY}=ista", "--steps", "3")) == 130
     monkeypatch.undo()
     assert cli.main(_args(out, "--swap", f"{SPARSIFY}=ista", "--steps", "2")) == 0  # another grid: nothing is lost
@@ -319,7 +319,7 @@ def test_ablate_resume_continues_an_interrupted_grid_exactly(tmp_path, capsys, m
             monkeypatch.setattr(train_module, "_evaluate", _raise(KeyboardInterrupt))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("crate_compose.ablation.ablate.train", interrupted)
+    monkeypatch.setattr("crate_compose.ablation.study.train", interrupted)
     assert cli.main(_args(out, *swap)) == 130
     monkeypatch.undo()
     assert _runs(out) == ["sparsify-ista/seed-0"] and not (out / "results.md").exists()

@@ -145,7 +145,7 @@ def test_a_refused_ablation_removes_what_it_made_and_keeps_what_it_trained(disk,
 
 
 def test_an_ablation_stopped_after_a_trained_run_keeps_it(tmp_path, capsys, monkeypatch):
-    from crate_compose.ablation import ablate as ablation
+    from crate_compose.ablation import study as ablation
 
     real, calls = ablation.train, []
 

@@ -246,7 +246,7 @@ def test_the_logger_setting_and_a_missing_package(tmp_path, monkeypatch):
 
 
 def test_an_ablation_resumes_with_another_logger():
-    from crate_compose.ablation.ablate import _identity
+    from crate_compose.ablation.study import _identity
     from crate_compose.ablation.grids import Grid
 
     swaps = {"encoder.layer.sparsify.primitive": ["ista", "ista_soft"]}

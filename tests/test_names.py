@@ -9,6 +9,9 @@ primitives' declarations.
 from __future__ import annotations
 
 import ast
+import importlib
+import re
+import sys
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -18,6 +21,7 @@ import pytest
 import crate_compose as cc
 from crate_compose.assessment import layer_probes as probes
 from crate_compose.building.artifacts import load_build
+from crate_compose.deprecation import MOVED
 from crate_compose.generation.decoding import CachedModel
 from crate_compose.modules.measures import Measure
 
@@ -107,3 +111,27 @@ def test_the_building_blocks_import_no_spec_registry_or_primitive():
     assert "crate_compose.modules.residual" in imported["crate_compose/modules/compress.py"]  # resolved
     leaks = {path: sorted(name for name in names if name.startswith(forbidden)) for path, names in imported.items()}
     assert {path: names for path, names in leaks.items() if names} == {}
+
+
+@pytest.mark.parametrize("old, new", sorted(MOVED.items()))
+def test_an_old_module_path_gives_the_module_at_its_new_path_and_warns(old, new, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)  # imported by an earlier test: import it afresh
+    with pytest.warns(DeprecationWarning, match=rf"{re.escape(old)} is deprecated.*use {re.escape(new)}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+
+
+@pytest.mark.parametrize("package, name, module", [("crate_compose.data", "load_data", "sets"),
+                                                   ("crate_compose.ablation", "ablate", "study"),
+                                                   ("crate_compose.generation", "generate_text", "text")])
+def test_a_package_that_took_a_modules_name_still_gives_its_names_and_warns(package, name, module):
+    """``crate_compose.data`` was a module and is a package: ``from crate_compose.data import load_data`` still
+    works, deprecated, and a submodule of the package is never mistaken for one of the old names."""
+    with pytest.warns(DeprecationWarning, match=rf"{package}.{name} is deprecated.*use {package}.{module}.{name}"):
+        value = getattr(importlib.import_module(package), name)
+    assert value is getattr(importlib.import_module(f"{package}.{module}"), name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert importlib.import_module(f"{package}.{module}").__name__ == f"{package}.{module}"
+    with pytest.raises(AttributeError):
+        importlib.import_module(package).no_such_name

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from crate_compose import cli
-from crate_compose.ablation import ablate as ablation
+from crate_compose.ablation import study as ablation
 from crate_compose.language import extends
 from crate_compose.language.loader import load
 from crate_compose.training import preparation

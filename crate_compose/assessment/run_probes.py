@@ -1,4 +1,4 @@
-"""Probing trained networks (``crate-compose probe``); ablation grids are :mod:`crate_compose.ablation.ablate`.
+"""Probing trained networks (``crate-compose probe``); ablation grids are :mod:`crate_compose.ablation.study`.
 
 ``probe_run`` measures every step's own objective layer by layer (:mod:`crate_compose.assessment.layer_probes`) on
 a trained build and on the same spec untrained (same seed), and draws both on one figure, as

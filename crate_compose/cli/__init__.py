@@ -21,7 +21,7 @@ before torch loads too (:mod:`crate_compose.training.preflight`).
 
 Each command's arguments live beside its code, in a module of this package: :mod:`.spec` (build, render, validate,
 inspect, derive, list, schema), :mod:`.train`, :mod:`.probe`, :mod:`.generate`, :mod:`.evaluate` (evaluate,
-linear-probe), :mod:`.exchange` (import, export), :mod:`.fetch`, :mod:`.show` and :mod:`.ablate`, each with an
+linear-probe), :mod:`.exchange` (import, export), :mod:`.fetch`, :mod:`.show` and :mod:`.study`, each with an
 ``add(command)`` that adds its subcommands and a ``run_<command>(args)`` for each; the argument types and the
 groups of arguments several commands share are in :mod:`.arguments`.
 """

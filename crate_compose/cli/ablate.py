@@ -11,19 +11,8 @@ import crate_compose as cc
 from .. import tasks
 from ..errors import SpecError
 from ..settings import MAX_RUNS, MAX_SEEDS
-from .arguments import (
-    Command,
-    from_environment,
-    memory_argument,
-    number,
-    rank_zero,
-    recipe_argument,
-    recipe_settings,
-    run_arguments,
-    run_settings,
-    spec_arguments,
-    start_arguments,
-)
+from .arguments import (Command, from_environment, memory_argument, number, rank_zero, recipe_argument,
+    recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
 
 
 def add(command: Command) -> None:
@@ -72,7 +61,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     out = args.out or _default_ablation(spec_ref, grid)
     if out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
         preflight.ablation_folder(out)
-    from ..ablation.ablate import ablate, base_spec
+    from ..ablation.study import ablate, base_spec
 
     out = out or Path("ablations") / base_spec(spec_ref, grid).name
     rows = ablate(spec_ref, grid, out=out, progress=args.progress, device=args.device,

@@ -17,21 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import tasks
-from ..settings import (
-    AUGMENTATIONS,
-    FORMULAS,
-    FORMULAS_VARIABLE,
-    FREEZES,
-    LOGGERS,
-    MAX_IMAGE_SIZE,
-    MAX_WORKERS,
-    NORMALIZATIONS,
-    OPTIMIZERS,
-    PRECISIONS,
-    SCHEDULES,
-    Settings,
-    formulas_from_environment,
-)
+from ..settings import (AUGMENTATIONS, FORMULAS, FORMULAS_VARIABLE, FREEZES, LOGGERS, MAX_IMAGE_SIZE, MAX_WORKERS,
+    NORMALIZATIONS, OPTIMIZERS, PRECISIONS, SCHEDULES, Settings, formulas_from_environment)
 
 Command = Callable[..., argparse.ArgumentParser]  # command(name, help=...): a subcommand that takes --plugin
 

@@ -7,19 +7,8 @@ from pathlib import Path
 
 import crate_compose as cc
 
-from .arguments import (
-    COUNT,
-    Command,
-    from_environment,
-    memory_argument,
-    rank_zero,
-    recipe_argument,
-    recipe_settings,
-    run_arguments,
-    run_settings,
-    spec_arguments,
-    start_arguments,
-)
+from .arguments import (COUNT, Command, from_environment, memory_argument, rank_zero, recipe_argument,
+    recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
 
 
 def add(command: Command) -> None:

@@ -25,7 +25,7 @@ from . import identity
 from .eventlog import FOLDER as EVENTS_FOLDER
 from .locks import LOCK_FILE
 
-ABLATION_FILE = "ablation.json"  # an ablation folder's record of its grid (ablation.ablate)
+ABLATION_FILE = "ablation.json"  # an ablation folder's record of its grid (ablation.study)
 RUN_FOLDERS = ("checkpoints", "final", "probes", EVENTS_FOLDER)  # what a run keeps as folders
 PROBE_FILES = ("probes.json", "probes.png")
 
