@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+import math
+
 import pytest
 import torch
 
@@ -257,3 +259,31 @@ def test_build_leaves_global_rng_untouched():
     torch.manual_seed(2)
     w2 = _build(dtype="float32", seed=3).state_dict()
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
+
+
+def _dino_interpolate_pos_encoding(table: torch.Tensor, side: int) -> torch.Tensor:
+    """DINO's ``VisionTransformer.interpolate_pos_encoding`` (facebookresearch/dino), written out: the class row
+    kept, the square grid of the table resized bicubically by the scale factor (side + 0.1) / sqrt(N)."""
+    cls, grid = table[:, :1], table[:, 1:]
+    n, dim = grid.shape[1], grid.shape[-1]
+    if side * side == n:  # the table's own grid: DINO returns the table
+        return table
+    root = int(math.sqrt(n))
+    w0 = h0 = side + 0.1
+    grid = torch.nn.functional.interpolate(grid.reshape(1, root, root, dim).permute(0, 3, 1, 2),
+                                           scale_factor=(w0 / math.sqrt(n), h0 / math.sqrt(n)), mode="bicubic")
+    return torch.cat((cls, grid.permute(0, 2, 3, 1).view(1, -1, dim)), dim=1)
+
+
+@pytest.mark.parametrize("side", [2, 3, 4, 6, 9])
+def test_interpolated_positions_are_dinos_table_for_every_grid(side):
+    from crate_compose.modules.embed import Positions
+
+    positions = Positions(1 + 16, 8, grid=(4, 4))
+    tokens = torch.randn(2, 1 + side * side, 8)
+    expected = tokens + _dino_interpolate_pos_encoding(positions.embedding.detach(), side)
+    assert torch.equal(positions(tokens), expected)
+    if side == 4:  # the table's own grid: the table as it is
+        assert torch.equal(positions(tokens), tokens + positions.embedding)
+    with pytest.raises(ValueError, match="no square patch grid"):
+        positions(torch.randn(2, 1 + side * (side + 1), 8))

@@ -7,7 +7,10 @@ the update it computes.
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .precision import LayerNorm
@@ -94,15 +97,38 @@ def position_table(init: str, tokens: int, dim: int, *, grid: tuple[int, int] | 
 
 class Positions(nn.Module):
     """Add a position embedding of shape ``(1, N, d)`` (003 Alg. 1; 001 Sec. 3); a sequence of
-    ``n <= N`` tokens gets its first ``n`` rows (a language model's shorter contexts)."""
+    ``n <= N`` tokens gets its first ``n`` rows (a language model's shorter contexts). With ``grid``
+    ``(h, w)`` (the ``interpolate`` option), the table's last ``h*w`` rows are a patch grid, and tokens of a
+    square image of another size get that grid resized bicubically to theirs (DINO's
+    ``interpolate_pos_encoding``; Caron et al. 2021); the rows before the grid are kept."""
 
-    def __init__(self, tokens: int, dim: int, *, table: torch.Tensor | None = None, trainable: bool = True) -> None:
+    def __init__(self, tokens: int, dim: int, *, table: torch.Tensor | None = None, trainable: bool = True,
+                 grid: tuple[int, int] | None = None) -> None:
         super().__init__()
         init = torch.randn(1, tokens, dim) if table is None else table.reshape(1, tokens, dim).clone()
         self.embedding = nn.Parameter(init, requires_grad=trainable)
+        self.grid = grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.grid is not None and x.shape[1] != self.embedding.shape[1]:
+            return x + self.resized(x.shape[1]).to(x.dtype)
         return self.decode(x, 0)[0]
+
+    def resized(self, tokens: int) -> torch.Tensor:
+        """The table for ``tokens`` tokens: the leading rows as they are, the grid resized to the square grid of
+        ``tokens`` minus those rows."""
+        h, w = self.grid
+        leading = self.embedding.shape[1] - h * w
+        side = math.isqrt(max(tokens - leading, 0))
+        if tokens <= leading or side * side != tokens - leading:
+            raise ValueError(f"{tokens} tokens are no square patch grid after {leading} leading tokens: interpolated "
+                             f"positions take square images (the table's grid is {h}x{w})")
+        cells = self.embedding[:, leading:].reshape(1, h, w, -1).permute(0, 3, 1, 2)
+        # DINO's sampling: a scale factor of (side + 0.1) / h, which sizes the output side x side and sets where
+        # it samples (a size= call would sample at h / side, a little apart)
+        resized = F.interpolate(cells.float(), scale_factor=((side + 0.1) / h, (side + 0.1) / w), mode="bicubic")
+        resized = resized.to(self.embedding.dtype).permute(0, 2, 3, 1).reshape(1, side * side, -1)
+        return torch.cat([self.embedding[:, :leading], resized], dim=1)
 
     def decode(self, x: torch.Tensor, offset: int | None) -> tuple[torch.Tensor, int]:
         """Positions ``offset .. offset + n - 1`` for ``n`` new tokens; the state is the tokens seen."""

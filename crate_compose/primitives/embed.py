@@ -146,12 +146,19 @@ class PositionsArgs(Args):
         description="Patch grid (h, w) for 'sincos2d'; default the grid of the patch embedding before it. "
         "Tokens before the grid (a class token) get a zero embedding.",
     )
+    interpolate: bool = Field(
+        default=False,
+        description="Take square images of any size (DINO's local crops, evaluation at another resolution): the "
+        "table's patch-grid rows are resized bicubically to the input's grid, as DINO's interpolate_pos_encoding; "
+        "tokens before the grid (a class token) keep theirs. Needs a patch grid before it.",
+    )
 
 
 def _grid(args: PositionsArgs, tokens: int, context: Context) -> tuple[int, int]:
     grid = args.grid or context.grid
     if grid is None:
-        raise ValueError("'sincos2d' positions need a patch grid: put them after a patch embedding, or give grid")
+        what = "'sincos2d' positions" if args.init == "sincos2d" else "interpolated positions"
+        raise ValueError(f"{what} need a patch grid: put them after a patch embedding, or give grid")
     if grid[0] * grid[1] > tokens:
         raise ValueError(f"grid {tuple(grid)} has more cells than the {tokens} tokens")
     return tuple(grid)  # type: ignore[return-value]
@@ -178,16 +185,18 @@ def _grid(args: PositionsArgs, tokens: int, context: Context) -> tuple[int, int]
 def positions(args: PositionsArgs, shape: Shape, context: Context) -> nn.Module:
     from ..modules.embed import Positions, position_table
 
-    grid = _grid(args, shape[0], context) if args.init == "sincos2d" else None
-    return Positions(*shape, table=position_table(args.init, *shape, grid=grid), trainable=args.trainable)
+    grid = _grid(args, shape[0], context) if args.init == "sincos2d" or args.interpolate else None
+    return Positions(*shape, table=position_table(args.init, *shape, grid=grid), trainable=args.trainable,
+                     grid=grid if args.interpolate else None)
 
 
 def _positions_footprint(args: PositionsArgs, shape: Shape, context: Context) -> Footprint:
     """Tokens ``(n, d)`` in, the same out; the table ``(1, n, d)`` is a parameter (frozen or not)."""
     dim = token_dim(shape, "positions")
     in_order(context, "positions")
-    if args.init == "sincos2d":
+    if args.init == "sincos2d" or args.interpolate:
         _grid(args, shape[0], context)
+    if args.init == "sincos2d":
         if dim % 4:
             raise ValueError(f"sine-cosine positions need d divisible by 4; got d={dim}")
     return Footprint(shape, {"embedding": (1, *shape)}, frozen=frozenset() if args.trainable else {"embedding"})
