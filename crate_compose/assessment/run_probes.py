@@ -74,9 +74,10 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     if record is None:
         raise WorkbenchError(f"{run} holds no {run_records.RUN_FILE}, so it is not a run whose data can be known: "
                              "give the spec, --data and --weights RUN/final")
-    final = run / "final"
+    task = record.settings().get("task", "classify")
+    final = run / (tasks.get(task).weights if task in tasks.names() else "final")  # a DINO run: its teacher
     if (final / WEIGHTS_FILE).is_file() and (final / SPEC_FILE).is_file():
-        weights, said = final, "its final/"
+        weights, said = final, f"its {final.name}/"
     else:
         weights = latest_checkpoint(run)
         if weights is None:

@@ -7,6 +7,6 @@ inputs the probes read (:mod:`.registry`). ``crate-compose list tasks`` lists th
 * :mod:`.held_out`: what they share on the test split.
 """
 
-from .registry import Task, all_tasks, columns, get, names, of, probe_inputs, task
+from .registry import Session, Task, all_tasks, columns, get, logged, names, of, probe_inputs, task
 
-__all__ = ["Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs", "task"]
+__all__ = ["Session", "Task", "all_tasks", "columns", "get", "logged", "names", "of", "probe_inputs", "task"]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..data.sets import Data
     from ..settings import Settings
 
-__all__ = ["ExampleRun", "Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs", "task"]
+__all__ = ["ExampleRun", "Session", "Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs", "task"]
 
 _TASKS: dict[str, "Task"] = {}
 
@@ -43,6 +43,7 @@ class ExampleRun:
     spec: str  # a zoo preset or a spec file
     data: str  # a data set name
     overrides: tuple[str, ...] = ()  # --set strings that make it small
+    settings: tuple[tuple[str, Any], ...] = ()  # run settings it needs besides the task and data (name, value)
 
 
 class Task:
@@ -59,6 +60,8 @@ class Task:
     mixes_labels: ClassVar[bool] = False  # whether --mixup/--cutmix (soft class targets) apply
     model_name: ClassVar[str] = "model for this task"  # what a network trained on it is called, in refusals
     example: ClassVar[ExampleRun]  # a small run of it (the tests run every task's)
+    logged: ClassVar[tuple[str, ...]] = ()  # what its session measures at each training step besides the loss
+    weights: ClassVar[str] = "final"  # the build folder of a finished run that probes and evaluations read
 
     # ------------------------------------------------------------------ before anything is built
 
@@ -93,6 +96,11 @@ class Task:
 
         return first_test_inputs(data, samples, normalize)
 
+    def session(self, model: Any, settings: "Settings", data: "Data") -> "Session":
+        """What the task keeps over one run of ``model`` on ``data``: by default nothing, and a step is one
+        forward and :meth:`loss`."""
+        return Session(self, model, settings, data)
+
     def best(self, values: dict[str, float]) -> str:
         """The key of the best value (by :attr:`metric`'s direction)."""
         return (max if self.maximize else min)(values, key=values.__getitem__)
@@ -111,7 +119,7 @@ def task(cls: type[Task]) -> type[Task]:
     return cls
 
 
-BUILTIN = ("classification", "masked_autoencoding", "language_modelling")  # modules of this package, in this order
+BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation")  # modules of this package, in this order
 
 
 def _builtins() -> None:
@@ -162,9 +170,52 @@ def probe_inputs(name: str | None, data: "Data", samples: int, normalize: str = 
     return first_test_inputs(data, samples, normalize)
 
 
+def logged() -> tuple[str, ...]:
+    """Every task's training measures besides the loss (:attr:`Session.logged`), each once (metrics.csv's)."""
+    seen: dict[str, None] = {}
+    for one in all_tasks():
+        seen.update(dict.fromkeys(one.logged))
+    return tuple(seen)
+
+
 def columns() -> tuple[str, ...]:
     """Every task's test metrics, each once, in registration order (the columns of metrics.csv)."""
     seen: dict[str, None] = {}
     for one in all_tasks():
         seen.update(dict.fromkeys(one.columns))
     return tuple(seen)
+
+
+class Session:
+    """A task over one run: how a training step computes its loss, and what the task keeps from step to step
+    (:attr:`state`, saved in every checkpoint and restored on resume, so a resumed run continues exactly).
+    The default is a forward of the batch and the task's loss; a task that needs more (DINO: the views of
+    every image, the teacher, the center) subclasses it."""
+
+    logged: tuple[str, ...] = ()  # the names :meth:`logs` gives, logged with each training row
+
+    def __init__(self, task: Task, model: Any, settings: "Settings", data: "Data") -> None:
+        self.task, self.settings, self.data = task, settings, data
+        self.per_epoch = max(1, len(data.train) // settings.batch_size)  # the steps of one pass over the data
+        self.state: dict[str, "torch.Tensor"] = {}
+
+    def loss(self, net: Any, model: Any, x: "torch.Tensor", y: "torch.Tensor", step: int,
+             ema: Any = None) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """The loss of a (micro-)batch at ``step`` through ``net`` (the model, or its DDP wrapper), and the
+        output whose rows all equal each other when the network has collapsed."""
+        outputs = net(x)
+        return self.task.loss(outputs, x, y, model=model, smoothing=self.settings.label_smoothing), outputs["output"]
+
+    def before_update(self, model: Any, optimizer: Any, step: int) -> None:
+        """After the gradients, before the optimizer's step (the default: nothing)."""
+
+    def after_update(self, model: Any, optimizer: Any, step: int) -> None:
+        """After the optimizer's step, before the weights' average (the default: nothing)."""
+
+    def ema_decay(self, step: int) -> float | None:
+        """The decay of the weights' average after ``step`` (None: the run's --ema, constant)."""
+        return None
+
+    def logs(self) -> dict[str, float]:
+        """What the last step measured besides its loss (:attr:`logged`)."""
+        return {}

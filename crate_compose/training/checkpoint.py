@@ -47,6 +47,7 @@ from .identity import LATER
 from .optimizers import EMA, state_keys
 
 STATE_FILE, OPTIMIZER_FILE, EMA_FILE = "state.json", "optimizer.safetensors", "ema.safetensors"
+TASK_FILE = "task.safetensors"  # what a task keeps from step to step (DINO's center), when it keeps anything
 RNG_KEY = "rng.torch"
 MAX_STATE_BYTES = 1_000_000  # state.json is a few kB
 _STEP = re.compile(r"^step-(\d{6,})$")
@@ -70,7 +71,7 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
 
 def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torch.optim.Optimizer,
                     settings: dict[str, Any], *, run_hash: str = "", metrics_rows: int = 0, ema: EMA | None = None,
-                    scaler: torch.amp.GradScaler | None = None) -> Path:
+                    scaler: torch.amp.GradScaler | None = None, task_state: dict[str, torch.Tensor] | None = None) -> Path:
     """Write ``RUN/checkpoints/step-NNNNNN`` atomically and return it."""
     final = run / "checkpoints" / f"step-{step:06d}"
     with staged_folder(final) as staging:  # an OSError names the file at its place in the checkpoint
@@ -80,6 +81,8 @@ def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torc
         save_tensors(tensors, staging / OPTIMIZER_FILE)
         if ema is not None:
             save_tensors({k: v.detach().cpu().contiguous() for k, v in ema.tensors.items()}, staging / EMA_FILE)
+        if task_state:
+            save_tensors({k: v.detach().cpu().contiguous() for k, v in task_state.items()}, staging / TASK_FILE)
         state = {"step": step, "identity": run_hash, "settings": settings, "param_groups": groups,
                  "metrics_rows": metrics_rows, **({"scaler": scaler.state_dict()} if scaler is not None else {})}
         write_atomic(staging / STATE_FILE, json.dumps(state, indent=2, default=str))
@@ -108,7 +111,7 @@ def latest_checkpoint(run: Path) -> Path | None:
 
 def verify(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, run_hash: str,
            spec_text: str, settings: dict[str, Any], steps: int, metrics_rows: list[dict],
-           ema: EMA | None = None) -> dict[str, Any]:
+           ema: EMA | None = None, task_state: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """Check the checkpoint at ``path`` as a whole against the run (see the module docstring);
     return its state. Raises :class:`CheckpointError` naming the checkpoint and the first problem."""
     try:
@@ -122,6 +125,8 @@ def verify(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         _verify_optimizer(path, model, optimizer, state["step"])
         if ema is not None:
             _verify_ema(path, ema)
+        if task_state:
+            _verify_task_state(path, task_state)
     except ValueError as error:
         raise CheckpointError(f"checkpoint {path} cannot be resumed from: {error}") from None
     return state
@@ -273,6 +278,23 @@ def _verify_ema(path: Path, ema: EMA) -> None:
         raise ValueError(f"{EMA_FILE}: {extra[0]} is not a tensor of this model")
 
 
+def _verify_task_state(path: Path, task_state: dict[str, torch.Tensor]) -> None:
+    """What the task keeps (DINO's center): every tensor, of its shape and dtype, finite, and nothing else."""
+    if not (path / TASK_FILE).is_file():
+        raise ValueError(f"{TASK_FILE} is missing (the run's task keeps {', '.join(task_state)} from step to step)")
+    tensors = _read_tensors(path / TASK_FILE)
+    for name, reference in task_state.items():
+        found = tensors.get(name)
+        if found is None or found.shape != reference.shape or found.dtype != reference.dtype:
+            shown = "missing" if found is None else f"{found.dtype} {tuple(found.shape)}"
+            raise ValueError(f"{TASK_FILE}: {name} is {shown}, the run's is {reference.dtype} {tuple(reference.shape)}")
+        if not torch.isfinite(found).all():
+            raise ValueError(f"{TASK_FILE}: {name} holds NaN or infinite values")
+    extra = sorted(set(tensors) - set(task_state))
+    if extra:
+        raise ValueError(f"{TASK_FILE}: {extra[0]} is not a tensor the run's task keeps")
+
+
 def _check_moment(tensor: torch.Tensor, key: str, index: int, parameter: torch.Tensor, name: str, step: int) -> None:
     label = f"{OPTIMIZER_FILE}: {index}.{key} ({name})"
     if key == "step":
@@ -290,7 +312,8 @@ def _check_moment(tensor: torch.Tensor, key: str, index: int, parameter: torch.T
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, ema: EMA | None = None,
-                    scaler: torch.amp.GradScaler | None = None) -> None:
+                    scaler: torch.amp.GradScaler | None = None,
+                    task_state: dict[str, torch.Tensor] | None = None) -> None:
     """Load weights, optimizer state, RNG, the EMA and the scaler from a checkpoint :func:`verify` has passed."""
     model.load_state_dict(read_weights(path / WEIGHTS_FILE, tied(spec_of(model))), strict=True)
     state = json.loads((path / STATE_FILE).read_text())
@@ -306,6 +329,9 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
             ema.tensors[name].copy_(value)
     if scaler is not None and "scaler" in state:
         scaler.load_state_dict(state["scaler"])
+    if task_state:
+        for name, value in load_file(path / TASK_FILE).items():
+            task_state[name].copy_(value)
 
 
 # A checkpoint is filled under ``.step-NNNNNN.XXXXXXXX.partial`` (files.staged_folder), and the build inside it

@@ -39,7 +39,8 @@ class Metrics:
     checkpoint was written after (``keep``, counted in the checkpoint's state)."""
 
     TESTS = tasks.columns()  # every registered task's test metrics: one header for every run
-    FIELDS = ("step", "kind", "loss", "lr", "seconds", *TESTS, *(f"ema_{name}" for name in TESTS))  # --ema: both
+    FIELDS = ("step", "kind", "loss", "lr", "seconds", *TESTS, *(f"ema_{name}" for name in TESTS),  # --ema: both
+              *tasks.logged())  # what a task's session measures at each step (DINO: the teacher's entropy)
 
     def __init__(self, run: Path, keep: int, enabled: bool, board: eventlog.Board | None = None) -> None:
         self.enabled = enabled

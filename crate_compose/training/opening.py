@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .. import tasks
 from ..building.artifacts import replaceable
 from ..building.budget import human
 from ..building.builder import compile_spec, spec_of
@@ -70,6 +71,8 @@ class Opening:
             stochastic_depth(self.model, settings.drop_path)
         self.optimizer = optimizer_for(self.model, settings)
         self.ema = EMA(self.model, settings.ema) if settings.ema else None  # from the initial (or init's) weights
+        # what the task keeps from step to step (DINO: the center), checked in a checkpoint like the weights
+        self.session = tasks.get(settings.task).session(self.model, settings, data)
 
     def identity(self, settings: Settings) -> dict[str, Any]:
         from .. import __version__
@@ -142,7 +145,8 @@ class Opening:
         trajectory = {k: v for k, v in asdict(plan.settings).items()
                       if k not in (*identity.CADENCE, *identity.MACHINERY, *identity.OUTPUTS, "steps")}
         try:
-            state = checkpoint.verify(found[step], self.model, self.optimizer, ema=self.ema, run_hash=plan.record.hash,
+            state = checkpoint.verify(found[step], self.model, self.optimizer, ema=self.ema,
+                                      task_state=self.session.state, run_hash=plan.record.hash,
                                       spec_text=loader.dump(spec_of(self.model)),  # as built: a derived
                                       settings=trajectory, steps=plan.settings.steps,  # decoder written out
                                       metrics_rows=rows)

@@ -167,10 +167,12 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             notes(note)
         if opening.freeze != "none":
             notes(f"--freeze {opening.freeze}: {opening.trainable:,} of {params:,} parameters train (the head's)")
-    task = tasks.get(settings.task)
+    task, session = tasks.get(settings.task), opening.session
+    session.settings = settings  # as the plan resolved them (a resumed run's warm-up)
     ema, scaler = opening.ema, scaler_for(settings, device)
     if plan.checkpoint is not None:
-        checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer, ema=ema, scaler=scaler)
+        checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer, ema=ema, scaler=scaler,
+                                   task_state=session.state)
     board = eventlog.open_board(run, settings.logger, plan.start, settings.batch_size, notes) if writer else None
     metrics = Metrics(run, plan.metrics_rows, writer, stack.enter_context(board) if board else None)  # logging
     stack.enter_context(use_formulas(settings.formulas))  # the run's formulas: fast paths or as written
@@ -194,7 +196,7 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
     for step in range(plan.start + 1, settings.steps + 1):
         x, y = next(loading)  # decoded and augmented, seeded per step (in --workers processes)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        loss, same = _update(net, model, optimizer, scaler, ema, x, y, step, settings, task, dist.rank, device)
+        loss, same = _update(net, model, optimizer, scaler, ema, x, y, step, settings, session, dist.rank, device)
         loss_value = dist.mean(loss)
         if not math.isfinite(loss_value):
             raise _diverged(run, step, loss_value)
@@ -203,7 +205,7 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             raise _collapsed(run, step - constant + 1, step, loss_value)
         if step % settings.log_every == 0 or step == settings.steps:
             metrics.add({"step": step, "kind": "train", "loss": loss_value, "lr": lr_at(step, settings),
-                         "seconds": round(time.perf_counter() - began, 3)})
+                         "seconds": round(time.perf_counter() - began, 3), **session.logs()})
         if writer and settings.compile and step == plan.start + 1:
             notes(f"compiled, and took the first step, in {time.perf_counter() - began - before:,.0f} s")
         bar.update(1)
@@ -215,7 +217,7 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
             checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings), run_hash=plan.record.hash,
-                                       metrics_rows=metrics.count, ema=ema, scaler=scaler)
+                                       metrics_rows=metrics.count, ema=ema, scaler=scaler, task_state=session.state)
     if plan.start == settings.steps:  # its last checkpoint, but result.json or final/ was lost: finish it again
         loss_value = next((r["loss"] for r in reversed(rows_of(read_metrics(run))) if r.get("kind") == "train"),
                           float("nan"))
@@ -237,7 +239,7 @@ def _seconds_before(run: Path) -> float:
     return next((float(r["seconds"]) for r in reversed(rows_of(read_metrics(run))) if "seconds" in r), 0.0)
 
 
-def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Settings, task: tasks.Task, rank: int,
+def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Settings, session: tasks.Session, rank: int,
             device: torch.device) -> torch.Tensor:
     """One optimizer step on the batch ``(x, y)``: the learning rate of ``step``; ``settings.accumulate``
     equal micro-batches, each forward under the precision's autocast with the step's own random draws
@@ -256,21 +258,26 @@ def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Setti
         with sync, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(step_seed(settings.seed, name))  # the run's own draws, whatever ran before
             with autocast(settings, device):
-                outputs = net(xs)
-                loss = task.loss(outputs, xs, ys, model=model, smoothing=settings.label_smoothing) / parts
+                loss, output = session.loss(net, model, xs, ys, step, ema)
+                loss = loss / parts
             (scaler.scale(loss) if scaler is not None else loss).backward()
         total += loss.detach()
-    same = _same_for_every_example(outputs["output"].detach())
+    same = _same_for_every_example(output.detach())
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients
     if settings.grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+    session.before_update(model, optimizer, step)  # DINO: the last layer frozen in the first epoch, the decay
     if scaler is not None:
         scaler.step(optimizer)  # skipped when a gradient overflowed; the scale adapts
         scaler.update()
     else:
         optimizer.step()
+    session.after_update(model, optimizer, step)
     if ema is not None:
+        decay = session.ema_decay(step)  # DINO: the teacher's momentum, rising to 1
+        if decay is not None:
+            ema.decay = decay
         ema.update(model)
     return total, same
 

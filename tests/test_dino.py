@@ -1,0 +1,155 @@
+"""The DINO task (self-distillation with no labels) against an independent reading of DINO's code
+(facebookresearch/dino, main_dino.py: DINOLoss, the teacher's update, utils.cosine_scheduler), and a short run:
+the teacher never gets a gradient, the last layer waits an epoch, the collapse measures are logged, refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from crate_compose import tasks
+from crate_compose.errors import TrainError
+from crate_compose.settings import Settings
+from crate_compose.tasks.self_distillation import cosine, dino_loss, teacher_momentum
+from crate_compose.training.run import train
+
+DINO = tasks.get("dino")
+EXAMPLE = DINO.example
+
+
+class _ReferenceDINOLoss:
+    """DINO's DINOLoss as main_dino.py writes it (one process): student outputs of every crop, teacher outputs
+    of the 2 global crops; centering and sharpening; every pair of different views; the center updated after."""
+
+    def __init__(self, out_dim, ncrops, teacher_temp=0.04, student_temp=0.1, center_momentum=0.9):
+        self.student_temp, self.teacher_temp, self.ncrops = student_temp, teacher_temp, ncrops
+        self.center_momentum = center_momentum
+        self.center = torch.zeros(1, out_dim, dtype=torch.float64)
+
+    def __call__(self, student_output, teacher_output):
+        student_out = (student_output / self.student_temp).chunk(self.ncrops)
+        teacher_out = F.softmax((teacher_output - self.center) / self.teacher_temp, dim=-1).detach().chunk(2)
+        total_loss, n_loss_terms = 0, 0
+        for iq, q in enumerate(teacher_out):
+            for v in range(len(student_out)):
+                if v == iq:
+                    continue
+                loss = torch.sum(-q * F.log_softmax(student_out[v], dim=-1), dim=-1)
+                total_loss += loss.mean()
+                n_loss_terms += 1
+        total_loss /= n_loss_terms
+        batch_center = torch.sum(teacher_output, dim=0, keepdim=True) / len(teacher_output)
+        self.center = self.center * self.center_momentum + batch_center * (1 - self.center_momentum)
+        return total_loss
+
+
+def _cosine_scheduler(base_value, final_value, epochs, niter_per_ep):
+    """DINO's utils.cosine_scheduler without warm-up: one value per iteration."""
+    iters = np.arange(epochs * niter_per_ep)
+    return final_value + 0.5 * (base_value - final_value) * (1 + np.cos(np.pi * iters / len(iters)))
+
+
+@pytest.mark.parametrize("views", [2, 4, 10])
+def test_the_loss_and_the_center_are_dinos_over_several_steps(views):
+    generator = torch.Generator().manual_seed(views)
+    reference, center = _ReferenceDINOLoss(64, views), torch.zeros(1, 64, dtype=torch.float64)
+    for _ in range(4):
+        student = torch.randn(views * 5, 64, generator=generator, dtype=torch.float64) * 3
+        teacher = torch.randn(2 * 5, 64, generator=generator, dtype=torch.float64) * 3
+        expected = reference(student, teacher)
+        ours = dino_loss(student.double(), teacher, center, views)
+        center.mul_(0.9).add_(teacher.sum(0, keepdim=True) / len(teacher), alpha=0.1)  # as the session updates it
+        assert torch.allclose(ours.double(), expected, rtol=1e-6, atol=1e-7), (float(ours), float(expected))
+        assert torch.allclose(center, reference.center, rtol=1e-12, atol=1e-14)
+
+
+def test_the_teacher_momentum_and_the_weight_decay_are_dinos_cosine_schedules():
+    expected = _cosine_scheduler(0.996, 1.0, 3, 7)
+    assert [teacher_momentum(i, 21, 0.996) for i in range(21)] == pytest.approx(list(expected), abs=1e-15)
+    assert teacher_momentum(0, 21, 0.996) == pytest.approx(0.996) and teacher_momentum(21, 21, 0.996) == 1.0
+    decay = _cosine_scheduler(0.04, 0.4, 3, 7)  # the weight decay, 0.04 to 0.4
+    assert [cosine(i, 21, 0.04, 0.4) for i in range(21)] == pytest.approx(list(decay), abs=1e-15)
+
+
+def _settings(**changes) -> Settings:
+    base = Settings(task="dino", data="digits", steps=3, batch_size=8, eval_every=0, checkpoint_every=3, log_every=1,
+                    logger="none", warmup=1, ema=0.996, lr=1e-3, weight_decay=0.04, grad_clip=3.0)
+    return replace(base, **changes)
+
+
+@pytest.fixture(scope="module")
+def dino_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dino") / "run"
+    result = train(EXAMPLE.spec, _settings(), overrides=EXAMPLE.overrides, out=out, progress=False)
+    return out, result
+
+
+def test_a_dino_run_logs_the_collapse_measures_and_keeps_the_center(dino_run):
+    out, result = dino_run
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [row for row in rows if row["kind"] == "train"]
+    assert len(train_rows) == 3
+    prototypes = 32  # EXAMPLE's sizes.prototypes
+    for row in train_rows:  # the teacher's entropy lies between one prototype (0) and uniform (log K)
+        assert 0.0 <= row["teacher_entropy"] <= math.log(prototypes) + 1e-9
+        assert row["teacher_kl_uniform"] == pytest.approx(math.log(prototypes) - row["teacher_entropy"])
+    center = load_file(out / "checkpoints" / "step-000003" / "task.safetensors")["center"]
+    assert center.shape == (1, prototypes) and torch.isfinite(center).all() and center.abs().sum() > 0
+    assert 0.0 <= result.metrics["test_knn_accuracy"] <= 1.0 and 0.0 <= result.metrics["ema_test_knn_accuracy"] <= 1.0
+
+
+def test_the_teacher_is_the_average_and_the_last_layer_waits_an_epoch(dino_run, tmp_path):
+    out, _ = dino_run
+    start = train(EXAMPLE.spec, _settings(steps=1, checkpoint_every=1), overrides=EXAMPLE.overrides,
+                  out=tmp_path / "zero", progress=False)
+    assert start.steps == 1
+    student, teacher = load_file(out / "final" / "model.safetensors"), load_file(out / "final-ema" / "model.safetensors")
+    initial = load_file(tmp_path / "zero" / "final-ema" / "model.safetensors")
+    last = [name for name in student if ".last_layer." in name or name.endswith("last_layer.weight_v")]
+    assert last, sorted(student)
+    for name in last:  # the first epoch (179 steps of 8 digits) has not ended: no update
+        assert torch.equal(student[name], initial[name]), name
+    moved = [name for name in student if name not in last and not torch.equal(student[name], teacher[name])]
+    assert moved  # the teacher lags the student
+    for name in moved:  # and stays within the momentum's reach of the initial weights: it is an average
+        assert (teacher[name] - initial[name]).abs().max() <= (student[name] - initial[name]).abs().max() + 1e-6
+
+
+def test_linear_probe_and_evaluate_of_a_dino_run_read_the_teacher(dino_run):
+    from crate_compose.assessment.run_probes import run_weights
+
+    out, _ = dino_run
+    assert run_weights(out).weights == out / "final-ema"
+
+
+def test_what_dino_cannot_train_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(TrainError, match="--ema 0.996"):
+        train(EXAMPLE.spec, _settings(ema=None), overrides=EXAMPLE.overrides, out=tmp_path / "a", progress=False)
+    with pytest.raises(TrainError, match="has no dino_head"):
+        train("crate-digits", _settings(), overrides=list(EXAMPLE.overrides[:-1]), out=tmp_path / "b", progress=False)
+    with pytest.raises(TrainError, match="interpolate: true"):
+        train(EXAMPLE.spec, _settings(), overrides=[*EXAMPLE.overrides, "preprocess[positions].args.interpolate=false"],
+              out=tmp_path / "c", progress=False)
+    assert not any((tmp_path / name).exists() for name in "bc")
+
+
+def test_the_vit_dino_preset_counts_dinos_vit_s16_with_its_head():
+    """vit-dino-small = DINO's ViT-S/16 backbone (timm's, no classifier: its final norm included) + DINO's head
+    (22,352,128); the head's LayerNorm plays the backbone's final norm, which this project's ViT keeps in its head."""
+    import crate_compose as cc
+
+    timm = pytest.importorskip("timm")  # a test extra (pip install -e .[dev])
+    with torch.device("meta"):
+        backbone = sum(p.numel() for p in timm.create_model("vit_small_patch16_224", num_classes=0).parameters())
+    from crate_compose.modules.head import DinoHead
+
+    with torch.device("meta"):
+        head = DinoHead(384, 65536, norm=False)
+    assert cc.inspect("vit-dino-small").params_total == backbone + sum(p.numel() for p in head.parameters())
