@@ -58,6 +58,14 @@ ZOO_PARAMS = {
     # 8x8 digits, patch 2 (16 tokens), d 64, 4 layers
     "tost-digits": 223_002,  # stem 704 + Fourier 4,160 + 4 x (8,516 + 33,280) + class 64 + CA 16,832 + MLP 33,280 + LN 128 + 650
     "crate-alpha-digits": 167_114,  # conv 320 + 64 + 17 x 64 + 4 x (8,320 + 32,896) + LN 128 + head 650
+    "vit-mini": 2_389_514,  # conv 2,176 + class 128 + positions 6,400 + 12 x (MHSA 66,304 + MLP 131,968) + LN 256 + 1,290
+    # DINO: the backbone without its classifier + DINO's head (LN d, Linear(d, hidden), Linear(hidden, hidden),
+    # Linear(hidden, bottleneck), weight_v K x bottleneck, weight_g K)
+    "crate-dino-small": 35_284_672,  # CRATE-S/16 13,116,328 - head 578,152 + 1,152 + 1,181,696 + 4,196,352 + 524,544 + 16,777,216 + 65,536
+    "vit-dino-small": 44_017_792,  # timm's ViT-S/16 without classifier 21,665,664 + DINO's head 22,352,128
+    "crate-dino-mini": 1_132_928,  # crate-mini 607,754 - head 1,546 + 256 + 66,048 + 262,656 + 65,664 + 131,072 + 1,024
+    "vit-dino-mini": 2_914_688,  # vit-mini 2,389,514 - head 1,546 + the same head 526,720
+    "crate-dino-digits": 167_552,  # crate-digits without head 51,904 + 128 + 16,640 + 65,792 + 16,448 + 16,384 + 256
 }
 
 

@@ -403,6 +403,7 @@ LAYERS = [
     ("rendering", ["crate_compose.rendering"]),
     ("other code's checkpoints", ["crate_compose.interop"]),
     ("data sets and batches", ["crate_compose.data"]),
+    ("frozen features (what a task's evaluation may read)", ["crate_compose.assessment.frozen_features"]),
     ("tasks: what a run learns", ["crate_compose.tasks"]),
     ("training runs", ["crate_compose.training"]),
     ("assessment of trained networks", ["crate_compose.assessment"]),
