@@ -145,6 +145,9 @@ def test_the_vit_dino_preset_counts_dinos_vit_s16_with_its_head():
     (22,352,128); the head's LayerNorm plays the backbone's final norm, which this project's ViT keeps in its head."""
     import crate_compose as cc
 
+    from crate_compose.data.batches import transforms_v2
+
+    transforms_v2()  # torchvision imported the way the package imports it (its C++ operators may not load)
     timm = pytest.importorskip("timm")  # a test extra (pip install -e .[dev])
     with torch.device("meta"):
         backbone = sum(p.numel() for p in timm.create_model("vit_small_patch16_224", num_classes=0).parameters())
@@ -153,3 +156,24 @@ def test_the_vit_dino_preset_counts_dinos_vit_s16_with_its_head():
     with torch.device("meta"):
         head = DinoHead(384, 65536, norm=False)
     assert cc.inspect("vit-dino-small").params_total == backbone + sum(p.numel() for p in head.parameters())
+
+
+def test_multicrop_views_are_per_image_seeded_and_in_range():
+    from crate_compose.tasks.multicrop import MultiCrop, blur, local_size, views
+
+    assert local_size(32, 4) == 12 and local_size(224, 16) == 96 and local_size(8, 2) == 4  # DINO's 96/224
+    images = torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    crop = MultiCrop(32, 12)
+    torch.manual_seed(5)
+    first = views(images, crop)
+    torch.manual_seed(5)
+    again = views(images, crop)
+    assert len(first) == 10 and all(torch.equal(a, b) for a, b in zip(first, again))  # a step's seed: the same views
+    assert [tuple(v.shape) for v in first[1:3]] == [(16, 3, 32, 32), (16, 3, 12, 12)]
+    assert all(float(v.min()) >= 0.0 and float(v.max()) <= 1.0 for v in first)
+    same = images[:1].expand(16, -1, -1, -1)  # one image sixteen times: every copy gets a view of its own
+    torch.manual_seed(6)
+    local = views(same, crop)[2]
+    assert len({tuple(v.flatten()[:8].tolist()) for v in local}) == 16
+    flat = torch.full((4, 1, 16, 16), 0.3)
+    assert torch.allclose(blur(flat, 1.0), flat, atol=1e-6)  # a normalized kernel keeps a constant image
