@@ -24,7 +24,7 @@ from crate_compose.data.batches import IMAGENET_MEAN, IMAGENET_STD, renormalize
 from crate_compose.pictures.views import display
 from crate_compose.pictures.show import show
 from crate_compose.assessment.layer_probes import probe
-from crate_compose.tasks.held_out import first_test_inputs
+from crate_compose.tasks.held_out import probe_sample
 from crate_compose.assessment.run_probes import load_weights, normalization_of, probe_run, standardize
 from crate_compose.training.run import Settings, train
 
@@ -79,7 +79,7 @@ def test_probe_and_linear_probe_standardize_as_the_run(run, tinted):
     fitted, data = prepare(spec, f"folder:{tinted}")
     model = compile_spec(fitted)
     load_weights(model, run / "final")
-    raw, _ = first_test_inputs(data, 256)
+    raw, _ = probe_sample(data, 256)
     by_hand = (raw * torch.tensor(data.std).view(1, -1, 1, 1) + torch.tensor(data.mean).view(1, -1, 1, 1)
                - torch.tensor(IMAGENET_MEAN).view(1, -1, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, -1, 1, 1)
     assert torch.allclose(renormalize(raw, data, "imagenet"), by_hand, atol=1e-6)

@@ -28,6 +28,7 @@ from ..data.batches import normalization, renormalize
 from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
 from ..language import loader
+from ..tasks.held_out import spread
 from ..training import preflight
 from ..training.locks import hold
 from ..training.preparation import HEADLESS, prepare
@@ -134,7 +135,7 @@ def show(spec_ref, data_name: str | None = None, *, weights: str | Path | None =
     if weights is not None:
         load_weights(model, Path(weights))
     count = min(images, len(data.test))
-    chosen = [i * len(data.test) // count for i in range(count)]  # spread over the test split
+    chosen = spread(len(data.test), count)  # spread over the test split: every class its share
     inputs = renormalize(torch.stack([data.test[i][0] for i in chosen]), data, normalize)
     scale = normalization(data, normalize)  # how the inputs turn back into pixels
     mean, std = (scale[0].tolist(), scale[1].tolist()) if scale is not None else (None, None)

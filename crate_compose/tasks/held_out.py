@@ -35,11 +35,18 @@ def test_batches(data: Data, settings: Settings, device: torch.device, size: int
         yield renormalize(x, data, settings.normalize).to(device), y.to(device)
 
 
-def first_test_inputs(data: Data, samples: int, normalize: str = "data") -> tuple[torch.Tensor, dict[str, Any]]:
-    """The first ``samples`` test inputs (standardized as ``normalize`` says), and the true subspaces and
-    labels of synthetic tokens."""
-    count = min(samples, len(data.test))
-    items = [data.test[i] for i in range(count)]
+def spread(length: int, count: int) -> list[int]:
+    """``count`` indices spread evenly over ``length`` examples (``i * length // count``; all of them when there
+    are fewer): a split stored class by class (Fashion-MNIST, MNIST, a folder) gives every class its share,
+    where its first examples would all be of one class."""
+    count = min(count, length)
+    return [i * length // count for i in range(count)]
+
+
+def probe_sample(data: Data, samples: int, normalize: str = "data") -> tuple[torch.Tensor, dict[str, Any]]:
+    """``samples`` test inputs spread over the test split (:func:`spread`; standardized as ``normalize`` says),
+    always the same ones, and the true subspaces and labels of synthetic tokens."""
+    items = [data.test[i] for i in spread(len(data.test), samples)]
     inputs = renormalize(torch.stack([x for x, _ in items]), data, normalize)
     extra: dict[str, Any] = {}
     if data.subspaces is not None:

@@ -90,11 +90,11 @@ class Task:
         raise NotImplementedError
 
     def probe_inputs(self, data: "Data", samples: int, normalize: str = "data") -> tuple["torch.Tensor", dict]:
-        """The inputs the white-box probes measure (the first ``samples`` test inputs, standardized as
-        ``normalize`` says) and what else a probe needs (the true subspaces of synthetic tokens)."""
-        from .held_out import first_test_inputs
+        """The inputs the white-box probes measure (``samples`` test inputs spread over the split, standardized
+        as ``normalize`` says) and what else a probe needs (the true subspaces of synthetic tokens)."""
+        from .held_out import probe_sample
 
-        return first_test_inputs(data, samples, normalize)
+        return probe_sample(data, samples, normalize)
 
     def session(self, model: Any, settings: "Settings", data: "Data") -> "Session":
         """What the task keeps over one run of ``model`` on ``data``: by default nothing, and a step is one
@@ -165,9 +165,9 @@ def probe_inputs(name: str | None, data: "Data", samples: int, normalize: str = 
     found = of(name, data)
     if found is not None:
         return found.probe_inputs(data, samples, normalize)
-    from .held_out import first_test_inputs
+    from .held_out import probe_sample
 
-    return first_test_inputs(data, samples, normalize)
+    return probe_sample(data, samples, normalize)
 
 
 def logged() -> tuple[str, ...]:

@@ -25,17 +25,20 @@ against those of the training split, for the student and (``ema_``) the teacher;
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TrainError
 from .registry import ExampleRun, Session, Task, task
+
+if TYPE_CHECKING:
+    import torch
 
 TEACHER_TEMP = 0.04  # DINO's --teacher_temp (and --warmup_teacher_temp: no warm-up by default)
 STUDENT_TEMP = 0.1
 CENTER_MOMENTUM = 0.9
 WEIGHT_DECAY_END = 0.4  # DINO's --weight_decay_end
 FREEZE_LAST_LAYER_EPOCHS = 1  # DINO's --freeze_last_layer
-KNN_TRAIN = 10_000  # training examples whose features the k-NN votes with (the first ones, always the same)
+KNN_TRAIN = 10_000  # training examples whose features the k-NN votes with (evenly spaced, always the same)
 
 
 @task
@@ -91,9 +94,15 @@ class SelfDistillation(Task):
 
 
 def _batches(split, data, settings, device, count: int):
-    from ..data.batches import renormalize, split_batches
+    """At most ``count`` examples of ``split``, evenly spaced over it (a split stored class by class gives
+    every class its share), standardized as the training inputs, 256 at a time."""
+    import torch
 
-    for x, y in split_batches(split, 256, settings.workers, count=count):
+    from ..data.batches import batch_of, renormalize
+    from .held_out import spread
+
+    for chunk in torch.tensor(spread(len(split), count)).split(256):
+        x, y = batch_of(split, chunk)
         yield renormalize(x, data, settings.normalize).to(device), y.to(device)
 
 
