@@ -79,14 +79,15 @@ def timeline_png(steps: dict[int, Sequence[dict]], *, title: str | None = None) 
         by_layer.set_ylabel(f"{measure} (steps claim {claim})" if claim else measure)
         by_layer.xaxis.set_major_locator(MaxNLocator(integer=True))
         by_layer.grid(True, alpha=0.3)
-        figure.colorbar(shade, ax=by_layer, label="training step (0: untrained)")
+        figure.colorbar(shade, ax=by_layer, label="step (0: untrained)")
         by_step = figure.add_subplot(len(measures), 2, 2 * index + 2)
         depth = max(layers) if layers else 1
         for layer, points in sorted(layers.items()):
             by_step.plot([p[0] for p in points], [p[1] for p in points], marker=".", linewidth=1.2,
                          color=colormaps["plasma"](0.85 * (layer - 1) / max(depth - 1, 1)), label=f"layer {layer}")
         by_step.set_title(f"{measure} by training step, one line per layer", fontsize="medium")
-        by_step.set_xlabel("training step")
+        by_step.set_xlabel("training step (0: untrained)")
+        by_step.set_ylabel(measure)  # beside the colour bar of the panel to its left, which says what colour means
         by_step.grid(True, alpha=0.3)
         by_step.legend(fontsize="x-small", ncol=2 if depth > 6 else 1)
     if title:
