@@ -141,7 +141,8 @@ def standardize(weights: str | Path | None, given: str | None, data: Data,
     return normalize
 
 
-VERBS = {"probe": "probing", "evaluate": "evaluating", "linear-probe": "probing linearly", "show": "showing"}
+VERBS = {"probe": "probing", "evaluate": "evaluating", "linear-probe": "probing linearly", "show": "showing",
+         "segment": "segmenting"}
 
 
 @dataclass

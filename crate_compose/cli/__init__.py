@@ -21,7 +21,7 @@ before torch loads too (:mod:`crate_compose.training.preflight`).
 
 Each command's arguments live beside its code, in a module of this package: :mod:`.spec` (build, render, validate,
 inspect, derive, list, schema), :mod:`.train`, :mod:`.probe`, :mod:`.generate`, :mod:`.evaluate` (evaluate,
-linear-probe), :mod:`.exchange` (import, export), :mod:`.fetch`, :mod:`.show` and :mod:`.study`, each with an
+linear-probe), :mod:`.exchange` (import, export), :mod:`.fetch`, :mod:`.show`, :mod:`.segment` and :mod:`.study`, each with an
 ``add(command)`` that adds its subcommands and a ``run_<command>(args)`` for each; the argument types and the
 groups of arguments several commands share are in :mod:`.arguments`.
 """
@@ -36,7 +36,7 @@ from typing import Sequence
 import crate_compose as cc
 
 from ..errors import DiagramError, PluginError, SpecError, WorkbenchError
-from . import ablate, evaluate, exchange, fetch, generate, probe, show, spec, train
+from . import ablate, evaluate, exchange, fetch, generate, probe, segment, show, spec, train
 from .arguments import formulas_of, plugin_arguments, rank_zero
 
 EPILOG = """examples:
@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     def command(name: str, **kwargs) -> argparse.ArgumentParser:  # every command takes --plugin
         return commands.add_parser(name, parents=[plugin], **kwargs)
 
-    for family in (spec, train, probe, generate, evaluate, exchange, fetch, show, ablate):  # in the order of --help
+    for family in (spec, train, probe, generate, evaluate, exchange, fetch, show, segment, ablate):  # in the order of --help
         family.add(command)
     return top
 
@@ -88,6 +88,7 @@ COMMANDS = {
     "evaluate": evaluate.run_evaluate,
     "linear-probe": evaluate.run_linear_probe,
     "show": show.run_show,
+    "segment": segment.run_segment,
     "import": exchange.run_import,
     "export": exchange.run_export,
     "fetch": fetch.run_fetch,

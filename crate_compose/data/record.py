@@ -23,11 +23,15 @@ __all__ = ["Data", "Tensors", "check_size", "declared_sizes", "spec_overrides"]
 
 class Tensors(Dataset):
     """A data set held in memory: ``inputs[i]`` and ``targets[i]``; ``crops`` (photos only) is the
-    (photo, top, left) of every sample."""
+    (photo, top, left) of every sample; ``masks`` (pasted-digits only) the ground-truth segmentation of
+    every image, ``(N, H, W)`` bool (True on the object), which ``crate-compose segment`` scores
+    attention against. A split without masks has ``masks`` None."""
 
-    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, crops: torch.Tensor | None = None):
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, crops: torch.Tensor | None = None,
+                 masks: torch.Tensor | None = None):
         assert len(inputs) == len(targets)
-        self.inputs, self.targets, self.crops = inputs, targets, crops
+        assert masks is None or (masks.dtype == torch.bool and masks.shape == (len(inputs), *inputs.shape[-2:]))
+        self.inputs, self.targets, self.crops, self.masks = inputs, targets, crops, masks
 
     def __len__(self) -> int:
         return len(self.inputs)

@@ -30,6 +30,18 @@ generated from a seed, or read from a folder the user already has on disk.
     channel with the statistics of the train region. Each split's ``crops`` holds the
     (photo, top, left) of every crop.
 
+``pasted-digits``
+    A segmentation set generated from ``split_seed`` (:mod:`crate_compose.data.pasted`): each of scikit-learn's
+    8x8 digits drawn is resized (bilinear) to a random side of 10/32 to 24/32 of the image's (10 to 24 pixels
+    at 32), and pasted at a random place on a textured background (smooth coloured noise, stripes or checks
+    of random frequency and orientation, or a mix of two), in a random colour with its intensity as alpha.
+    RGB, ``image_size`` a side (default 32, at least 8); 10 classes (the digit's label); 4,000 train / 1,000
+    test images (``train_count``, ``test_count``), the train objects from the ``digits`` set's train split and
+    the test objects from its test split, every image fixed by ``split_seed`` (never by ``seed``), standardized
+    per channel with the train split's mean and std. Each split's ``masks`` holds the ground truth,
+    ``(N, H, W)`` bool: the pixels where the pasted digit's alpha is above 0.5 (``crate-compose segment``
+    scores attention maps against it). Input shape (3, 32, 32).
+
 ``subspaces``
     The mixture of low-rank Gaussians of book eq. 5.3.1, generated from ``seed``: K orthonormal
     subspaces U_k of dimension p in R^d (K, p, n and d follow the spec's sizes ``subspaces``,
@@ -63,7 +75,7 @@ generated from a seed, or read from a folder the user already has on disk.
     The folder is read, scanned and split by :mod:`crate_compose.data.folders`.
 
 Memory: ``image_size`` is at most ``settings.MAX_IMAGE_SIZE`` (8192), and a set held in memory
-(digits, photos) whose resized images would go over the memory limit (``memory_limit``, as
+(digits, photos, pasted-digits) whose resized images would go over the memory limit (``memory_limit``, as
 :func:`crate_compose.building.budget.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
 the memory available) is refused with the estimate before anything is allocated.
 
@@ -76,7 +88,7 @@ there); ``crate-compose train SPEC --data digits`` uses it to size the spec's in
 
 Here are the dispatch (:func:`load_data`, ``LOADERS``, :func:`names`) and :func:`verify`; the record
 :class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
-it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.subspaces`,
+it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``), :mod:`.subspaces`,
 :mod:`.folders` (``folder:PATH``) and :mod:`.corpus` (``text``). Their names are importable from here too.
 """
 
@@ -90,11 +102,13 @@ from ..errors import DataError
 from .corpus import load_text
 from .folders import FolderImages, image_header, load_folder, read_image
 from .record import Data, Tensors, spec_overrides
+from .pasted import load_pasted_digits
 from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
 
 __all__ = [
-    "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_photos", "load_subspaces", "load_text",
+    "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_pasted_digits", "load_photos",
+    "load_subspaces", "load_text",
     "names", "random_subspaces", "sample_tokens", "spec_overrides", "takes", "verify",
 ]
 
@@ -121,6 +135,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "photos": load_photos,
     "subspaces": load_subspaces,
     "text": load_text,
+    "pasted-digits": load_pasted_digits,
 }
 
 
@@ -153,10 +168,11 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
               memory_limit: str | float | None = None, **options: Any) -> Data:
     """Load the data set ``name`` (see the module docstring); ``options`` go to its loader.
 
-    ``seed`` drives every random draw that is not a fixed split (digits and folders have none, so
+    ``seed`` drives every random draw that is not a fixed split (digits, pasted-digits and folders have none, so
     ignore it);
     ``image_size`` applies to image sets only. Options per set: digits ``split_seed``; photos
-    ``train_crops``, ``test_crops``; subspaces ``K``, ``p``, ``n``, ``delta``, ``d``,
+    ``train_crops``, ``test_crops``; pasted-digits ``split_seed``, ``train_count``, ``test_count``; subspaces
+    ``K``, ``p``, ``n``, ``delta``, ``d``,
     ``train_count``, ``test_count``; folder ``split_seed``. Sets that take ``spec`` fit themselves
     to it: text takes windows of its context, subspaces the sizes it declares (``K``, ``p``, ``n``,
     ``d`` given here win). ``memory_limit`` (``--memory-limit``; default as

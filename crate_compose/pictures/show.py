@@ -83,10 +83,12 @@ def draw(views: Views, title: str, labels: list[str] | None = None) -> dict[str,
     return out
 
 
-def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path | None = None) -> Path:
+def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path | None = None, *,
+                   under: str = "pictures") -> Path:
     """Where ``show`` writes: ``out`` when given; beside a run's weights ``RUN/final`` or
     ``RUN/checkpoints/step-N``, ``RUN/pictures/final`` or ``RUN/pictures/step-N``; beside other
-    weights ``W``, ``W/../pictures/<W's name>``; without weights, ``pictures/<spec name>``. Refused
+    weights ``W``, ``W/../pictures/<W's name>``; without weights, ``pictures/<spec name>``
+    (``under`` names the ``pictures`` folder: ``segment`` writes into ``segmentation``). Refused
     (:class:`WorkbenchError`): a folder inside a build (a folder holding model.safetensors and
     spec.yaml) or inside the weights folder; (:class:`~crate_compose.errors.OutputError`, status 1) a file
     where the folder goes (:func:`crate_compose.training.preflight.picture_folder`)."""
@@ -96,11 +98,11 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
     if out is not None:
         folder = Path(out)
     elif named is None:
-        folder = Path("pictures") / spec_name
+        folder = Path(under) / spec_name
     elif named.parent.name == "checkpoints" and CHECKPOINT.fullmatch(named.name):
-        folder = named.parent.parent / "pictures" / named.name
+        folder = named.parent.parent / under / named.name
     else:
-        folder = named.parent / "pictures" / named.name
+        folder = named.parent / under / named.name
     preflight.picture_folder(folder, f"--out {folder}" if out is not None else str(folder), named)
     return folder
 
