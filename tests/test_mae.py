@@ -248,6 +248,7 @@ def _synthetic_images(count, generator):
     return colours * blob + 0.3 * xx.expand(count, 1, 32, 32)
 
 
+@pytest.mark.slow  # a full training run (about a minute): make test-long
 def test_crate_mae_learns_masked_reconstruction():
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)

@@ -33,6 +33,7 @@ def test_crate_digits_reaches_95_percent(tmp_path):
     assert result.metrics["test_accuracy"] >= 0.95, result.metrics  # 97-99% over seeds; 98.6% at 1,000 steps
 
 
+@pytest.mark.slow  # a training run of CRATE-MAE on photos (about 15 s): make test-long
 def test_crate_mae_beats_the_mean_patch_on_held_out_photos(tmp_path):
     result = train(MAE_PHOTOS, Settings(task="mae", data="photos", steps=600), out=tmp_path / "mae", progress=False)
     metrics = result.metrics
