@@ -263,36 +263,32 @@ def _verify_optimizer(path: Path, model: torch.nn.Module, optimizer: torch.optim
 
 def _verify_ema(path: Path, ema: EMA) -> None:
     """The average of the weights: every tensor the run averages, of its shape, float32 and finite."""
-    if not (path / EMA_FILE).is_file():
-        raise ValueError(f"{EMA_FILE} is missing (the run keeps an average of its weights)")
-    tensors = _read_tensors(path / EMA_FILE)
-    for name, reference in ema.tensors.items():
-        found = tensors.get(name)
-        if found is None or found.shape != reference.shape or found.dtype != torch.float32:
-            shown = "missing" if found is None else f"{found.dtype} {tuple(found.shape)}"
-            raise ValueError(f"{EMA_FILE}: {name} is {shown}, the run's is float32 {tuple(reference.shape)}")
-        if not torch.isfinite(found).all():
-            raise ValueError(f"{EMA_FILE}: {name} holds NaN or infinite values")
-    extra = sorted(set(tensors) - set(ema.tensors))
-    if extra:
-        raise ValueError(f"{EMA_FILE}: {extra[0]} is not a tensor of this model")
+    _verify_kept(path, EMA_FILE, ema.tensors, "the run keeps an average of its weights", "a tensor of this model")
 
 
 def _verify_task_state(path: Path, task_state: dict[str, torch.Tensor]) -> None:
     """What the task keeps (DINO's center): every tensor, of its shape and dtype, finite, and nothing else."""
-    if not (path / TASK_FILE).is_file():
-        raise ValueError(f"{TASK_FILE} is missing (the run's task keeps {', '.join(task_state)} from step to step)")
-    tensors = _read_tensors(path / TASK_FILE)
-    for name, reference in task_state.items():
+    _verify_kept(path, TASK_FILE, task_state, f"the run's task keeps {', '.join(task_state)} from step to step",
+                 "a tensor the run's task keeps")
+
+
+def _verify_kept(path: Path, file: str, expected: dict[str, torch.Tensor], why: str, what: str) -> None:
+    """``path / file`` holds every tensor of ``expected``, of its shape and dtype, finite, and nothing else
+    (``why``: why the file must be there; ``what``: what each of its tensors must be)."""
+    if not (path / file).is_file():
+        raise ValueError(f"{file} is missing ({why})")
+    tensors = _read_tensors(path / file)
+    for name, reference in expected.items():
         found = tensors.get(name)
         if found is None or found.shape != reference.shape or found.dtype != reference.dtype:
             shown = "missing" if found is None else f"{found.dtype} {tuple(found.shape)}"
-            raise ValueError(f"{TASK_FILE}: {name} is {shown}, the run's is {reference.dtype} {tuple(reference.shape)}")
+            kind = str(reference.dtype).removeprefix("torch.")
+            raise ValueError(f"{file}: {name} is {shown}, the run's is {kind} {tuple(reference.shape)}")
         if not torch.isfinite(found).all():
-            raise ValueError(f"{TASK_FILE}: {name} holds NaN or infinite values")
-    extra = sorted(set(tensors) - set(task_state))
+            raise ValueError(f"{file}: {name} holds NaN or infinite values")
+    extra = sorted(set(tensors) - set(expected))
     if extra:
-        raise ValueError(f"{TASK_FILE}: {extra[0]} is not a tensor the run's task keeps")
+        raise ValueError(f"{file}: {extra[0]} is not {what}")
 
 
 def _check_moment(tensor: torch.Tensor, key: str, index: int, parameter: torch.Tensor, name: str, step: int) -> None:
