@@ -71,6 +71,13 @@ class Settings:
     mixup: float = 0.0  # alpha of MixUp's Beta(alpha, alpha) (0: off); classification only
     cutmix: float = 0.0  # alpha of CutMix (0: off); with mixup, one of the two per batch
     normalize: str = "data"  # standardize with the data's own statistics, or "imagenet"'s
+    # task dino (tasks/self_distillation.py): DINO's --local_crops_number, --teacher_temp,
+    # --warmup_teacher_temp and --warmup_teacher_temp_epochs (the teacher's temperature rises linearly from the
+    # warm-up's to teacher_temp over those epochs, then stays)
+    local_crops: int = 8
+    teacher_temp: float = 0.04
+    warmup_teacher_temp: float = 0.04
+    warmup_teacher_temp_epochs: int = 0
     # logging: where metrics go besides metrics.jsonl and metrics.csv (training/eventlog.py); None: tensorboard
     # when the package imports, else none. Not part of a run's identity (runs.OUTPUTS): a resume may change it
     logger: str | None = None
@@ -90,6 +97,7 @@ MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
 MAX_RUNS = 256  # runs of one ablation grid (variants x seeds): at a minute a run, four hours of one machine
 MAX_SEEDS = 100  # seeds of one ablation grid
 MAX_WORKERS = 256  # DataLoader worker processes of one training process
+DINO_SETTINGS = ("local_crops", "teacher_temp", "warmup_teacher_temp", "warmup_teacher_temp_epochs")
 
 
 def settings_problems(settings: Settings) -> list[tuple[str, str]]:
@@ -163,6 +171,13 @@ def settings_problems(settings: Settings) -> list[tuple[str, str]]:
     number("mixup", 0, low_open=False)
     number("cutmix", 0, low_open=False)
     choice("normalize", NORMALIZATIONS)
+    whole("local_crops", 0, 64)
+    whole("warmup_teacher_temp_epochs", 0)
+    for name in ("teacher_temp", "warmup_teacher_temp"):
+        number(name, 0, low_open=True)
+    for name in DINO_SETTINGS:
+        if getattr(settings, name) != getattr(Settings(), name) and settings.task != "dino":
+            problems.append((name, f"is a setting of task dino (its views and teacher), not of {settings.task!r}"))
     for name in ("mixup", "cutmix"):
         if getattr(settings, name) and settings.task in tasks().names() and not tasks().get(settings.task).mixes_labels:
             problems.append((name, f"mixes labels into soft targets, so it goes with task classify, not "

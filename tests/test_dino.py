@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from crate_compose import tasks
 from crate_compose.errors import TrainError
 from crate_compose.settings import Settings
-from crate_compose.tasks.self_distillation import cosine, dino_loss, teacher_momentum
+from crate_compose.tasks.self_distillation import cosine, dino_loss, teacher_momentum, teacher_temperature
 from crate_compose.training.run import train
 
 DINO = tasks.get("dino")
@@ -64,7 +64,7 @@ def test_the_loss_and_the_center_are_dinos_over_several_steps(views):
         student = torch.randn(views * 5, 64, generator=generator, dtype=torch.float64) * 3
         teacher = torch.randn(2 * 5, 64, generator=generator, dtype=torch.float64) * 3
         expected = reference(student, teacher)
-        ours = dino_loss(student.double(), teacher, center, views)
+        ours = dino_loss(student.double(), teacher, center, views, 0.04)
         center.mul_(0.9).add_(teacher.sum(0, keepdim=True) / len(teacher), alpha=0.1)  # as the session updates it
         assert torch.allclose(ours.double(), expected, rtol=1e-6, atol=1e-7), (float(ours), float(expected))
         assert torch.allclose(center, reference.center, rtol=1e-12, atol=1e-14)
@@ -76,6 +76,76 @@ def test_the_teacher_momentum_and_the_weight_decay_are_dinos_cosine_schedules():
     assert teacher_momentum(0, 21, 0.996) == pytest.approx(0.996) and teacher_momentum(21, 21, 0.996) == 1.0
     decay = _cosine_scheduler(0.04, 0.4, 3, 7)  # the weight decay, 0.04 to 0.4
     assert [cosine(i, 21, 0.04, 0.4) for i in range(21)] == pytest.approx(list(decay), abs=1e-15)
+
+
+@pytest.mark.parametrize(("warmup", "epochs"), [(0.04, 0), (0.04, 1), (0.04, 3), (0.02, 5)])
+def test_the_teacher_temperature_is_dinos_schedule(warmup, epochs):
+    """main_dino.py: np.concatenate((np.linspace(warmup_teacher_temp, teacher_temp, warmup_epochs),
+    np.ones(nepochs - warmup_epochs) * teacher_temp)), read at the step's epoch."""
+    per_epoch, total = 4, 8
+    expected = np.concatenate((np.linspace(warmup, 0.07, epochs), np.ones(total - epochs) * 0.07))
+    settings = Settings(task="dino", teacher_temp=0.07, warmup_teacher_temp=warmup, warmup_teacher_temp_epochs=epochs)
+    ours = [teacher_temperature(step, per_epoch, settings) for step in range(per_epoch * total)]
+    assert ours == pytest.approx(list(np.repeat(expected, per_epoch)), abs=1e-15)
+
+
+def test_dinos_settings_belong_to_task_dino_and_are_recorded(tmp_path):
+    from crate_compose.settings import settings_problems
+
+    problems = dict(settings_problems(Settings(task="classify", local_crops=2, teacher_temp=0.07)))
+    assert set(problems) == {"local_crops", "teacher_temp"} and "task dino" in problems["local_crops"]
+    assert dict(settings_problems(Settings(task="dino", teacher_temp=0.0)))["teacher_temp"]
+    settings = _settings(steps=2, checkpoint_every=0, local_crops=2, teacher_temp=0.07, warmup_teacher_temp=0.03,
+                         warmup_teacher_temp_epochs=2)
+    train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "run", progress=False)
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["identity"]["settings"]
+    assert (recorded["local_crops"], recorded["teacher_temp"], recorded["warmup_teacher_temp_epochs"]) == (2, 0.07, 2)
+
+
+def _center_shares(rank: int, world: int, init: str, teacher: torch.Tensor, out: str) -> None:
+    """One process of a two-process group: its half of the teacher's outputs through the session's centre update."""
+    import torch.distributed as dist
+
+    from crate_compose.tasks.self_distillation import DinoSession
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    session = DinoSession.__new__(DinoSession)
+    session.state = {"center": torch.zeros(1, teacher.shape[1], dtype=teacher.dtype)}
+    session._update_center(teacher.chunk(world)[rank], 0.04)
+    torch.save(session.state["center"], f"{out}/center-{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_under_ddp_the_center_is_the_mean_over_every_processs_share(tmp_path):
+    """DINO's all_reduce of the batch centre: two processes holding 3 and 3 teacher rows move the centre as one
+    process holding all 6 (the step's views are each process's own, as in DINO: the centre is what they share)."""
+    teacher = torch.randn(6, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.multiprocessing.spawn(_center_shares, args=(2, f"file://{tmp_path / 'rendezvous'}", teacher, str(tmp_path)),
+                                nprocs=2, join=True)
+    expected = 0.1 * teacher.mean(0, keepdim=True)
+    for rank in range(2):
+        assert torch.allclose(torch.load(tmp_path / f"center-{rank}.pt"), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_a_bf16_dino_run_killed_after_a_checkpoint_resumes_exactly(tmp_path, device):
+    """The teacher (the weights' average), the centre and the views after a resume, in bf16 autocast on ``device``."""
+    import shutil
+
+    settings = _settings(steps=4, checkpoint_every=2, precision="bf16")
+    whole = train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "whole", progress=False,
+                  device=str(device))
+    broken = tmp_path / "broken"
+    train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=broken, progress=False, device=str(device))
+    for folder in ("checkpoints/step-000004", "final", "final-ema"):
+        shutil.rmtree(broken / folder)
+    (broken / "result.json").unlink()
+    resumed = train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=broken, resume=True, progress=False,
+                    device=str(device))
+    for folder in ("final", "final-ema"):
+        a, b = (load_file(run / folder / "model.safetensors") for run in (tmp_path / "whole", broken))
+        assert all(torch.equal(a[k], b[k]) for k in a), folder
+    centers = [load_file(run / "checkpoints/step-000004/task.safetensors")["center"] for run in (tmp_path / "whole", broken)]
+    assert torch.equal(*centers) and whole.train_loss == resumed.train_loss
 
 
 def _settings(**changes) -> Settings:

@@ -124,3 +124,15 @@ def test_a_run_trains_on_it_fitted_to_its_images_and_segment_reads_the_run(tmp_p
     result = json.loads((folder / "segmentation.json").read_text())
     assert set(result["runs"]) == {"trained", "untrained"} and result["seed"] == 0
     assert "Jaccard trained" in printed.out and "Jaccard untrained" in printed.out
+
+
+def test_pasted_digits_n_names_the_set_with_n_training_images():
+    """``pasted-digits:N``: N training images, the same test split; a bad N is a DataError naming the form."""
+    from crate_compose.data.sets import load_data
+
+    small, large = load_data("pasted-digits:50"), load_data("pasted-digits:120")
+    assert (len(small.train), len(large.train), len(small.test)) == (50, 120, 1000)
+    assert torch.equal(small.test.masks, large.test.masks)
+    for bad in ("pasted-digits:0", "pasted-digits:", "pasted-digits:1e3", "pasted-digits:2000000"):
+        with pytest.raises(DataError, match="pasted-digits:N"):
+            load_data(bad)

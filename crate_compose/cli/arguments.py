@@ -172,7 +172,8 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     option("--task", choices=tasks.names(), help="what the run learns: " + ", ".join(
         f"{one.name} ({one.summary.split(';')[0]})" for one in tasks.all_tasks()) + f" (default: {default.task}; "
         "crate-compose list tasks)")
-    option("--data", help="digits, fashion-mnist, mnist (after make data), photos, subspaces, text or folder:PATH "
+    option("--data", help="digits, fashion-mnist, mnist (after make data), photos, pasted-digits[:N], subspaces, text "
+                          "or folder:PATH "
                           "(default: digits)")
     option("--steps", type=COUNT, help=f"optimizer steps (default: {default.steps})")
     option("--batch-size", type=COUNT, help=f"global batch size (default: {default.batch_size})")
@@ -228,6 +229,13 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     option("--logger", choices=LOGGERS, help="tensorboard: the metrics also as TensorBoard event files in "
            "RUN/tensorboard/; none: metrics.jsonl and metrics.csv only (default: tensorboard when the package is "
            "installed, else none; not part of the run: a resume may change it)")
+    option("--local-crops", type=NONNEGATIVE, help=f"task dino: local crops per image (default: "
+           f"{default.local_crops}, DINO's)")
+    option("--teacher-temp", type=number(float, 0, low_open=True, what="a number"), help="task dino: the "
+           f"teacher's temperature (default: {default.teacher_temp:g}, DINO's)")
+    option("--warmup-teacher-temp", type=number(float, 0, low_open=True, what="a number"), help="task dino: the "
+           f"teacher's temperature at step 0, rising linearly to --teacher-temp (default: {default.warmup_teacher_temp:g})")
+    option("--warmup-teacher-temp-epochs", type=NONNEGATIVE, help="task dino: over this many epochs (default: 0)")
     parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, ... (default: cpu)")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress (without a terminal, progress is a plain line every tenth of the run)")
@@ -241,6 +249,7 @@ RUN_OPTIONS += ("workers", "mixup", "cutmix", "normalize")  # data pipeline
 
 RUN_OPTIONS += ("logger",)  # logging: where the metrics go besides metrics.jsonl (no part of the run's identity)
 RUN_OPTIONS += ("formulas",)  # fast paths or the formulas as written (modules/paths.py)
+RUN_OPTIONS += ("local_crops", "teacher_temp", "warmup_teacher_temp", "warmup_teacher_temp_epochs")  # task dino
 SETTING_FORMULAS = ("train", "ablate")  # commands whose --formulas is a run setting; others hold the switch for the command
 
 

@@ -36,7 +36,8 @@ generated from a seed, or read from a folder the user already has on disk.
     at 32), and pasted at a random place on a textured background (smooth coloured noise, stripes or checks
     of random frequency and orientation, or a mix of two), in a random colour with its intensity as alpha.
     RGB, ``image_size`` a side (default 32, at least 8); 10 classes (the digit's label); 4,000 train / 1,000
-    test images (``train_count``, ``test_count``), the train objects from the ``digits`` set's train split and
+    test images (``train_count``, ``test_count``; ``pasted-digits:N`` names the set with ``N`` training images),
+    the train objects from the ``digits`` set's train split and
     the test objects from its test split, every image fixed by ``split_seed`` (never by ``seed``), standardized
     per channel with the train split's mean and std. Each split's ``masks`` holds the ground truth,
     ``(N, H, W)`` bool: the pixels where the pasted digit's alpha is above 0.5 (``crate-compose segment``
@@ -95,6 +96,7 @@ it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -102,6 +104,7 @@ from ..errors import DataError
 from .corpus import load_text
 from .folders import FolderImages, image_header, load_folder, read_image
 from .record import Data, Tensors, spec_overrides
+from .pasted import MAX_COUNT as PASTED_MAX
 from .pasted import load_pasted_digits
 from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
@@ -141,7 +144,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
 
 def names() -> list[str]:
     """The data set names ``load_data`` accepts (``folder:PATH`` for a folder of your own)."""
-    return [*LOADERS, "folder:PATH"]
+    return [*LOADERS, "pasted-digits:N", "folder:PATH"]
 
 
 def _loader(name: str) -> tuple[Any, tuple]:
@@ -152,6 +155,12 @@ def _loader(name: str) -> tuple[Any, tuple]:
         return load_folder, (name[len("folder:"):],)
     if name in LOADERS:
         return LOADERS[name], ()
+    if name.startswith("pasted-digits:"):  # pasted-digits:N, N training images (the test split as ever)
+        count = name[len("pasted-digits:"):]
+        if not count.isdigit() or not 1 <= int(count) <= PASTED_MAX:
+            raise DataError(f"data set '{name}': give the training images as pasted-digits:N, N from 1 to "
+                            f"{PASTED_MAX:,}")
+        return functools.partial(load_pasted_digits, train_count=int(count)), ()
     close = difflib.get_close_matches(name, names(), n=1, cutoff=0.6)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     raise DataError(f"unknown data set '{name}': expected one of {', '.join(names())}{hint}")

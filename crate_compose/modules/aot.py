@@ -72,7 +72,11 @@ class AoT(Residual):
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v, back = self._project(x)
-        if self.phi == "softmax":  # exactly softmax attention: the fused kernel (attention() writes it out)
+        # Without its LayerNorm the step's logits are unbounded, and CUDA's fused float32 kernel recomputes
+        # exp(S - logsumexp) in its backward from S rounded anew: with inputs of 1e6 its gradients overflowed
+        # where the formula's did not (measured on an H200; 1e4 was finite). There the formula is applied.
+        fused = self.phi == "softmax" and not (isinstance(self.norm, nn.Identity) and q.device.type == "cuda")
+        if fused:  # exactly softmax attention: the fused kernel (attention() writes it out)
             h = softmax_attention(q, k, v, scale=self.scale)  # (B, K, n, p)
         else:
             h = self._attention(q, k).to(v.dtype) @ v  # (B, K, n, p)

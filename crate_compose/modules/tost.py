@@ -92,8 +92,10 @@ class FourierPositions(nn.Module):
         grid = grid_of(x.shape[1], self.grid)
         features = self.features if grid == self.grid else fourier_features(grid, self.hidden, self.temperature,
                                                                              weight.device)
-        pos = self.token_projection(features.to(weight.dtype))  # (1, d, H, W)
-        return x + pos.flatten(2).transpose(1, 2)  # (B, n, d)
+        # the 1x1 convolution as the product it is: cuDNN would take float32 convolutions in TF32 on a GPU
+        pos = F.linear(features.to(weight.dtype).flatten(2).transpose(1, 2), weight.flatten(1),
+                       self.token_projection.bias)  # (1, H*W, d)
+        return x + pos
 
 
 class ClassAttention(Residual):

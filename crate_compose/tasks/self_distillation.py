@@ -11,7 +11,9 @@ centred distribution and the student's over every pair of different views:
     L = mean over pairs (t in globals, v != t) of  - sum_k P_t(t)_k log P_s(v)_k
     c <- 0.9 c + 0.1 mean over the batch's global views of g_t(x)           (after the loss)
 
-with DINO's defaults ``tau_t = 0.04``, ``tau_s = 0.1`` and a centre momentum of 0.9. As DINO trains: the
+with DINO's defaults ``tau_t = 0.04``, ``tau_s = 0.1`` and a centre momentum of 0.9 (``--teacher-temp``;
+with ``--warmup-teacher-temp T0 --warmup-teacher-temp-epochs E``, ``tau_t`` rises linearly from ``T0`` over the
+first ``E`` epochs, as DINO's schedule per epoch; ``--local-crops N``, DINO's 8 by default). As DINO trains: the
 weight decay follows a cosine from the run's ``--weight-decay`` (the recipe: 0.04) to 0.4, and the head's
 last layer gets no update in the first epoch. Two failure modes are watched and logged at every step
 (DINO Sec. 5.3): the teacher's entropy ``H(P_t)`` (collapse to one prototype: 0) and its KL divergence to
@@ -33,7 +35,6 @@ from .registry import ExampleRun, Session, Task, task
 if TYPE_CHECKING:
     import torch
 
-TEACHER_TEMP = 0.04  # DINO's --teacher_temp (and --warmup_teacher_temp: no warm-up by default)
 STUDENT_TEMP = 0.1
 CENTER_MOMENTUM = 0.9
 WEIGHT_DECAY_END = 0.4  # DINO's --weight_decay_end
@@ -107,7 +108,7 @@ def _batches(split, data, settings, device, count: int):
 
 
 def dino_loss(student: "torch.Tensor", teacher: "torch.Tensor", center: "torch.Tensor", views: int,
-              teacher_temp: float = TEACHER_TEMP, student_temp: float = STUDENT_TEMP) -> "torch.Tensor":
+              teacher_temp: float, student_temp: float = STUDENT_TEMP) -> "torch.Tensor":
     """DINO's loss (see the module docstring): ``student`` ``(views * B, K)`` the student's outputs for every
     view, the two global views first; ``teacher`` ``(2 * B, K)`` the teacher's for the global views."""
     import torch.nn.functional as F
@@ -122,6 +123,17 @@ def dino_loss(student: "torch.Tensor", teacher: "torch.Tensor", center: "torch.T
 def teacher_momentum(step: int, steps: int, base: float) -> float:
     """DINO's cosine schedule of the teacher's momentum: ``base`` at step 0, 1 at the last step."""
     return 1 - (1 - base) * (math.cos(math.pi * step / steps) + 1) / 2
+
+
+def teacher_temperature(step: int, per_epoch: int, settings) -> float:
+    """The teacher's temperature at ``step`` (from 0): DINO's schedule, one value per epoch, rising linearly from
+    ``warmup_teacher_temp`` (epoch 0) to ``teacher_temp`` (epoch ``warmup_teacher_temp_epochs``), then constant."""
+    epochs, epoch = settings.warmup_teacher_temp_epochs, step // max(1, per_epoch)
+    if epoch >= epochs:
+        return settings.teacher_temp
+    if epochs == 1:
+        return settings.warmup_teacher_temp
+    return settings.warmup_teacher_temp + (settings.teacher_temp - settings.warmup_teacher_temp) * epoch / (epochs - 1)
 
 
 def cosine(step: int, steps: int, start: float, end: float) -> float:
@@ -147,7 +159,7 @@ class DinoSession(Session):
         head = next(step for step in _spec(model).head if step.primitive == "dino_head")
         prototypes = int(head.args["out_dim"])
         size = int(_spec(model).input.shape[-1])
-        self.crop = MultiCrop(size, local_size(size, patch_size_of(model)))
+        self.crop = MultiCrop(size, local_size(size, patch_size_of(model)), settings.local_crops)
         device = next(model.parameters()).device
         self.state = {"center": torch.zeros(1, prototypes, device=device)}
         self.last_layer = [name for name, _ in model.named_parameters() if name.startswith(f"head.{head.name}.last_layer")]
@@ -166,18 +178,19 @@ class DinoSession(Session):
         with torch.no_grad(), ema.swapped_in(model):  # first: swapping weights after the student's forward
             teacher = model(torch.cat(crops[:2]))["output"].float()  # would change what its backward needs
         student = torch.cat([net(torch.cat(crops[:2]))["output"], *[net(c)["output"] for c in _locals(crops)]])
-        loss = dino_loss(student, teacher, self.state["center"], self.crop.views)
-        self._update_center(teacher)
+        temperature = teacher_temperature(step - 1, self.per_epoch, self.settings)
+        loss = dino_loss(student, teacher, self.state["center"], self.crop.views, temperature)
+        self._update_center(teacher, temperature)
         return loss, student
 
-    def _update_center(self, teacher: "torch.Tensor") -> None:
+    def _update_center(self, teacher: "torch.Tensor", temperature: float) -> None:
         import torch.distributed as dist
 
         batch = teacher.sum(0, keepdim=True)
         count = teacher.new_tensor(float(len(teacher)))
         if dist.is_available() and dist.is_initialized():  # every process's share of the batch
             dist.all_reduce(batch), dist.all_reduce(count)
-        self.measured = _collapse(teacher, self.state["center"])
+        self.measured = _collapse(teacher, self.state["center"], temperature)
         self.state["center"].mul_(CENTER_MOMENTUM).add_(batch / count, alpha=1 - CENTER_MOMENTUM)
 
     def before_update(self, model, optimizer, step: int) -> None:
@@ -204,11 +217,11 @@ class DinoSession(Session):
         return dict(self.measured)
 
 
-def _collapse(teacher: "torch.Tensor", center: "torch.Tensor") -> dict[str, float]:
+def _collapse(teacher: "torch.Tensor", center: "torch.Tensor", temperature: float) -> dict[str, float]:
     """The teacher's entropy H(P_t) and KL(P_t || uniform) = log K - H(P_t), in nats, averaged over the batch."""
     import torch.nn.functional as F
 
-    log_p = F.log_softmax((teacher - center) / TEACHER_TEMP, dim=-1)
+    log_p = F.log_softmax((teacher - center) / temperature, dim=-1)
     entropy = float(-(log_p.exp() * log_p).sum(-1).mean())
     return {"teacher_entropy": entropy, "teacher_kl_uniform": math.log(teacher.shape[-1]) - entropy}
 

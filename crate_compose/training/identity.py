@@ -57,7 +57,8 @@ LATER = {name: getattr(Settings(), name) for name in (
     "optimizer", "beta1", "beta2", "momentum", "nesterov", "schedule", "min_lr", "lr_step", "lr_decay", "accumulate",
     "ema", "precision", "compile", "drop_path", "epochs", "warmup_epochs",
     "mixup", "cutmix", "normalize",  # data pipeline
-    "formulas")}  # fast paths or the formulas as written (modules/paths.py)
+    "formulas",  # fast paths or the formulas as written (modules/paths.py)
+    "local_crops", "teacher_temp", "warmup_teacher_temp", "warmup_teacher_temp_epochs")}  # task dino
 MACHINERY = ("workers",)  # how fast a run goes, never what it computes: no part of its identity (data pipeline)
 # logging: where the metrics are written besides metrics.jsonl (--logger), never what is learned: no part of
 # its identity, so a run resumes with another logger (or with the package no longer installed)
