@@ -23,11 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-CLI = [sys.executable, "-m", "crate_compose.cli"]
+from experiment import answer, finished, quietly, start
+
 # name: (preset, task options). Both objectives see the same images for the same steps at the same peak rate,
 # warm-up and schedule; DINO's own settings (weight decay 0.04 to 0.4, clipping 3, the teacher at 0.996) come
 # from its recipe, the supervised runs shift each image by up to a pixel.
@@ -42,7 +42,7 @@ DATA = "pasted-digits"
 
 def _train_command(name: str, out: Path, args: argparse.Namespace) -> list[str]:
     preset, options = MODELS[name]
-    return [*CLI, "train", preset, *options, "--data", args.data, "--steps", str(args.steps), "--batch-size",
+    return ["train", preset, *options, "--data", args.data, "--steps", str(args.steps), "--batch-size",
             str(args.batch_size), "--lr", str(args.lr), "--warmup-epochs", "10", "--seed", str(args.seed),
             "--checkpoint-every", str(max(1, args.steps // 6)), "--log-every", "25", "--device", args.device,
             "--no-progress", "--out", str(out / name), *(["--precision", args.precision] if args.precision else [])]
@@ -52,31 +52,19 @@ def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
     for name in MODELS:
-        log = (args.out / f"{name}.log").open("w")
-        runs.append((name, subprocess.Popen(_train_command(name, args.out, args), stdout=log, stderr=subprocess.STDOUT)))
+        runs.append((name, start(_train_command(name, args.out, args), args.out / f"{name}.log")))
         if not args.parallel:
             runs[-1][1].wait()
-    failed = [name for name, process in runs if process.wait() != 0]
-    for name in failed:
-        print(f"error: {name} failed: see {args.out / (name + '.log')}", file=sys.stderr)
-    return 1 if failed else 0
-
-
-def _command_json(command: list[str]) -> dict:
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"error: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
-    return json.loads(result.stdout)
+    return finished(runs, args.out)
 
 
 def report(args: argparse.Namespace) -> int:
     summary = {"models": {}}
     for name in MODELS:
         run = args.out / name
-        probe = _command_json([*CLI, "linear-probe", str(run)])
+        probe = answer(["linear-probe", str(run)])
         segmentation = args.out / "segmentation" / name
-        subprocess.run([*CLI, "segment", str(run), "--samples", str(args.samples), "--images", "6", "--out",
-                        str(segmentation)], check=True, capture_output=True)
+        quietly(["segment", str(run), "--samples", str(args.samples), "--images", "6", "--out", str(segmentation)])
         measured = json.loads((segmentation / "segmentation.json").read_text())
         rows = {which: measured["runs"][which] for which in ("trained", "untrained")}
         result = json.loads((run / "result.json").read_text()) if (run / "result.json").is_file() else {}

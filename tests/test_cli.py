@@ -47,6 +47,16 @@ ZOO_PARAMS = {
     "causal-crate-base": 60_665_088,  # 38,597,376 + 786,432 + 12 x 1,773,312 + 1,536 (docs/language.md)
     "tost-lm-base": 110_467_728,
     "crate-lm-base": 81_934_848,  # the authors' crate_overcomplete.py: 38,633,472 + 786,432 + 12 x 3,542,784 + 1,536
+    # masked language models (BERT's embeddings with segments, a tied masked-LM head): transformers'
+    # BertForMaskedLM(BertConfig()) exactly (tests/test_bert.py), and CRATE-BERT counted in specs/crate-bert.yaml
+    "bert-base": 109_514_298,  # 23,837,184 + 12 x 7,087,872 + head 622,650
+    "crate-bert-base": 45_741_114,  # 23,837,184 + 12 x 1,773,312 + 1,536 + 622,650
+    # laptop variants (bytes:text's vocabulary of 261, context 128, d 256, 4 layers; 10 classes):
+    # embeddings 66,816 + 32,768 + 512 + LN 512 = 100,608; the masked-LM head 65,792 + 512 + 261 = 66,565
+    "bert-mini": 3_326_213,  # + 4 x (MHSA 263,168 + LN 512 + MLP 525,568 + LN 512) + head
+    "crate-bert-mini": 959_237,  # + 4 x (LN 512 + U 65,536 + out 65,792 + LN 512 + D 65,536) + LN 512 + head
+    "bert-mini-classify": 3_262_218,  # bert-mini - head 66,565 + Linear(256, 10) 2,570
+    "crate-bert-mini-classify": 895_242,  # crate-bert-mini - head 66,565 + 2,570
     # byte-level laptop variants, counted by hand: embedding 256x128 + positions 128x128 = 49,152, final LN 256
     "causal-crate-bytes": 248_576,  # + 4 x (LN 256 + U 16,384 + out 16,512 + LN 256 + D 16,384)
     "gpt2-bytes": 842_496,  # + 4 x (LN 256 + qkv 49,536 + out 16,512 + LN 256 + MLP 131,712)

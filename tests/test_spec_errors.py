@@ -652,7 +652,8 @@ def test_nonexistent_spec_path(tmp_path, capsys):
 def test_unknown_preset_name_suggests_the_closest(capsys):
     problem = only(problems_of("crate-bsae"))
     assert problem.message.startswith("'crate-bsae' is neither a spec file nor a zoo preset; presets: ")
-    assert "presets: causal-crate-base, causal-crate-bytes, crate-alpha-" in problem.message
+    assert "presets: bert-base, bert-mini, " in problem.message  # the zoo first, by name
+    assert ", causal-crate-base, causal-crate-bytes, crate-alpha-" in problem.message
     assert problem.hint == "did you mean 'crate-base'?"
     code, _, err = run_cli(capsys, "inspect", "crate-bsae")
     assert code == 2 and "did you mean 'crate-base'?" in err

@@ -20,7 +20,7 @@ its names on first use): ``--help`` and argument errors answer before torch is i
 before torch loads too (:mod:`crate_compose.training.preflight`).
 
 Each command's arguments live beside its code, in a module of this package: :mod:`.spec` (build, render, validate,
-inspect, derive, list, schema), :mod:`.train`, :mod:`.probe`, :mod:`.generate`, :mod:`.evaluate` (evaluate,
+inspect, derive, list, schema), :mod:`.train`, :mod:`.probe`, :mod:`.generate`, :mod:`.fill`, :mod:`.evaluate` (evaluate,
 linear-probe), :mod:`.exchange` (import, export), :mod:`.fetch`, :mod:`.show`, :mod:`.segment` and :mod:`.study`, each with an
 ``add(command)`` that adds its subcommands and a ``run_<command>(args)`` for each; the argument types and the
 groups of arguments several commands share are in :mod:`.arguments`.
@@ -36,7 +36,7 @@ from typing import Sequence
 import crate_compose as cc
 
 from ..errors import DiagramError, PluginError, SpecError, WorkbenchError
-from . import ablate, evaluate, exchange, fetch, generate, probe, segment, show, spec, train
+from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec, train
 from .arguments import formulas_of, plugin_arguments, rank_zero
 
 EPILOG = """examples:
@@ -51,6 +51,8 @@ EPILOG = """examples:
   crate-compose inspect my-net.yaml --plugin my_steps.py    primitives of your own (a module or a .py file)
   crate-compose train causal-crate-bytes --task lm --data text --steps 1500
   crate-compose generate causal-crate-bytes --weights runs/causal-crate-bytes/final --prompt "def "
+  crate-compose train crate-bert-mini --task mlm --data wordpiece:text --steps 2000
+  crate-compose fill runs/crate-bert-mini "import [MASK]"
 """
 
 
@@ -68,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     def command(name: str, **kwargs) -> argparse.ArgumentParser:  # every command takes --plugin
         return commands.add_parser(name, parents=[plugin], **kwargs)
 
-    for family in (spec, train, probe, generate, evaluate, exchange, fetch, show, segment, ablate):  # in the order of --help
+    for family in (spec, train, probe, generate, fill, evaluate, exchange, fetch, show, segment, ablate):  # in the order of --help
         family.add(command)
     return top
 
@@ -85,6 +87,7 @@ COMMANDS = {
     "probe": probe.run_probe,
     "ablate": ablate.run_ablate,
     "generate": generate.run_generate,
+    "fill": fill.run_fill,
     "evaluate": evaluate.run_evaluate,
     "linear-probe": evaluate.run_linear_probe,
     "show": show.run_show,

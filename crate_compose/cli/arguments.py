@@ -170,7 +170,7 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     default = Settings()
     option = functools.partial(parser.add_argument, default=None)
     option("--task", choices=tasks.names(), help="what the run learns: " + ", ".join(
-        f"{one.name} ({one.summary.split(';')[0]})" for one in tasks.all_tasks()) + f" (default: {default.task}; "
+        f"{one.name} ({one.summary.split(';')[0].replace('%', '%%')})" for one in tasks.all_tasks()) + f" (default: {default.task}; "
         "crate-compose list tasks)")
     option("--data", help="digits, fashion-mnist, mnist (after make data), photos, pasted-digits[:N], subspaces, text "
                           "or folder:PATH "

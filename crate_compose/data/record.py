@@ -46,9 +46,14 @@ class Data:
 
     ``train``/``test`` yield ``(input, target)``; ``input_shape`` is one input's shape (no batch
     axis); ``classes`` the number of classes (None when unlabeled); ``task_hint`` is "classify",
-    "mae" (images without labels) or "tokens" (token sets with group labels); ``mean``/``std`` the
+    "mae" (images without labels), "tokens" (token sets with group labels), "lm" (byte windows, target
+    the next bytes) or "mlm" (BERT's ``[CLS] .. [SEP]`` windows of token ids, target the same ids: the
+    task masks them); ``mean``/``std`` the
     per-channel statistics the inputs were standardized with (None for token sets); ``subspaces``
-    the true [U_1 .. U_K] for "subspaces"; ``sizes`` the spec sizes this data fixes.
+    the true [U_1 .. U_K] for "subspaces"; ``sizes`` the spec sizes this data fixes; ``unigram_loss``
+    the held-out loss of the train split's token frequencies (text sets); ``tokenizer`` the
+    :class:`~.tokens.Tokenizer` that made the ids of a tokenized text set (``KIND:text``,
+    ``KIND:folder:PATH``, ``KIND:modules``; None elsewhere), its JSON part of the run's data fingerprint.
     """
 
     name: str
@@ -63,6 +68,7 @@ class Data:
     class_names: list[str] | None = None
     sizes: dict[str, int] = field(default_factory=dict)
     unigram_loss: float | None = None
+    tokenizer: Any = None
 
     def spec_overrides(self, spec: Any) -> list[str]:
         """Override strings that make ``spec`` (a loaded Spec or a spec mapping) take this data."""

@@ -75,6 +75,37 @@ generated from a seed, or read from a folder the user already has on disk.
     ``train`` calls before its first step, reads every file's header and decodes every test image.
     The folder is read, scanned and split by :mod:`crate_compose.data.folders`.
 
+``bytes:text``, ``wordpiece:text``, ``bpe:text``, ``KIND-V:text``
+    Tokenized text for masked language modelling (BERT): the ``text`` set's corpus and split, tokenized
+    (:mod:`crate_compose.data.tokens`). ``KIND`` is ``bytes`` (ids 0..255 the UTF-8 bytes, the specials
+    256..260; takes no ``V``), ``wordpiece`` (BERT's WordPiece, "##" continuing pieces, not lowercased) or
+    ``bpe`` (byte-level BPE, whitespace kept); ``V`` the vocabulary, at most (default 8192; the trainer may
+    stop below it). The tokenizer is trained without a download, deterministically, on the train split's
+    text only (decoded as UTF-8, errors replaced); the specials ``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids
+    0..4 of a trained vocabulary. With the spec's context N (its input shape ``[N]``, else 128; the
+    ``context`` option wins), every example is ``[CLS] t_1 .. t_{N-2} [SEP]``, consecutive non-overlapping
+    chunks of the split's token stream, and its target the same ids (the task masks them):
+    ``task_hint`` "mlm", sizes ``vocab``, ``context`` and ``sep`` (the [SEP] id). ``Data.tokenizer`` is the
+    tokenizer (its JSON is part of a run's data fingerprint); ``Data.unigram_loss`` the held-out
+    cross-entropy of the train split's token frequencies (add-one; specials left out of the test tokens).
+
+``KIND:folder:PATH``, ``KIND-V:folder:PATH``
+    The same for your own text: every ``*.txt``, ``*.md`` and ``*.py`` file under PATH (recursively, sorted,
+    hidden files and folders skipped); the last whole files holding about 10% of the bytes are the test
+    split, the tokenizer is trained on the rest. Plain ``folder:PATH`` is ``bytes:folder:PATH`` when PATH
+    holds text files and no class folders of images.
+
+``KIND:modules``, ``KIND-V:modules``
+    A labelled text set for fine-tuning a sequence classifier: which standard-library module a snippet
+    comes from. The classes are the 10 largest top-level ``.py`` files of the standard library whose names
+    do not start with "_" (``class_names``, sorted by name). Each module's token stream is cut into
+    non-overlapping snippets of N-2 tokens (no padding); the first 80% of a module's snippets are train,
+    the last 20% test (less those a train snippet repeats token for token: code repeats), and every class
+    keeps as many as the smallest class has in each split (spread evenly over its own), so classes are
+    balanced. An example is ``[CLS] snippet [SEP]``, its target the class.
+    The tokenizer is the one ``KIND-V:text`` trains (the same ids: pre-train there, fine-tune here).
+    ``task_hint`` "classify", sizes ``vocab``, ``context``, ``sep`` and ``classes`` (10).
+
 Memory: ``image_size`` is at most ``settings.MAX_IMAGE_SIZE`` (8192), and a set held in memory
 (digits, photos, pasted-digits) whose resized images would go over the memory limit (``memory_limit``, as
 :func:`crate_compose.building.budget.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
@@ -82,7 +113,9 @@ the memory available) is refused with the estimate before anything is allocated.
 
 Targets (the second item of every sample) are consistent across sets: an int64 class index for
 labeled images, ``-1`` for unlabeled images (photos), an int64 tensor of shape (n,) of group
-labels for token sets, and the next bytes for text. Inputs are float32 (int64 byte values for text).
+labels for token sets, the next bytes for text, the input's own ids for tokenized text (``KIND:text``,
+``KIND:folder:PATH``) and the class index for ``KIND:modules``. Inputs are float32 (int64 byte values or
+token ids for text).
 
 ``Data.spec_overrides(spec)`` gives the override strings that make a spec take the data (see
 there); ``crate-compose train SPEC --data digits`` uses it to size the spec's input.
@@ -90,7 +123,8 @@ there); ``crate-compose train SPEC --data digits`` uses it to size the spec's in
 Here are the dispatch (:func:`load_data`, ``LOADERS``, :func:`names`) and :func:`verify`; the record
 :class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
 it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``), :mod:`.subspaces`,
-:mod:`.folders` (``folder:PATH``) and :mod:`.corpus` (``text``). Their names are importable from here too.
+:mod:`.folders` (``folder:PATH``), :mod:`.corpus` (``text``) and :mod:`.tokens` (the tokenizers, ``KIND:text``,
+``KIND:folder:PATH``, ``KIND:modules``). Their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -98,6 +132,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import re
 from typing import Any, Callable
 
 from ..errors import DataError
@@ -108,10 +143,11 @@ from .pasted import MAX_COUNT as PASTED_MAX
 from .pasted import load_pasted_digits
 from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
+from .tokens import DEFAULT_VOCAB, KINDS, check_vocab, is_text_folder, load_modules, load_text_folder, load_tokens
 
 __all__ = [
-    "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_pasted_digits", "load_photos",
-    "load_subspaces", "load_text",
+    "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_modules", "load_pasted_digits",
+    "load_photos", "load_subspaces", "load_text", "load_text_folder", "load_tokens",
     "names", "random_subspaces", "sample_tokens", "spec_overrides", "takes", "verify",
 ]
 
@@ -143,8 +179,36 @@ LOADERS: dict[str, Callable[..., Data]] = {
 
 
 def names() -> list[str]:
-    """The data set names ``load_data`` accepts (``folder:PATH`` for a folder of your own)."""
-    return [*LOADERS, "pasted-digits:N", "folder:PATH"]
+    """The data set names ``load_data`` accepts (``folder:PATH`` for a folder of your own; ``KIND`` is
+    bytes, wordpiece or bpe, ``V`` a vocabulary size)."""
+    return [*LOADERS, "pasted-digits:N", "folder:PATH", *(f"{kind}:text" for kind in KINDS), "KIND-V:text",
+            "KIND:modules", "KIND:folder:PATH"]
+
+
+_TOKENIZED = re.compile(rf"({'|'.join(KINDS)})(?:-([0-9]+))?:(.*)", re.DOTALL)  # KIND[-V]:SOURCE
+
+
+def _tokenized(name: str) -> tuple[Any, tuple] | None:
+    """The loader of a tokenized text set ``KIND[-V]:text|modules|folder:PATH``, None for another name."""
+    match = _TOKENIZED.fullmatch(name)
+    if match is None:
+        return None
+    kind, size, source = match.groups()
+    if kind == "bytes" and size is not None:
+        raise DataError(f"data set '{name}': bytes takes no vocabulary size (its ids are the 256 bytes and 5 "
+                        "specials); write bytes:" + source)
+    vocab = None if kind == "bytes" else int(size) if size is not None else DEFAULT_VOCAB
+    check_vocab(kind, vocab)
+    if source == "text":
+        return functools.partial(load_tokens, kind, vocab), ()
+    if source == "modules":
+        return functools.partial(load_modules, kind, vocab), ()
+    if source.startswith("folder:"):
+        if not source[len("folder:"):]:
+            raise DataError(f"data set '{name}': give the folder as {kind}:folder:PATH")
+        return functools.partial(load_text_folder, source[len("folder:"):], kind, vocab), ()
+    form = kind if kind == "bytes" else f"{kind}[-V]"
+    raise DataError(f"data set '{name}': a {kind} set is {form}:text, {form}:modules or {form}:folder:PATH")
 
 
 def _loader(name: str) -> tuple[Any, tuple]:
@@ -152,7 +216,12 @@ def _loader(name: str) -> tuple[Any, tuple]:
     if name.startswith("folder:"):
         if not name[len("folder:"):]:
             raise DataError("folder: give the folder as folder:PATH")
+        if is_text_folder(name[len("folder:"):]):  # text files and no class folders of images: bytes:folder:PATH
+            return functools.partial(load_text_folder, name[len("folder:"):], "bytes", None), ()
         return load_folder, (name[len("folder:"):],)
+    tokenized = _tokenized(name)
+    if tokenized is not None:
+        return tokenized
     if name in LOADERS:
         return LOADERS[name], ()
     if name.startswith("pasted-digits:"):  # pasted-digits:N, N training images (the test split as ever)
@@ -182,7 +251,8 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
     ``image_size`` applies to image sets only. Options per set: digits ``split_seed``; photos
     ``train_crops``, ``test_crops``; pasted-digits ``split_seed``, ``train_count``, ``test_count``; subspaces
     ``K``, ``p``, ``n``, ``delta``, ``d``,
-    ``train_count``, ``test_count``; folder ``split_seed``. Sets that take ``spec`` fit themselves
+    ``train_count``, ``test_count``; folder ``split_seed``; text and the tokenized text sets (``KIND:text``,
+    ``KIND:folder:PATH``, ``KIND:modules``) ``context``. Sets that take ``spec`` fit themselves
     to it: text takes windows of its context, subspaces the sizes it declares (``K``, ``p``, ``n``,
     ``d`` given here win). ``memory_limit`` (``--memory-limit``; default as
     :func:`crate_compose.building.budget.resolve_limit`) bounds the image sets: digits and photos resized past

@@ -30,8 +30,8 @@ def presets() -> dict[str, Path]:
     """Zoo presets and specs by name (zoo first: its names are the published model names)."""
     found: dict[str, Path] = {}
     for folder in (zoo_dir(), specs_dir()):
-        for path in sorted(folder.glob("*.yaml")):
-            found.setdefault(path.stem, path)
+        for path in sorted(folder.glob("*.yaml"), key=lambda path: path.stem):  # by name (bert-mini, then
+            found.setdefault(path.stem, path)  # bert-mini-classify; the file names sort the other way round)
     return found
 
 

@@ -3,7 +3,8 @@ that owns its batch's loss, its test metrics and baselines, the metric that rank
 inputs the probes read (:mod:`.registry`). ``crate-compose list tasks`` lists them; ``--task NAME`` picks one.
 
 * :mod:`.registry`: the :class:`~.registry.Task` declaration and the registry (no torch);
-* :mod:`.classification`, :mod:`.masked_autoencoding`, :mod:`.language_modelling`: the built-in tasks;
+* :mod:`.classification`, :mod:`.masked_autoencoding`, :mod:`.language_modelling`, :mod:`.self_distillation`,
+  :mod:`.masked_language_modelling`: the built-in tasks;
 * :mod:`.held_out`: what they share on the test split.
 """
 

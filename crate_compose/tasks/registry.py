@@ -12,8 +12,9 @@ a masked autoencoder or a language model:
 
 Declaring a task imports no torch (as declaring a primitive does not): what needs torch is imported inside
 the methods that use it, so ``crate-compose list tasks``, ``validate`` and a grid file's settings are read
-without it. The built-in tasks are :mod:`.classification`, :mod:`.masked_autoencoding` and
-:mod:`.language_modelling`; ``docs/architecture.md`` says how to add one.
+without it. The built-in tasks are :mod:`.classification`, :mod:`.masked_autoencoding`,
+:mod:`.language_modelling`, :mod:`.self_distillation` and :mod:`.masked_language_modelling`;
+``docs/architecture.md`` says how to add one.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def task(cls: type[Task]) -> type[Task]:
     return cls
 
 
-BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation")  # modules of this package, in this order
+BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation",  # modules of this
+           "masked_language_modelling")  # package, in this order
 
 
 def _builtins() -> None:
@@ -206,6 +208,14 @@ class Session:
         outputs = net(x)
         return self.task.loss(outputs, x, y, model=model, smoothing=self.settings.label_smoothing), outputs["output"]
 
+    def seed(self, what: str, step: int, x: "torch.Tensor") -> int:
+        """A seed for the random draws ``what`` of the (micro-)batch ``x`` at ``step`` in this process: a function
+        of the run's seed, the step, the process's rank and which micro-batch ``x`` is, so a resumed run draws
+        the same, and every process and micro-batch draws its own."""
+        from ..building.placement import step_seed
+
+        return step_seed(self.settings.seed, f"{what}/{step}/{_rank()}/{_part(x)}")
+
     def before_update(self, model: Any, optimizer: Any, step: int) -> None:
         """After the gradients, before the optimizer's step (the default: nothing)."""
 
@@ -219,3 +229,15 @@ class Session:
     def logs(self) -> dict[str, float]:
         """What the last step measured besides its loss (:attr:`logged`)."""
         return {}
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _part(x: "torch.Tensor") -> int:
+    """Which micro-batch of a step ``x`` is (its size and first value tell them apart; the draws of each are
+    seeded apart)."""
+    return hash((x.shape[0], float(x.flatten()[0]))) % 1_000_003

@@ -168,12 +168,11 @@ class DinoSession(Session):
     def loss(self, net, model, x, y, step, ema=None):
         import torch
 
-        from ..building.placement import step_seed
         from .multicrop import views
 
         mean, std = self.mean.to(x.dtype), self.std.to(x.dtype)
         with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-            torch.manual_seed(step_seed(self.settings.seed, f"views/{step}/{_rank()}/{_part(x)}"))
+            torch.manual_seed(self.seed("views", step, x))
             crops = [(view - mean) / std for view in views((x * std + mean).clamp(0, 1), self.crop)]
         with torch.no_grad(), ema.swapped_in(model):  # first: swapping weights after the student's forward
             teacher = model(torch.cat(crops[:2]))["output"].float()  # would change what its backward needs
@@ -231,18 +230,6 @@ def _locals(crops: list) -> list:
     import torch
 
     return [torch.cat(crops[2:])] if len(crops) > 2 else []
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _part(x: "torch.Tensor") -> int:
-    """Which micro-batch of a step ``x`` is (its size and first value tell them apart; the views of each
-    are drawn from a seed of their own)."""
-    return hash((x.shape[0], float(x.flatten()[0]))) % 1_000_003
 
 
 def _spec(model: Any):

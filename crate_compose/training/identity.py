@@ -49,6 +49,7 @@ from ..files import write_atomic
 from ..settings import Settings
 
 RUN_FILE = "run.json"
+TOKENIZER_FILE = "tokenizer.json"  # a text run's vocabulary (its ids' meaning), for fill and fine-tuning
 FORMAT = 1
 CADENCE = ("eval_every", "log_every", "checkpoint_every")  # what is logged and saved, not what is learned
 # settings added after runs were first recorded: at their default they are left out of a run's identity,
@@ -75,7 +76,7 @@ STARTS = ("init", "freeze")  # a fine-tuning run's own keys of its identity (abs
 MAX_RECORD_BYTES = 4_000_000  # a record is a few kB; its history grows by one line per resume
 # What a run folder may hold: its own files, the lock, temporary siblings ('.NAME.*')
 OWN = frozenset({RUN_FILE, ".lock", "spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", "checkpoints",
-                 "final", "final-ema", "probes", "superseded", "recipe.yaml", "tensorboard"})
+                 "final", "final-ema", "probes", "superseded", "recipe.yaml", "tensorboard", TOKENIZER_FILE})
 
 
 class RunMismatch(WorkbenchError):

@@ -175,6 +175,8 @@ class Opening:
         write_atomic(run / "spec.yaml", self.spec_text)
         if self.recipe is not None:  # the recipe as written (what it set is in the identity, with every setting)
             write_atomic(run / "recipe.yaml", self.recipe)
+        if getattr(self.data, "tokenizer", None) is not None:  # the vocabulary the ids mean (hashed in the data's
+            write_atomic(run / identity.TOKENIZER_FILE, self.data.tokenizer.to_json())  # fingerprint): fill reads it
         identity.write(run, plan.record)
 
     def _check_disk(self, plan: Plan) -> None:

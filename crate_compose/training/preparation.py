@@ -45,8 +45,11 @@ def check_run(task: tasks.Task, spec, data: Data, settings: Settings) -> None:
 
 def fingerprint(data: Data) -> str:
     """SHA-256 of what a data set holds: its tensors (built-in sets), or the relative path and size of
-    every file (folders), so a run resumed on other data is refused."""
+    every file (folders), and the tokenizer's JSON (tokenized text), so a run resumed on other data is refused."""
     digest = hashlib.sha256(data.name.encode())
+    tokenizer = getattr(data, "tokenizer", None)
+    if tokenizer is not None:
+        digest.update(tokenizer.to_json().encode())
     for split in (data.train, data.test):
         files = getattr(split, "files", None)
         tensors = getattr(split, "tensors", None) or [getattr(split, name) for name in ("inputs", "targets", "tokens")

@@ -1,0 +1,155 @@
+"""CRATE-BERT against BERT at the same width and depth, on the same tokens for the same steps.
+
+The journal paper trains CRATE as BERT does (masked language modelling) and compares it with BERT. This runs
+that comparison at a size a laptop trains: ``crate-bert-mini`` and ``bert-mini`` (4 layers of width 256, 4
+heads, context 128) on the Python standard library's source with a WordPiece vocabulary trained on it
+(``wordpiece-4096:text``), then, for each, what the pre-training is worth downstream on a labelled text set
+made from the same library (``wordpiece-4096:modules``: which of 10 modules a 126-token snippet comes from):
+
+* **fine-tuned**: the classifier preset started from the MLM run's weights (``train --init RUN/final``);
+* **from scratch**: the same classifier and steps from random weights;
+* **linear probe**: logistic regression on the frozen MLM network's [CLS] token and mean token.
+
+    python benchmarks/bert_comparison.py train runs/bert --steps 2000 --batch-size 32
+    python benchmarks/bert_comparison.py report runs/bert --figure docs/figures/bert-comparison.png
+
+``report`` writes ``OUT/summary.json``, prints a markdown table, and draws the test MLM loss and accuracy
+over the steps (beside the unigram model's) and the downstream accuracies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from experiment import answer, finished, start
+
+MODELS = ("crate-bert", "bert")
+
+
+def _labelled(data: str) -> str:
+    """The labelled set with the pre-training set's tokenizer: ``wordpiece-4096:text`` -> ``wordpiece-4096:modules``."""
+    kind, _, corpus = data.partition(":")
+    if corpus != "text":
+        raise SystemExit(f"error: --data {data}: the downstream set is made from the shipped corpus (KIND:text)")
+    return f"{kind}:modules"
+
+
+def train(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    common = ["--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress"]
+    pretraining = [(name, start(["train", f"{name}-mini", "--task", "mlm", "--data", args.data, "--steps",
+                                 str(args.steps), "--lr", str(args.lr), "--eval-every", str(max(1, args.steps // 10)),
+                                 "--log-every", "20", "--out", str(args.out / name), *common],
+                                args.out / f"{name}.log")) for name in MODELS]
+    if finished(pretraining, args.out):
+        return 1
+    downstream = ["--task", "classify", "--data", _labelled(args.data), "--steps", str(args.finetune_steps),
+                  "--lr", str(args.finetune_lr), *common]
+    runs = []
+    for name in MODELS:
+        runs.append((f"{name}-finetuned", start(["train", f"{name}-mini-classify", *downstream, "--init",
+                                                 str(args.out / name / "final"), "--out",
+                                                 str(args.out / f"{name}-finetuned")], args.out / f"{name}-finetuned.log")))
+        runs.append((f"{name}-scratch", start(["train", f"{name}-mini-classify", *downstream, "--out",
+                                               str(args.out / f"{name}-scratch")], args.out / f"{name}-scratch.log")))
+    return finished(runs, args.out)
+
+
+def _rows(run: Path, kind: str) -> list[dict]:
+    return [row for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if row["kind"] == kind]
+
+
+def report(args: argparse.Namespace) -> int:
+    summary: dict = {"models": {}}
+    for name in MODELS:
+        run = args.out / name
+        result = json.loads((run / "result.json").read_text())
+        record = json.loads((run / "run.json").read_text())
+        data = record["identity"]["data"]["name"]
+        probes = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--weights", str(run / "final"),
+                                "--data", _labelled(data), "--pool", pool]) for pool in ("cls", "mean")}
+        downstream = {how: json.loads((args.out / f"{name}-{how}" / "result.json").read_text())["metrics"]
+                      for how in ("finetuned", "scratch")}
+        summary["data"], summary["steps"] = data, result["steps"]
+        summary["batch_size"] = record["identity"]["settings"]["batch_size"]
+        summary["models"][name] = {
+            "parameters": result["params"], "seconds": result["seconds"], **result["metrics"],
+            "curve": [{k: row[k] for k in ("step", "test_mlm_loss", "test_mlm_accuracy")} for row in _rows(run, "eval")],
+            "finetuned_accuracy": downstream["finetuned"]["test_accuracy"],
+            "scratch_accuracy": downstream["scratch"]["test_accuracy"],
+            "probe_cls_accuracy": probes["cls"]["test_accuracy"], "probe_mean_accuracy": probes["mean"]["test_accuracy"],
+        }
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(_table(summary))
+    if args.figure:
+        _figure(summary, args.figure)
+    return 0
+
+
+def _table(summary: dict) -> str:
+    lines = ["| model | parameters | test MLM loss | test MLM accuracy | unigram loss / accuracy | fine-tuned | "
+             "from scratch | linear probe [CLS] / mean |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, m in summary["models"].items():
+        lines.append(f"| {name}-mini | {m['parameters']:,} | {m['test_mlm_loss']:.3f} | {m['test_mlm_accuracy']:.3f} | "
+                     f"{m['test_unigram_loss']:.3f} / {m['test_unigram_accuracy']:.3f} | {m['finetuned_accuracy']:.3f} | "
+                     f"{m['scratch_accuracy']:.3f} | {m['probe_cls_accuracy']:.3f} / {m['probe_mean_accuracy']:.3f} |")
+    return "\n".join(lines)
+
+
+def _figure(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for name, m in summary["models"].items():
+        steps = [row["step"] for row in m["curve"]]
+        axes[0].plot(steps, [row["test_mlm_loss"] for row in m["curve"]], marker="o", label=f"{name}-mini")
+        axes[1].plot(steps, [row["test_mlm_accuracy"] for row in m["curve"]], marker="o", label=f"{name}-mini")
+    first = next(iter(summary["models"].values()))
+    axes[0].axhline(first["test_unigram_loss"], color="grey", linestyle="--", label="unigram")
+    axes[1].axhline(first["test_unigram_accuracy"], color="grey", linestyle="--", label="unigram")
+    for axis, title in zip(axes[:2], ("test MLM loss (nats per hidden token)", "test MLM accuracy")):
+        axis.set_xlabel("step")
+        axis.set_title(title, fontsize=10)
+        axis.legend(fontsize=8)
+    names = list(summary["models"])
+    bars = [("fine-tuned", "finetuned_accuracy"), ("from scratch", "scratch_accuracy"),
+            ("probe [CLS]", "probe_cls_accuracy"), ("probe mean", "probe_mean_accuracy")]
+    width = 0.8 / len(bars)
+    for i, (label, key) in enumerate(bars):
+        axes[2].bar([x + (i - (len(bars) - 1) / 2) * width for x in range(len(names))],
+                    [summary["models"][n][key] for n in names], width, label=label)
+    axes[2].set_xticks(range(len(names)), [f"{n}-mini" for n in names])
+    axes[2].set_title("which module a snippet is from (10 classes)", fontsize=10)
+    axes[2].legend(fontsize=7)
+    figure.suptitle(f"{summary['data']}: {summary['steps']} steps of {summary['batch_size']} windows", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("train", help="pre-train both, then fine-tune each and train each from scratch")
+    run.add_argument("out", type=Path)
+    run.add_argument("--data", default="wordpiece-4096:text")
+    run.add_argument("--steps", type=int, default=2000)
+    run.add_argument("--batch-size", type=int, default=32)
+    run.add_argument("--lr", type=float, default=5e-4)
+    run.add_argument("--finetune-steps", type=int, default=500)
+    run.add_argument("--finetune-lr", type=float, default=2e-4)
+    run.add_argument("--seed", type=int, default=0)
+    measure = commands.add_parser("report", help="measure the runs")
+    measure.add_argument("out", type=Path)
+    measure.add_argument("--figure", type=Path, default=None)
+    args = parser.parse_args(argv)
+    return train(args) if args.command == "train" else report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
