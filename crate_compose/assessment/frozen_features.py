@@ -52,7 +52,10 @@ def feature_site(model: fx.GraphModule, layer: int | None = None) -> str:
 
 
 def has_class_token(model: fx.GraphModule) -> bool:
-    return any(step.primitive == "class_token" for _, _, _, step in spec_of(model).stages())
+    """A class token at place 0: a ``class_token`` step, or BERT's input (a ``token_embed`` with segments reads
+    windows framed ``[CLS] ... [SEP]``, as the masked-LM and labelled text sets give them)."""
+    return any(step.primitive == "class_token" or (step.primitive == "token_embed" and step.args.get("segments"))
+               for _, _, _, step in spec_of(model).stages())
 
 
 def features(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = None, pool: str = "cls",

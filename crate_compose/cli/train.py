@@ -63,7 +63,7 @@ def run_train(args: argparse.Namespace) -> int:
     count = f"{result.trainable:,} of {result.params:,}" if freeze != "none" else f"{result.params:,}"
     print(f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
           f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
-    extra = "".join(f", {name}" for name in ("final-ema/", "recipe.yaml", "tensorboard/")
+    extra = "".join(f", {name}" for name in ("final-ema/", "recipe.yaml", "tokenizer.json", "tensorboard/")
                     if (Path(result.run) / name).exists())
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
     return 0

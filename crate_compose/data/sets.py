@@ -77,7 +77,7 @@ generated from a seed, or read from a folder the user already has on disk.
 
 ``bytes:text``, ``wordpiece:text``, ``bpe:text``, ``KIND-V:text``
     Tokenized text for masked language modelling (BERT): the ``text`` set's corpus and split, tokenized
-    (:mod:`crate_compose.data.tokens`). ``KIND`` is ``bytes`` (ids 0..255 the UTF-8 bytes, the specials
+    (:mod:`crate_compose.data.tokens`, :mod:`crate_compose.data.texts`). ``KIND`` is ``bytes`` (ids 0..255 the UTF-8 bytes, the specials
     256..260; takes no ``V``), ``wordpiece`` (BERT's WordPiece, "##" continuing pieces, not lowercased) or
     ``bpe`` (byte-level BPE, whitespace kept); ``V`` the vocabulary, at most (default 8192; the trainer may
     stop below it). The tokenizer is trained without a download, deterministically, on the train split's
@@ -143,7 +143,8 @@ from .pasted import MAX_COUNT as PASTED_MAX
 from .pasted import load_pasted_digits
 from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
-from .tokens import DEFAULT_VOCAB, KINDS, check_vocab, is_text_folder, load_modules, load_text_folder, load_tokens
+from .texts import is_text_folder, load_modules, load_text_folder, load_tokens
+from .tokens import DEFAULT_VOCAB, KINDS, check_vocab
 
 __all__ = [
     "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_modules", "load_pasted_digits",

@@ -19,16 +19,7 @@ turns the marked pieces back into "##" pieces: the vocabulary HF's WordPiece tra
 reproducibly. A tokenizer is stored as JSON (:meth:`Tokenizer.to_json`), read back by
 :meth:`Tokenizer.from_json`, which parses JSON only (``tokenizers.Tokenizer.from_str`` for trained ones).
 
-The data sets (:mod:`crate_compose.data.sets` dispatches to them; ``KIND`` is bytes, wordpiece or bpe,
-``-V`` the vocabulary, default 8192, bytes takes none):
-
-* ``KIND[-V]:text``: the standard library corpus of the ``text`` set (:func:`~.corpus.stdlib_source`, its
-  train/test split), the tokenizer trained on the train split's text only; every example is
-  ``[CLS] t_1 .. t_{N-2} [SEP]`` (consecutive non-overlapping chunks of the split's token stream), target
-  the same tokens (the masking is the task's);
-* ``KIND[-V]:folder:PATH``: the same for a folder of text files (``*.txt``, ``*.md``, ``*.py``);
-* ``KIND[-V]:modules``: which of 10 standard-library modules a snippet of ``N - 2`` tokens comes from,
-  tokenized by the tokenizer ``KIND[-V]:text`` trains, for fine-tuning a model pre-trained there.
+The text sets built on them are in :mod:`.texts`.
 """
 
 from __future__ import annotations
@@ -36,30 +27,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
-from torch.utils.data import Dataset
 
 from ..errors import DataError
-from .corpus import HELD_OUT, stdlib_files, stdlib_source, unigram_loss
-from .folders import IMAGE_SUFFIXES
-from .record import Data, Tensors
 
-__all__ = ["DEFAULT_VOCAB", "KINDS", "SPECIALS", "Framed", "Tokenizer", "corpus_tokenizer", "is_text_folder",
-           "load_modules", "load_text_folder", "load_tokens", "module_files", "text_files", "train_tokenizer"]
+__all__ = ["DEFAULT_VOCAB", "KINDS", "SPECIALS", "Tokenizer", "check_vocab", "train_tokenizer"]
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 KINDS = ("bytes", "wordpiece", "bpe")
 DEFAULT_VOCAB = 8192
 MIN_VOCAB = {"wordpiece": 64, "bpe": 256 + len(SPECIALS)}  # bpe: every byte and the specials
 MAX_VOCAB = 1 << 18
-TEXT_SUFFIXES = (".txt", ".md", ".py")
-MODULES = 10  # classes of the modules set
-MODULES_HELD_OUT = 0.2  # the last 20% of each module's snippets
 FORMAT = "crate-compose-tokenizer"
 CHUNK = 1 << 16  # characters per piece of text the Rust side encodes in parallel
 
@@ -368,244 +349,3 @@ def _train_wordpiece(vocab: int, pieces: list[str]) -> Any:
     backend.decoder = tk.decoders.WordPiece(prefix="##")
     backend.add_special_tokens([tk.AddedToken(s, special=True, normalized=False) for s in SPECIALS])
     return backend
-
-
-# ---------------------------------------------------------------- the data sets
-
-
-class Framed(Dataset):
-    """BERT's windows of a token stream: item ``i`` is ``(x, x)`` with ``x`` = [CLS], the ``context - 2``
-    tokens from ``i * (context - 2)``, [SEP] (consecutive, non-overlapping; the masking is the task's).
-    ``tokens`` is the whole stream (int64), so a run's fingerprint covers the ids."""
-
-    def __init__(self, tokens: torch.Tensor, context: int, cls: int, sep: int) -> None:
-        self.tokens, self.context, self.cls, self.sep = tokens, context, cls, sep
-
-    def __len__(self) -> int:
-        return len(self.tokens) // (self.context - 2)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        step = self.context - 2
-        x = torch.empty(self.context, dtype=torch.long)
-        x[0], x[-1] = self.cls, self.sep
-        x[1:-1] = self.tokens[index * step : (index + 1) * step]
-        return x, x.clone()
-
-
-def _context(where: str, spec: Any, context: int | None) -> int:
-    """The context as :func:`~.corpus.load_text` takes it (the spec's input length, else 128), at least 3."""
-    if context is None:
-        shape = getattr(getattr(spec, "input", None), "shape", None)
-        context = shape[0] if shape and len(shape) == 1 else 128
-    if not isinstance(context, int) or isinstance(context, bool) or context < 3:
-        raise DataError(f"{where}: the context must be at least 3 tokens ([CLS], a token, [SEP]); got {context!r}")
-    return context
-
-
-def set_name(kind: str, vocab: int | None, source: str) -> str:
-    """The canonical name of a set: ``KIND:source``, ``KIND-V:source`` when V is not the default."""
-    return f"{kind}:{source}" if vocab in (None, DEFAULT_VOCAB) else f"{kind}-{vocab}:{source}"
-
-
-def _text(source: bytes) -> str:
-    return source.decode("utf-8", errors="replace")
-
-
-@functools.lru_cache(maxsize=4)
-def corpus_tokenizer(kind: str, vocab: int | None) -> Tokenizer:
-    """The tokenizer ``KIND[-V]:text`` trains: on the standard-library corpus's train split only
-    (:func:`~.corpus.stdlib_source`, decoded as UTF-8). ``KIND[-V]:modules`` uses the same. Cached per process."""
-    source, split = stdlib_source()
-    if not source:
-        raise DataError("text: this Python installation has no standard library source files to read")
-    return train_tokenizer(kind, vocab, [_text(source[:split])])
-
-
-@functools.lru_cache(maxsize=4)
-def _corpus_streams(kind: str, vocab: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    source, split = stdlib_source()
-    tokenizer = corpus_tokenizer(kind, vocab)
-    return tokenizer.encode_tensor(_text(source[:split])), tokenizer.encode_tensor(_text(source[split:]))
-
-
-def _framed_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: torch.Tensor, context: int) -> Data:
-    for split, stream in (("train", train), ("held-out", test)):
-        if len(stream) < context - 2:
-            raise DataError(f"{name}: the {split} split ({len(stream):,} tokens) is shorter than a window's "
-                            f"{context - 2} tokens (the context {context} less [CLS] and [SEP])")
-    specials = torch.tensor(sorted(tokenizer.specials))
-    return Data(
-        name=name,
-        train=Framed(train, context, tokenizer.cls, tokenizer.sep),
-        test=Framed(test, context, tokenizer.cls, tokenizer.sep),
-        input_shape=(context,),
-        classes=None,
-        task_hint="mlm",
-        sizes={"vocab": tokenizer.size, "context": context, "sep": tokenizer.sep},
-        unigram_loss=unigram_loss(train, test[~torch.isin(test, specials)], tokenizer.size),
-        tokenizer=tokenizer,
-    )
-
-
-def load_tokens(kind: str, vocab: int | None, *, spec: Any = None, context: int | None = None) -> Data:
-    """The ``KIND[-V]:text`` set: the ``text`` corpus and split, tokenized, in BERT's windows (module docstring)."""
-    name = set_name(kind, vocab, "text")
-    context = _context(name, spec, context)
-    check_vocab(kind, vocab)
-    tokenizer = corpus_tokenizer(kind, vocab)
-    train, test = _corpus_streams(kind, vocab)
-    return _framed_data(name, tokenizer, train, test, context)
-
-
-def _hidden(name: str) -> bool:
-    return name.startswith(".")
-
-
-def text_files(root: Path) -> list[Path]:
-    """Every ``*.txt``, ``*.md`` and ``*.py`` file under ``root`` (any case), recursively, sorted; hidden
-    files and folders (``.git``, ``.venv``) are skipped, links to folders not followed. A name of a text
-    file that is not a regular file (a FIFO, a dangling link) is refused, never skipped silently."""
-    if not root.is_dir():
-        raise DataError(f"{root}: no such folder")
-    found = []
-    for top, folders, files in os.walk(root):
-        folders[:] = [f for f in folders if not _hidden(f)]
-        for name in files:
-            path = Path(top) / name
-            if _hidden(name) or path.suffix.lower() not in TEXT_SUFFIXES:
-                continue
-            if not path.is_file():
-                raise DataError(f"{path}: not a regular file (a text file is expected here)")
-            found.append(path)
-    return sorted(found)
-
-
-def is_text_folder(root: str | Path) -> bool:
-    """Whether ``folder:PATH`` is text: a folder holding text files (:func:`text_files`) and no class
-    folders of images (no image file in a folder under it, nor in one under its train/test/val)."""
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        return False
-
-    def images_in(folder: Path) -> bool:
-        try:
-            return any(f.suffix.lower() in IMAGE_SUFFIXES for f in folder.iterdir())
-        except OSError:
-            return False
-
-    try:
-        for sub in root.iterdir():
-            if sub.is_dir() and not _hidden(sub.name):
-                if images_in(sub):
-                    return False
-                if sub.name in ("train", "test", "val") and any(images_in(c) for c in sub.iterdir() if c.is_dir()):
-                    return False
-    except OSError:  # unreadable: the image loader names the problem
-        return False
-    return bool(text_files(root))
-
-
-def _read_split(root: Path) -> tuple[bytes, int]:
-    """The text files of ``root`` concatenated and the byte offset where the held-out files begin: the
-    last whole files holding about 10% of the bytes (as :func:`~.corpus.stdlib_source` splits)."""
-    files = text_files(root)
-    if not files:
-        raise DataError(f"{root}: no text files (looked for {', '.join('*' + s for s in TEXT_SUFFIXES)} "
-                        "under it, recursively)")
-    parts = []
-    for path in files:
-        try:
-            parts.append(path.read_bytes())
-        except OSError as error:
-            raise DataError(f"{path}: cannot read it ({error})") from None
-    boundaries = [0]
-    for part in parts:
-        boundaries.append(boundaries[-1] + len(part))
-    total = boundaries[-1]
-    target = total * (1 - HELD_OUT)
-    split = min(boundaries[1:-1] or [total], key=lambda b: abs(b - target))
-    if split >= total:
-        raise DataError(f"{root}: one text file ({files[0].name}); the last whole files are held out for "
-                        "testing, so a text folder needs at least two")
-    return b"".join(parts), split
-
-
-def load_text_folder(path: str | Path, kind: str = "bytes", vocab: int | None = None, *, spec: Any = None,
-                     context: int | None = None) -> Data:
-    """The ``KIND[-V]:folder:PATH`` set: a folder's text files (:func:`text_files`), the last ~10% of the
-    bytes (whole files) held out, the tokenizer trained on the rest; BERT's windows as ``KIND:text``."""
-    root = Path(path).expanduser()
-    name = set_name(kind, vocab, f"folder:{root}")
-    context = _context(name, spec, context)
-    check_vocab(kind, vocab)
-    source, split = _read_split(root)
-    tokenizer = train_tokenizer(kind, vocab, [_text(source[:split])])
-    train, test = tokenizer.encode_tensor(_text(source[:split])), tokenizer.encode_tensor(_text(source[split:]))
-    return _framed_data(name, tokenizer, train, test, context)
-
-
-def module_files() -> list[Path]:
-    """The classes of ``KIND:modules``: the :data:`MODULES` largest top-level standard-library files whose
-    names do not start with "_" (ties by name), sorted by name."""
-    candidates = [p for p in stdlib_files() if not p.name.startswith("_")]
-    largest = sorted(candidates, key=lambda p: (-p.stat().st_size, p.name))[:MODULES]
-    return sorted(largest, key=lambda p: p.stem)
-
-
-@functools.lru_cache(maxsize=4)
-def _module_streams(kind: str, vocab: int | None) -> tuple[tuple[str, torch.Tensor], ...]:
-    tokenizer = corpus_tokenizer(kind, vocab)
-    return tuple((path.stem, tokenizer.encode_tensor(_text(path.read_bytes()))) for path in module_files())
-
-
-def load_modules(kind: str, vocab: int | None, *, spec: Any = None, context: int | None = None) -> Data:
-    """The ``KIND[-V]:modules`` set: which standard-library module a snippet of ``N - 2`` tokens comes from.
-
-    Each module's token stream is cut in non-overlapping snippets; its first 80% are train, the last 20%
-    test, less the test snippets whose tokens a train snippet (of any module) also holds (code repeats:
-    ``# ======`` rulers, ``hasattr(namespace, action.dest)``), so no test example is seen in training;
-    each class keeps as many as the smallest class has in each split (evenly spread over its own).
-    An example is ``[CLS] snippet [SEP]``, its target the module's index (modules sorted by name)."""
-    name = set_name(kind, vocab, "modules")
-    context = _context(name, spec, context)
-    check_vocab(kind, vocab)
-    if len(module_files()) < MODULES:
-        raise DataError(f"{name}: this Python installation has fewer than {MODULES} standard-library modules")
-    tokenizer = corpus_tokenizer(kind, vocab)
-    step = context - 2
-    snippets = []
-    for _, stream in _module_streams(kind, vocab):
-        count = len(stream) // step
-        chunks = stream[: count * step].reshape(count, step)
-        cut = count - round(count * MODULES_HELD_OUT)
-        snippets.append((chunks[:cut], chunks[cut:]))
-    seen = {row.numpy().tobytes() for train, _ in snippets for row in train}
-    snippets = [(train, test[[row.numpy().tobytes() not in seen for row in test]]) for train, test in snippets]
-    splits = []
-    for part in (0, 1):
-        keep = min(len(s[part]) for s in snippets)
-        if keep == 0:
-            raise DataError(f"{name}: the context {context} is too long: a module has no "
-                            f"{'test' if part else 'train'} snippet of {step} tokens")
-        rows, labels = [], []
-        for label, pair in enumerate(snippets):
-            chunks = pair[part]
-            rows.append(chunks[[i * len(chunks) // keep for i in range(keep)]])
-            labels += [label] * keep
-        body = torch.cat(rows)
-        frame = torch.empty(len(body), context, dtype=torch.long)
-        frame[:, 0], frame[:, -1], frame[:, 1:-1] = tokenizer.cls, tokenizer.sep, body
-        splits.append(Tensors(frame, torch.tensor(labels, dtype=torch.long)))
-    return Data(
-        name=name,
-        train=splits[0],
-        test=splits[1],
-        input_shape=(context,),
-        classes=MODULES,
-        task_hint="classify",
-        class_names=[stem for stem, _ in _module_streams(kind, vocab)],
-        sizes={"vocab": tokenizer.size, "context": context, "sep": tokenizer.sep, "classes": MODULES},
-        tokenizer=tokenizer,
-    )
