@@ -247,3 +247,19 @@ def test_multicrop_views_are_per_image_seeded_and_in_range():
     assert len({tuple(v.flatten()[:8].tolist()) for v in local}) == 16
     flat = torch.full((4, 1, 16, 16), 0.3)
     assert torch.allclose(blur(flat, 1.0), flat, atol=1e-6)  # a normalized kernel keeps a constant image
+
+
+def test_the_hue_shift_is_torchvisions_adjust_hue_per_image():
+    """DINO's ColorJitter(hue=0.1): the batched shift equals torchvision's adjust_hue image by image (greys, a
+    saturated pixel, shifts across +-0.1 of a turn)."""
+    from crate_compose.data.batches import transforms_v2
+    from crate_compose.tasks.multicrop import hue_shift
+
+    transforms_v2()  # torchvision imported the way the package imports it
+    import torchvision.transforms.v2.functional as TF
+
+    images = torch.rand(16, 3, 9, 11, generator=torch.Generator().manual_seed(0))
+    images[0], images[1, :, 0, 0] = 0.5, 1.0
+    shift = torch.linspace(-0.1, 0.1, 16).view(-1, 1, 1, 1)
+    expected = torch.stack([TF.adjust_hue(images[i], float(shift[i])) for i in range(16)])
+    assert (hue_shift(images, shift) - expected).abs().max() < 1e-5

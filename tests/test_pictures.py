@@ -332,7 +332,7 @@ def test_every_attention_map_of_a_figure_is_on_one_scale(monkeypatch):
     """A nearly uniform map must look as faint as it is: one scale (0 to the figure's largest weight) for every
     head and image, shown by a colour bar, not each map stretched to its own maximum."""
     tops = []
-    monkeypatch.setattr(drawings, "_map", lambda axes, values, patch, *, top: tops.append(top))
+    monkeypatch.setattr(drawings, "show_map", lambda axes, values, patch, *, top: tops.append(top))
     maps = torch.full((2, 3, 4, 4), 1 / 16, dtype=torch.float64)
     maps[1, 2, 0, 0] = 0.7  # one peaked head
     drawings.maps_png(torch.rand(2, 1, 8, 8), maps, 2, title="t")

@@ -27,7 +27,7 @@ def pixels(rows: int, columns: int, *, bar: bool = False) -> tuple[int, int]:
     return round(columns * CELL * DPI), round((rows * CELL + HEADER + BAR * bar) * DPI)
 
 
-def _figure(rows: int, columns: int, title: str, *, bar: bool = False):
+def grid_figure(rows: int, columns: int, title: str, *, bar: bool = False):
     # lazily: importing crate_compose never needs matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -57,13 +57,13 @@ def wrap(title: str, inches: float) -> str:
     return "\n".join(lines)
 
 
-def _png(figure) -> bytes:
+def png_bytes(figure) -> bytes:
     image = io.BytesIO()
     figure.savefig(image, format="png", dpi=DPI)
     return image.getvalue()
 
 
-def _image(axes, image: torch.Tensor) -> None:
+def show_image(axes, image: torch.Tensor) -> None:
     """``image`` ``(C, H, W)`` in [0, 1]: grey for one channel, RGB for three."""
     pixels_ = image.permute(1, 2, 0).numpy()
     height, width = pixels_.shape[:2]
@@ -75,20 +75,20 @@ def _image(axes, image: torch.Tensor) -> None:
     axes.set_ylim(height, 0)
 
 
-def _labels(axes, labels: list[str] | None) -> None:
+def row_labels(axes, labels: list[str] | None) -> None:
     """Each row's label (which test image it is), left of its first cell."""
     for row, text in zip(axes, labels or []):
         row[0].text(-0.03, 0.5, text, transform=row[0].transAxes, rotation=90, ha="right", va="center", fontsize=6)
 
 
-def _map(axes, values: torch.Tensor, patch_size: int, *, top: float) -> None:
+def show_map(axes, values: torch.Tensor, patch_size: int, *, top: float) -> None:
     """``values`` ``(rows, cols)`` over the patch grid, coloured from 0 to ``top``, blended over the image."""
     rows, cols = values.shape
     axes.imshow(values.numpy(), cmap=MAP_COLOURS, vmin=0, vmax=top, alpha=ALPHA, interpolation="nearest",
                 extent=(0, cols * patch_size, rows * patch_size, 0))
 
 
-def _colour_bar(figure, top: float, label: str, mark: float | None) -> None:
+def colour_bar(figure, top: float, label: str, mark: float | None) -> None:
     """A horizontal colour bar from 0 to ``top`` under the title, a tick at ``mark`` (uniform attention)."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -118,36 +118,36 @@ def maps_png(images: torch.Tensor, maps: torch.Tensor, patch_size: int, *, title
     uniform map looks as faint as it is; ``query``: the (row, column) of the querying patch, outlined in every
     cell."""
     count, heads = maps.shape[:2]
-    figure, axes = _figure(count, heads + 1, title, bar=True)
+    figure, axes = grid_figure(count, heads + 1, title, bar=True)
     top = 1.0 if fixed else max(float(maps.max()), 1e-12)
     for i in range(count):
-        _image(axes[i][0], images[i])
+        show_image(axes[i][0], images[i])
         for k in range(heads):
-            _image(axes[i][k + 1], images[i])
-            _map(axes[i][k + 1], maps[i, k], patch_size, top=top)
+            show_image(axes[i][k + 1], images[i])
+            show_map(axes[i][k + 1], maps[i, k], patch_size, top=top)
         if query is not None:
             for cell in axes[i]:
                 _mark(cell, query, patch_size)
     tokens = maps.shape[-2] * maps.shape[-1]
-    _colour_bar(figure, top, "membership" if fixed else f"attention weight (cyan: uniform, 1/{tokens} patches)",
+    colour_bar(figure, top, "membership" if fixed else f"attention weight (cyan: uniform, 1/{tokens} patches)",
                 None if fixed else 1 / tokens)
     axes[0][0].set_title("image", fontsize=7)
     for k in range(heads):
         axes[0][k + 1].set_title(f"head {k + 1}", fontsize=7)
-    _labels(axes, labels)
-    return _png(figure)
+    row_labels(axes, labels)
+    return png_bytes(figure)
 
 
 def pca_png(images: torch.Tensor, colours: torch.Tensor, patch_size: int, *, title: str,
             labels: list[str] | None = None) -> bytes:
     """A row per image: the image, the colours ``(B, rows, cols, 3)`` of its patches, and the colours
     blended over the image."""
-    figure, axes = _figure(len(images), 3, title)
+    figure, axes = grid_figure(len(images), 3, title)
     rows, cols = colours.shape[1:3]
     extent = (0, cols * patch_size, rows * patch_size, 0)
     for i in range(len(images)):
-        _image(axes[i][0], images[i])
-        _image(axes[i][2], images[i])
+        show_image(axes[i][0], images[i])
+        show_image(axes[i][2], images[i])
         axes[i][1].imshow(colours[i].numpy(), interpolation="nearest", extent=extent)
         axes[i][2].imshow(colours[i].numpy(), interpolation="nearest", extent=extent, alpha=ALPHA)
         height, width = images[i].shape[-2:]
@@ -155,8 +155,8 @@ def pca_png(images: torch.Tensor, colours: torch.Tensor, patch_size: int, *, tit
         axes[i][1].set_ylim(height, 0)
     for j, name in enumerate(("image", "PCA 1-3 as RGB", "over the image")):
         axes[0][j].set_title(name, fontsize=7)
-    _labels(axes, labels)
-    return _png(figure)
+    row_labels(axes, labels)
+    return png_bytes(figure)
 
 
 RECONSTRUCTION_COLUMNS = (("masked", "masked input"), ("output", "reconstruction"),
@@ -167,11 +167,11 @@ def reconstruction_png(pictures: dict[str, torch.Tensor], *, title: str, labels:
     """A row per image: masked input, reconstruction, reconstruction with the visible patches pasted
     back, original (each ``(B, C, H, W)`` in [0, 1])."""
     count = len(pictures["original"])
-    figure, axes = _figure(count, len(RECONSTRUCTION_COLUMNS), title)
+    figure, axes = grid_figure(count, len(RECONSTRUCTION_COLUMNS), title)
     for i in range(count):
         for j, (key, _) in enumerate(RECONSTRUCTION_COLUMNS):
-            _image(axes[i][j], pictures[key][i])
+            show_image(axes[i][j], pictures[key][i])
     for j, (_, name) in enumerate(RECONSTRUCTION_COLUMNS):
         axes[0][j].set_title(name, fontsize=7)
-    _labels(axes, labels)
-    return _png(figure)
+    row_labels(axes, labels)
+    return png_bytes(figure)

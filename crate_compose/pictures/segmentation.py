@@ -150,30 +150,30 @@ def figure_png(images: torch.Tensor, attention: ClassTokenMaps, scores: measure.
     it (one scale, a colour bar), the mask outlined in green and the 60%-mass patches in cyan."""
     count, heads = len(images), attention.maps.shape[1]
     maps = torch.cat([attention.maps[:count], attention.maps[:count].mean(1, keepdim=True)], 1)
-    figure, axes = drawings._figure(count, heads + 2, title, bar=True)
+    figure, axes = drawings.grid_figure(count, heads + 2, title, bar=True)
     top = max(float(maps.max()), 1e-12)
     rows, cols = maps.shape[-2:]
     for i in range(count):
-        drawings._image(axes[i][0], images[i])
+        drawings.show_image(axes[i][0], images[i])
         _outline(axes[i][0], masks[i], 1, TRUTH)
         for k in range(heads + 1):
             cell = axes[i][k + 1]
-            drawings._image(cell, images[i])
-            drawings._map(cell, maps[i, k], attention.patch_size, top=top)
+            drawings.show_image(cell, images[i])
+            drawings.show_map(cell, maps[i, k], attention.patch_size, top=top)
             _outline(cell, masks[i][:rows * attention.patch_size, :cols * attention.patch_size], 1, TRUTH)
             _outline(cell, scores.kept[i, k], attention.patch_size, KEPT)
             cell.text(0.02, 0.02, f"J {scores.values['jaccard'][i, k]:.2f}  AP "
                       f"{scores.values['average_precision'][i, k]:.2f}", transform=cell.transAxes, fontsize=5,
                       color="white", va="bottom", ha="left", bbox={"facecolor": "black", "alpha": 0.5, "pad": 1,
                                                                     "linewidth": 0})
-    drawings._colour_bar(figure, top, f"attention weight (the tick: uniform, 1/{rows * cols} patches); outlined: the "
+    drawings.colour_bar(figure, top, f"attention weight (the tick: uniform, 1/{rows * cols} patches); outlined: the "
                          f"mask ({TRUTH}), the patches holding the mass kept ({KEPT})", 1 / (rows * cols))
     axes[0][0].set_title("image, its mask", fontsize=7)
     for k in range(heads):
         axes[0][k + 1].set_title(f"head {k + 1}", fontsize=7)
     axes[0][heads + 1].set_title("mean of the heads", fontsize=7)
-    drawings._labels(axes, labels)
-    return drawings._png(figure)
+    drawings.row_labels(axes, labels)
+    return drawings.png_bytes(figure)
 
 
 def _masks_of(data, name: str, run: Path | None) -> torch.Tensor:

@@ -30,7 +30,7 @@ LOCAL_SCALE = (0.05, 0.4)  # DINO's --local_crops_scale
 RATIO = (3 / 4, 4 / 3)  # RandomResizedCrop's aspect ratios
 LOCAL_CROPS = 8  # DINO's --local_crops_number
 DINO_SIZES = (224, 96)  # DINO's global and local crop sides: the ratio the local crops keep
-JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.2}  # DINO's ColorJitter (and hue 0.1, left out)
+JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.2, "hue": 0.1}  # DINO's ColorJitter
 LUMA = (0.299, 0.587, 0.114)  # the greyscale of an RGB pixel (ITU-R 601-2, as PIL and torchvision)
 
 
@@ -114,20 +114,44 @@ def resized_crops(pixels: torch.Tensor, size: int, scale: tuple[float, float]) -
 
 def color_jitter(pixels: torch.Tensor) -> torch.Tensor:
     """DINO's ColorJitter, applied to each image with probability 0.8: brightness, contrast and (RGB)
-    saturation factors drawn per image, uniform in 1 +- 0.4, 0.4 and 0.2 (hue's 0.1 left out)."""
+    saturation factors drawn per image, uniform in 1 +- 0.4, 0.4 and 0.2, and (RGB) a hue shift uniform in
+    +- 0.1 of a turn, in that order (torchvision draws an order per call; the factors are its)."""
     count, device = len(pixels), pixels.device
 
-    def factor(name: str) -> torch.Tensor:
-        return 1 + torch.empty(count, 1, 1, 1, device=device).uniform_(-JITTER[name], JITTER[name])
+    def drawn(name: str) -> torch.Tensor:
+        return torch.empty(count, 1, 1, 1, device=device).uniform_(-JITTER[name], JITTER[name])
 
     applied = _chosen(count, 0.8, device)
-    out = (pixels * factor("brightness")).clamp(0, 1)
+    out = (pixels * (1 + drawn("brightness"))).clamp(0, 1)
     mean = _luma(out).mean(dim=(-2, -1), keepdim=True)
-    out = (mean + (out - mean) * factor("contrast")).clamp(0, 1)
+    out = (mean + (out - mean) * (1 + drawn("contrast"))).clamp(0, 1)
     if out.shape[1] == 3:
         grey = _luma(out)
-        out = (grey + (out - grey) * factor("saturation")).clamp(0, 1)
+        out = (grey + (out - grey) * (1 + drawn("saturation"))).clamp(0, 1)
+        out = hue_shift(out, drawn("hue"))
     return torch.where(applied, out, pixels)
+
+
+def hue_shift(rgb: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Each RGB image ``(B, 3, H, W)`` in [0, 1] with its hue turned by ``shift`` ``(B, 1, 1, 1)`` (in turns):
+    to HSV, ``h <- (h + shift) mod 1``, back (torchvision's ``adjust_hue``)."""
+    r, g, b = rgb.unbind(1)
+    value, _ = rgb.max(1)
+    delta = value - rgb.min(1)[0]
+    saturation = torch.where(value > 0, delta / torch.where(value > 0, value, torch.ones_like(value)), 0.0)
+    safe = torch.where(delta > 0, delta, torch.ones_like(delta))
+    rc, gc, bc = (value - r) / safe, (value - g) / safe, (value - b) / safe
+    hue = torch.where(value == r, bc - gc, torch.where(value == g, 2.0 + rc - bc, 4.0 + gc - rc))
+    hue = torch.where(delta > 0, (hue / 6.0) % 1.0, 0.0)
+    hue = (hue + shift[:, 0]) % 1.0
+    sector = hue * 6.0
+    i = torch.floor(sector)
+    f = sector - i
+    i = i.long() % 6
+    p, q, t = value * (1 - saturation), value * (1 - saturation * f), value * (1 - saturation * (1 - f))
+    pick = lambda *choices: torch.stack(choices, 1).gather(1, i.unsqueeze(1)).squeeze(1)  # noqa: E731
+    return torch.stack([pick(value, q, p, p, t, value), pick(t, value, value, q, p, p),
+                        pick(p, p, t, value, value, q)], 1)
 
 
 def grayscale(pixels: torch.Tensor, p: float) -> torch.Tensor:
