@@ -8,7 +8,10 @@ made from the same library (``wordpiece-4096:modules``: which of 10 modules a 12
 
 * **fine-tuned**: the classifier preset started from the MLM run's weights (``train --init RUN/final``);
 * **from scratch**: the same classifier and steps from random weights;
-* **linear probe**: logistic regression on the frozen MLM network's [CLS] token and mean token.
+* **linear probe**: logistic regression on the frozen MLM network's [CLS] token and mean token;
+
+and the white-box probes of each layer on the test text (``probe``: the coding rate R^c after each
+compression step and the density of each sparsification step's codes, trained against untrained).
 
     python benchmarks/bert_comparison.py train runs/bert --steps 2000 --batch-size 32
     python benchmarks/bert_comparison.py report runs/bert --figure docs/figures/bert-comparison.png
@@ -24,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from experiment import answer, finished, start
+from experiment import answer, finished, quietly, start
 
 MODELS = ("crate-bert", "bert")
 
@@ -69,10 +72,16 @@ def report(args: argparse.Namespace) -> int:
         result = json.loads((run / "result.json").read_text())
         record = json.loads((run / "run.json").read_text())
         data = record["identity"]["data"]["name"]
-        probes = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--weights", str(run / "final"),
+        linear = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--weights", str(run / "final"),
                                 "--data", _labelled(data), "--pool", pool]) for pool in ("cls", "mean")}
         downstream = {how: json.loads((args.out / f"{name}-{how}" / "result.json").read_text())["metrics"]
                       for how in ("finetuned", "scratch")}
+        layers = None
+        if name == "crate-bert":  # each white-box step's own objective, trained and untrained (BERT has none)
+            quietly(["probe", str(run), "--samples", "256"])
+            probes = json.loads((run / "probes" / "final" / "probes.json").read_text())
+            layers = {which: {measure: [row["value"] for row in probes[which] if row["measure"] == measure]
+                              for measure in ("coding_rate", "l0_density")} for which in ("trained", "untrained")}
         summary["data"], summary["steps"] = data, result["steps"]
         summary["batch_size"] = record["identity"]["settings"]["batch_size"]
         summary["models"][name] = {
@@ -80,7 +89,8 @@ def report(args: argparse.Namespace) -> int:
             "curve": [{k: row[k] for k in ("step", "test_mlm_loss", "test_mlm_accuracy")} for row in _rows(run, "eval")],
             "finetuned_accuracy": downstream["finetuned"]["test_accuracy"],
             "scratch_accuracy": downstream["scratch"]["test_accuracy"],
-            "probe_cls_accuracy": probes["cls"]["test_accuracy"], "probe_mean_accuracy": probes["mean"]["test_accuracy"],
+            "probe_cls_accuracy": linear["cls"]["test_accuracy"], "probe_mean_accuracy": linear["mean"]["test_accuracy"],
+            "layers": layers,
         }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(_table(summary))

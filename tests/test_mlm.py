@@ -176,3 +176,10 @@ def test_under_torchrun_a_masked_lm_run_trains_and_resumes_to_the_same_losses(tm
     losses = [[row["loss"] for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
                if row["kind"] == "train"] for out in (tmp_path / "whole", tmp_path / "broken")]
     assert len(losses[0]) == 4 and losses[0] == losses[1]
+
+
+def test_probing_a_black_box_language_model_is_refused_with_a_reason(capsys):
+    sets = [a for s in ("sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1") for a in ("--set", s)]
+    assert main(["probe", "bert-mini", *sets, "--data", "bytes:text", "--samples", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "has no step with an objective of its own" in err and "mhsa" in err and "Traceback" not in err

@@ -248,6 +248,11 @@ def probe_run(
         load_weights(trained, Path(weights))
         runs["trained"] = probe(trained, inputs, **extra)
     runs["untrained"] = probe(compile_spec(spec, seed=seed), inputs, **extra)
+    if not any(runs.values()):
+        used = sorted({step.primitive for _, _, _, step in spec.stages()})
+        raise WorkbenchError(f"spec '{spec.name}' has no step with an objective of its own to measure (its steps: "
+                             f"{', '.join(used)}); probe measures white-box steps (mssa, ista, tssa, denoise, ...: "
+                             "crate-compose list primitives), so a black-box baseline has nothing to probe")
     title = f"{spec.name} on {data_name}: " + (" vs ".join(runs))
     with hold(folder, "write probes into"):
         table, figure = write_probes(runs, folder, title=title)
