@@ -146,10 +146,18 @@ def test_a_name_python_or_torch_needs_is_refused(name, says):
 
 
 def test_the_reserved_names_cover_every_public_module_attribute():
-    import torch
+    """torch's own attributes, read in a fresh interpreter: a library imported by another test in this process
+    (transformers adds nn.Module.smart_apply) does not count."""
+    import json
+    import subprocess
+    import sys
+
     from crate_compose.language.spec import MODULE_ATTRIBUTES
 
-    public = {n for n in set(dir(torch.nn.Module)) | set(dir(torch.fx.GraphModule)) if not n.startswith("_")}
+    code = ("import json, torch, torch.fx; print(json.dumps(sorted(n for n in set(dir(torch.nn.Module)) | "
+            "set(dir(torch.fx.GraphModule)) if not n.startswith('_'))))")
+    public = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout))
     assert public <= MODULE_ATTRIBUTES
 
 
