@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from experiment import answer, finished, quietly, start
+from experiment import answer, finished, grouped_bars, quietly, save_figure, start
 
 MODELS = ("crate-bert", "bert")
 
@@ -130,16 +130,9 @@ def _figure(summary: dict, path: Path) -> None:
     names = list(summary["models"])
     bars = [("fine-tuned", "finetuned_accuracy"), ("from scratch", "scratch_accuracy"),
             ("probe [CLS]", "probe_cls_accuracy"), ("probe mean", "probe_mean_accuracy")]
-    width = 0.8 / len(bars)
-    for i, (label, key) in enumerate(bars):
-        axes[2].bar([x + (i - (len(bars) - 1) / 2) * width for x in range(len(names))],
-                    [summary["models"][n][key] for n in names], width, label=label)
-    axes[2].set_xticks(range(len(names)), [f"{n}-mini" for n in names])
-    axes[2].set_title("which module a snippet is from (10 classes)", fontsize=10)
-    axes[2].legend(fontsize=7)
-    figure.suptitle(f"{summary['data']}: {summary['steps']} steps of {summary['batch_size']} windows", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    grouped_bars(axes[2], "which module a snippet is from (10 classes)", names,
+                 [summary["models"][n] for n in names], bars, ticks=[f"{n}-mini" for n in names])
+    save_figure(figure, f"{summary['data']}: {summary['steps']} steps of {summary['batch_size']} windows", path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from experiment import answer, finished, quietly, start
+from experiment import answer, finished, grouped_bars, quietly, save_figure, start
 
 # name: (preset, task options). Both objectives see the same images for the same steps at the same peak rate,
 # warm-up and schedule; DINO's own settings (weight decay 0.04 to 0.4, clipping 3, the teacher at 0.996) come
@@ -118,16 +118,8 @@ def _bars(summary: dict, path: Path) -> None:
                                                  ("untrained, best head", "untrained_best_head_jaccard")])]
     figure, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for axis, (title, bars) in zip(axes, panels):
-        width = 0.8 / len(bars)
-        for i, (label, key) in enumerate(bars):
-            axis.bar([x + (i - (len(bars) - 1) / 2) * width for x in range(len(names))], [m[key] for m in models],
-                     width, label=label)
-        axis.set_xticks(range(len(names)), names, fontsize=8)
-        axis.set_title(title, fontsize=10)
-        axis.legend(fontsize=7)
-    figure.suptitle(f"{models[0]['data']}, {models[0]['steps']} steps of {models[0]['batch_size']} ", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+        grouped_bars(axis, title, names, models, bars)
+    save_figure(figure, f"{models[0]['data']}, {models[0]['steps']} steps of {models[0]['batch_size']}", path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,3 +38,23 @@ def quietly(arguments: list[str]) -> None:
     result = subprocess.run([*CLI, *arguments], capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"error: crate-compose {' '.join(arguments)} failed:\n{result.stderr[-2000:]}")
+
+
+def grouped_bars(axis, title: str, names: list[str], models: list[dict], bars: list[tuple[str, str]],
+                 ticks: list[str] | None = None) -> None:
+    """One panel: for every model (``models``, named ``names``) a group of bars, one per ``(label, key)`` of
+    ``bars``, each the model's value at ``key``."""
+    width = 0.8 / len(bars)
+    for i, (label, key) in enumerate(bars):
+        axis.bar([x + (i - (len(bars) - 1) / 2) * width for x in range(len(names))], [m[key] for m in models],
+                 width, label=label)
+    axis.set_xticks(range(len(names)), ticks or names, fontsize=8)
+    axis.set_title(title, fontsize=10)
+    axis.legend(fontsize=7)
+
+
+def save_figure(figure, title: str, path: Path) -> None:
+    """``figure`` titled, laid out and written to ``path`` (PNG)."""
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)

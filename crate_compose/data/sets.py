@@ -123,8 +123,8 @@ there); ``crate-compose train SPEC --data digits`` uses it to size the spec's in
 Here are the dispatch (:func:`load_data`, ``LOADERS``, :func:`names`) and :func:`verify`; the record
 :class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
 it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``), :mod:`.subspaces`,
-:mod:`.folders` (``folder:PATH``), :mod:`.corpus` (``text``) and :mod:`.tokens` (the tokenizers, ``KIND:text``,
-``KIND:folder:PATH``, ``KIND:modules``). Their names are importable from here too.
+:mod:`.folders` (``folder:PATH``), :mod:`.corpus` (``text``), :mod:`.tokens` (the tokenizers) and :mod:`.texts`
+(``KIND:text``, ``KIND:folder:PATH``, ``KIND:modules``). Their names are importable from here too.
 """
 
 from __future__ import annotations
