@@ -30,7 +30,7 @@ def per_image(pixels: torch.Tensor, crop) -> list[torch.Tensor]:
     v2 = transforms_v2()
     def pipeline(size, scale, blur, solarize=0.0):
         steps = [v2.RandomResizedCrop(size, scale=scale, antialias=True), v2.RandomHorizontalFlip(),
-                 v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.2)], p=0.8), v2.RandomGrayscale(p=0.2),
+                 v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8), v2.RandomGrayscale(p=0.2),
                  v2.RandomApply([v2.GaussianBlur(min(13, size - 1 - size % 2 + 1) | 1, (0.1, 2.0))], p=blur)]
         return v2.Compose(steps + ([v2.RandomSolarize(0.5, p=solarize)] if solarize else []))
     views = [pipeline(crop.global_size, GLOBAL_SCALE, 1.0), pipeline(crop.global_size, GLOBAL_SCALE, 0.1, 0.2),
