@@ -1,7 +1,7 @@
 """What each precision and fast path costs on whole networks: float32, bf16 and fp16 against float64.
 
     .venv/bin/python benchmarks/precision.py [--networks crate-base,crate-mae-base,tost-small,causal-crate-base]
-        [--inputs 5] [--batch 2] [--builds] [--threads 2] [--json FILE]
+        [--inputs 5] [--batch 2] [--builds] [--precisions fp32,bf16,...] [--threads 2] [--json FILE]
     .venv/bin/python benchmarks/precision.py --small      # the small networks tests/test_precision.py bounds
 
 Each network is built once in float64 (seed 0) and its weights rounded to float32's values, so every
@@ -286,12 +286,20 @@ def main() -> int:
     parser.add_argument("--inputs", type=int, default=5, help="inputs (batches) per network (default: 5)")
     parser.add_argument("--batch", type=int, default=None, help="examples per input (default: each network's, 2)")
     parser.add_argument("--builds", action="store_true", help="also the half builds (bf16-build, fp16-build)")
+    parser.add_argument("--precisions", default=None,
+                        help="comma-separated subset of the rows' precisions (default: all; e.g. bf16 for one base-size "
+                             "network in minutes instead of an hour)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write every number to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     chosen = SMALL if args.small else {name: NETWORKS[name] for name in args.networks.split(",")}
     precisions = PRECISIONS + (BUILDS if args.builds else ())
+    if args.precisions:
+        asked = tuple(p.strip() for p in args.precisions.split(",") if p.strip())
+        if unknown := [p for p in asked if p not in precisions]:
+            parser.error(f"--precisions: {', '.join(unknown)} not among {', '.join(precisions)} (--builds adds the builds)")
+        precisions = asked
     print(f"{machine()}; {args.inputs} inputs per network\n")
     rows, seconds = [], {}
     for name, network in chosen.items():

@@ -48,7 +48,10 @@ BOUNDS = {  # docs/precision.md, "The bounds the tests keep"
     "bf16": Bound(3e-2, 0.15, 0.1, 5e-3),
     "fp16": Bound(4e-3, 1.5e-2, 5e-2, 1e-3),
 }
-FAST_OVER_WRITTEN = 4.0  # the fast paths' median error over the written formulas' (output, parameters' gradients)
+FAST_OVER_WRITTEN = 2.0  # the fast paths' median error over the written formulas' (output, parameters' gradients)
+# and in bf16 and fp16 for the output: the ISTA step keeps the tokens out of its lowered product (issue 35); when it
+# did not, this ratio was 1.8 on crate-digits (4.8 on CRATE-B/16), now 0.8-1.2 on every small network
+HALF_OUTPUT_OVER_WRITTEN = 1.5
 ROWS = [(network, precision, formulas) for network in bench.SMALL for precision in bench.PRECISIONS
         for formulas in ("fast", "written") if not (precision == "fp64" and formulas == "written")]
 
@@ -81,7 +84,8 @@ def test_the_fast_paths_cost_at_most_a_few_times_the_rounding_of_the_formulas(me
     fast, written = measured[network, precision, "fast"], measured[network, precision, "written"]
     for name in ("output", "param_grad"):
         ratio = fast.median(name) / written.median(name)
-        assert ratio <= FAST_OVER_WRITTEN, f"{name}: fast {fast.median(name):.2e}, written {written.median(name):.2e}"
+        bound = HALF_OUTPUT_OVER_WRITTEN if name == "output" and precision != "fp32" else FAST_OVER_WRITTEN
+        assert ratio <= bound, f"{name}: fast {fast.median(name):.2e}, written {written.median(name):.2e}"
 
 
 def test_the_float32_bound_catches_one_ista_lambda_changed_by_a_thousandth():
@@ -105,4 +109,4 @@ def test_the_docs_state_these_bounds():
         assert row, f"docs/precision.md has no row for {precision} under 'The bounds the tests keep'"
         cells = [c.strip() for c in row.group(1).split("|")]
         assert [float(c) for c in cells[:4]] == list(astuple(bound)), (precision, cells)
-    assert f"{FAST_OVER_WRITTEN:g} times" in text
+    assert f"at most {FAST_OVER_WRITTEN:g} times" in text and f"{HALF_OUTPUT_OVER_WRITTEN:g} times" in text

@@ -28,6 +28,16 @@ def ista_written(u: torch.Tensor, dictionary: torch.Tensor, step_size: float, la
     return _threshold(u + step_size * ((u - u @ dictionary.t()) @ dictionary), step_size * lambd, threshold)
 
 
+def lowered(rows: torch.Tensor) -> bool:
+    """Whether autocast computes products of ``rows`` in a lower precision than ``rows`` is held in
+    (float32 tokens under bf16 or fp16 autocast): then a step adds its input outside the product,
+    in the input's precision, as every residual sum is kept, instead of inside a lowered ``addmm``."""
+    device = rows.device.type
+    if not torch.amp.is_autocast_available(device):  # the meta device of a build's shape check
+        return False
+    return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device).itemsize < rows.dtype.itemsize
+
+
 def ista_step(
     u: torch.Tensor,
     dictionary: torch.Tensor,
@@ -48,6 +58,13 @@ def ista_step(
       bias ``-eta lambda`` and one threshold in place. Forming ``M`` costs ``d^3`` multiply-adds, the
       product it saves ``N d^2`` (``N`` tokens in all), in the backward pass likewise.
 
+    Under autocast to a lower precision than the tokens' (:func:`lowered`: float32 tokens, bf16 or fp16
+    products) the identity is kept out of the product: ``u + u K`` with ``K = eta (D - D^T D)``
+    (two products: ``u + eta (u - u D^T) D``), the product lowered and the sum in the tokens' precision,
+    as the formula written out computes it. Folding ``u`` into the lowered ``addmm`` would round the
+    token stream itself to bf16 at every ISTA step: 5x the formula's error on a whole CRATE-B/16
+    (``docs/precision.md``).
+
     ``folded=None`` takes the one product when there are at least ``d`` tokens (a training batch), the
     two otherwise (decoding a few tokens), and :func:`ista_written` when the formulas are as written
     (:mod:`crate_compose.modules.paths`). They compute the same step and differ by rounding
@@ -60,7 +77,14 @@ def ista_step(
     shift = step_size * lambd
     if folded is None:
         folded = rows.shape[0] >= rows.shape[1]
-    if folded:
+    if lowered(rows):  # the products in half precision, u added in its own
+        if folded:
+            k = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
+            step = rows + rows @ k
+        else:
+            step = torch.add(rows, (rows - rows @ dictionary.t()) @ dictionary, alpha=step_size)
+        out = F.softshrink(step, shift) if threshold == "soft" else step.sub_(shift).relu_()
+    elif folded:
         m = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
         m.diagonal().add_(1.0)  # + I
         if threshold == "soft":  # S_{eta lambda}, 003 eq. 116-117
