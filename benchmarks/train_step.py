@@ -81,7 +81,10 @@ RATE_GOAL, FORWARD_GOAL = 1.0, 0.85
 
 
 def need_timm():
-    try:
+    from crate_compose.data.batches import transforms_v2
+
+    transforms_v2()  # torchvision first, as the training pipeline imports it: beside a CPU torch, PyPI's CUDA
+    try:             # torchvision fails on import unless its missing operators are declared (timm imports it)
         import timm
     except ImportError:
         print("benchmarks/train_step.py compares against timm, which is not installed.\n"
