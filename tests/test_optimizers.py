@@ -92,6 +92,44 @@ def test_the_ema_is_the_exponential_recursion():
     assert torch.allclose(model.weight, start + 1)  # its own weights again
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["per-tensor", "multi-tensor"])
+def test_the_ema_of_a_network_is_the_recursion_on_every_tensor_and_swaps_in_and_out_exactly(batched, monkeypatch):
+    """The multi-tensor path (CUDA's: one ``_foreach_lerp_`` and ``_foreach_copy_`` over all tensors) and the
+    per-tensor one (the CPU's) give the recursion on every floating tensor to the bit; swapping the average
+    in copies into the model's own tensors (an optimizer or a compiled graph holding them sees it), and
+    swapping back restores them exactly."""
+    import crate_compose as cc
+    from crate_compose.training import optimizers
+
+    monkeypatch.setattr(optimizers, "_foreach_devices", lambda: ("cpu",) if batched else ())
+    model = cc.build(DIGITS, overrides=SMALL)
+    ema = EMA(model, 0.75)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.add_(0.5 + i)
+    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    ema.update(model)
+    for name, average in ema.tensors.items():
+        assert torch.equal(average, start[name].lerp(moved[name], 0.25)), name
+    tensors = [p for p in model.parameters()]
+    with ema.swapped_in(model):
+        assert all(a is b for a, b in zip(tensors, model.parameters()))  # the same tensors, new values
+        for name, value in model.state_dict().items():
+            assert torch.equal(value, ema.tensors[name]), name
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, moved[name]), name
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "lion", "sgd"])
+def test_adamw_takes_torchs_fused_kernel_on_cuda_and_the_default_elsewhere(optimizer, device):
+    """On CUDA AdamW steps with one fused kernel (a quarter of the bytes of the multi-tensor kernels,
+    benchmarks/kernels.py); elsewhere, and for the other optimizers, torch's default."""
+    model = Tiny().to(device)
+    chosen = optimizer_for(model, Settings(optimizer=optimizer))
+    assert bool(chosen.defaults.get("fused")) == (optimizer == "adamw" and device.type == "cuda")
+
+
 def test_stochastic_depth_rises_to_the_rate_over_the_residual_steps_and_keeps_the_expectation():
     import crate_compose as cc
 

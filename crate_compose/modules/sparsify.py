@@ -78,11 +78,12 @@ def ista_step(
     if folded is None:
         folded = rows.shape[0] >= rows.shape[1]
     if lowered(rows):  # the products in half precision, u added in its own
+        d = dictionary.to(torch.get_autocast_dtype(rows.device.type))  # D cast once (autocast casts D^T apart)
         if folded:
-            k = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
+            k = torch.addmm(d, d.t(), d, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
             step = rows + rows @ k
         else:
-            step = torch.add(rows, (rows - rows @ dictionary.t()) @ dictionary, alpha=step_size)
+            step = torch.add(rows, (rows - rows @ d.t()) @ d, alpha=step_size)
         out = F.softshrink(step, shift) if threshold == "soft" else step.sub_(shift).relu_()
     elif folded:
         m = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
