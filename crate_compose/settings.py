@@ -20,6 +20,9 @@ NORMALIZATIONS = ("data", "imagenet")  # the statistics images are standardized 
 OPTIMIZERS = ("adamw", "lion", "sgd")  # training/optimizers.py
 SCHEDULES = ("cosine", "step", "constant")  # after the linear warm-up
 PRECISIONS = ("fp32", "bf16", "fp16")  # the forward's autocast dtype (weights and optimizer stay float32)
+# torch.compile's modes (--compile-mode): reduce-overhead replays the step's kernels as CUDA graphs (a CRATE-B step
+# launched from the CPU kernel by kernel is bound by the launching below a few hundred images: docs/gpu.md)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 FORMULAS = ("fast", "written")  # each step's fast path, or its equation in plain torch ops (modules/paths.py)
 FORMULAS_VARIABLE = "CRATE_COMPOSE_FORMULAS"  # the environment's choice among FORMULAS (default: fast)
 LOGGERS = ("tensorboard", "none")  # logging: train --logger (TensorBoard event files beside metrics.jsonl)
@@ -62,6 +65,7 @@ class Settings:
     ema: float | None = None  # decay of an average of the weights, evaluated and saved beside them
     precision: str = "fp32"
     compile: bool = False  # torch.compile the model
+    compile_mode: str = "default"  # torch.compile's mode (COMPILE_MODES), with compile
     formulas: str = "fast"  # "written": every step computes its equation as written, no fast path (modules/paths.py)
     drop_path: float = 0.0  # stochastic depth: the deepest residual branch is dropped with this probability
     epochs: int | None = None  # when given, steps = epochs x (training examples // batch size)
@@ -133,6 +137,9 @@ def settings_problems(settings: Settings) -> list[tuple[str, str]]:
     choice("schedule", SCHEDULES)
     choice("precision", PRECISIONS)
     choice("formulas", FORMULAS)
+    choice("compile_mode", COMPILE_MODES)
+    if settings.compile_mode != "default" and settings.compile is not True:
+        problems.append(("compile_mode", f"{settings.compile_mode!r} is a mode of --compile, which this run does not take"))
     if settings.logger is not None:  # logging: None picks tensorboard when it imports
         choice("logger", LOGGERS)
     for name in ("nesterov", "compile"):

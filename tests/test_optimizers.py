@@ -152,6 +152,9 @@ def test_settings_are_checked():
     problems = dict(settings_problems(Settings(optimizer="adam", accumulate=3, ema=1.0, precision="fp8")))
     assert set(problems) == {"optimizer", "accumulate", "ema", "precision"}
     assert "does not divide batch_size 64" in problems["accumulate"]
+    assert [name for name, _ in settings_problems(Settings(compile=True, compile_mode="fastest"))] == ["compile_mode"]
+    assert "a mode of --compile" in dict(settings_problems(Settings(compile_mode="reduce-overhead")))["compile_mode"]
+    assert settings_problems(Settings(compile=True, compile_mode="reduce-overhead")) == []
 
 
 def test_accumulating_micro_batches_is_the_same_step_as_the_whole_batch(tmp_path):
@@ -209,11 +212,13 @@ def test_epochs_set_the_steps_and_the_warm_up(tmp_path):
     assert json.loads((tmp_path / "r" / identity.RUN_FILE).read_text())["identity"]["settings"]["warmup"] == 5
 
 
-def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_path, device):
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_path, device, mode):
+    """``--compile`` and ``--compile-mode reduce-overhead`` (CUDA graphs on a GPU: ``pytest --device cuda``)."""
     settings = Settings(steps=2, batch_size=16, lr=1e-3)
     train(DIGITS, settings, overrides=SMALL, out=tmp_path / "eager", progress=False, device=str(device))
-    train(DIGITS, replace(settings, compile=True), overrides=SMALL, out=tmp_path / "compiled", progress=False,
-          device=str(device))
+    train(DIGITS, replace(settings, compile=True, compile_mode=mode), overrides=SMALL, out=tmp_path / "compiled",
+          progress=False, device=str(device))
     a = load_file(Path(tmp_path / "eager/final/model.safetensors"))
     b = load_file(Path(tmp_path / "compiled/final/model.safetensors"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4

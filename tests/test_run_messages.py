@@ -77,7 +77,7 @@ def test_a_recipe_warm_up_longer_than_half_the_run_is_shortened_and_said(tmp_pat
 
 def test_compiling_says_why_the_first_step_is_slow(tmp_path, monkeypatch):
     said = []
-    monkeypatch.setattr(train_module.torch, "compile", lambda net: net)  # the messages, not the compiler
+    monkeypatch.setattr(train_module.torch, "compile", lambda net, mode=None: net)  # the messages, not the compiler
     train(DIGITS, Settings(steps=2, batch_size=8, compile=True), overrides=TINY, out=tmp_path / "run", progress=False,
           notes=said.append)
     assert any(note.startswith("--compile: the first step compiles the network") for note in said)

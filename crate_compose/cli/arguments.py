@@ -17,8 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import tasks
-from ..settings import (AUGMENTATIONS, FORMULAS, FORMULAS_VARIABLE, FREEZES, LOGGERS, MAX_IMAGE_SIZE, MAX_WORKERS,
-    NORMALIZATIONS, OPTIMIZERS, PRECISIONS, SCHEDULES, Settings, formulas_from_environment)
+from ..settings import (AUGMENTATIONS, COMPILE_MODES, FORMULAS, FORMULAS_VARIABLE, FREEZES, LOGGERS, MAX_IMAGE_SIZE,
+    MAX_WORKERS, NORMALIZATIONS, OPTIMIZERS, PRECISIONS, SCHEDULES, Settings, formulas_from_environment)
 
 Command = Callable[..., argparse.ArgumentParser]  # command(name, help=...): a subcommand that takes --plugin
 
@@ -219,6 +219,9 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     option("--precision", choices=PRECISIONS, help="the forward's precision: bf16 or fp16 autocast (fp16 with a "
            "gradient scaler; weights stay float32) (default: fp32)")
     option("--compile", action=argparse.BooleanOptionalAction, help="torch.compile the model (default: no)")
+    option("--compile-mode", choices=COMPILE_MODES, help="with --compile, torch.compile's mode: reduce-overhead "
+           "replays each step's kernels as CUDA graphs, for GPU steps bound by launching their kernels (small "
+           "batches; docs/gpu.md) (default: default)")
     option("--formulas", choices=FORMULAS, help="fast: the steps' fast paths (ISTA in one product, fused "
            "attention); written: every step's equation as written, in plain torch ops (the same values up to "
            f"rounding, slower; docs/precision.md) (default: ${FORMULAS_VARIABLE}, else fast; a resumed run's own)")
@@ -246,6 +249,7 @@ RUN_OPTIONS = ("task", "data", "steps", "batch_size", "lr", "weight_decay", "war
                "beta2", "momentum", "nesterov", "schedule", "min_lr", "lr_step", "lr_decay", "accumulate", "ema",
                "precision", "compile", "drop_path", "epochs", "warmup_epochs")
 RUN_OPTIONS += ("workers", "mixup", "cutmix", "normalize")  # data pipeline
+RUN_OPTIONS += ("compile_mode",)
 
 RUN_OPTIONS += ("logger",)  # logging: where the metrics go besides metrics.jsonl (no part of the run's identity)
 RUN_OPTIONS += ("formulas",)  # fast paths or the formulas as written (modules/paths.py)

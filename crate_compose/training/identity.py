@@ -57,6 +57,7 @@ CADENCE = ("eval_every", "log_every", "checkpoint_every")  # what is logged and 
 LATER = {name: getattr(Settings(), name) for name in (
     "optimizer", "beta1", "beta2", "momentum", "nesterov", "schedule", "min_lr", "lr_step", "lr_decay", "accumulate",
     "ema", "precision", "compile", "drop_path", "epochs", "warmup_epochs",
+    "compile_mode",  # torch.compile's mode
     "mixup", "cutmix", "normalize",  # data pipeline
     "formulas",  # fast paths or the formulas as written (modules/paths.py)
     "local_crops", "teacher_temp", "warmup_teacher_temp", "warmup_teacher_temp_epochs")}  # task dino

@@ -178,7 +178,7 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
     stack.enter_context(use_formulas(settings.formulas))  # the run's formulas: fast paths or as written
     net = torch.nn.parallel.DistributedDataParallel(model) if dist.active else model
     if settings.compile:
-        net = torch.compile(net)
+        net = torch.compile(net, mode=None if settings.compile_mode == "default" else settings.compile_mode)
     model.train()
     before = _seconds_before(run) if plan.start else 0.0  # a resumed run's clock goes on from its checkpoint
     if writer and plan.start:
