@@ -443,16 +443,23 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f}"
 
 
+def against_peer(label: str, rates: dict[str, float]) -> str:
+    """``label``'s rate over its peer's (:attr:`Model.peer`), when both were counted."""
+    peer = MODELS[label].peer if label in MODELS else None
+    return f"{rates[label] / rates[peer]:.2f}x" if peer in rates else ""
+
+
 def eager_table(steps: dict[str, Step]) -> list[str]:
     rows = ["| model | params | batch | ops (launches >=) | GFLOP | GB moved | H100 bound ms | H200 bound ms | "
-            "images or sequences / s at the H200 bound | FLOP-bound share |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "images or sequences / s at the H200 bound | against its peer | FLOP-bound share |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     h100, h200 = GPUS
-    for s in steps.values():
+    rates = {label: s.batch / s.bound(h200) for label, s in steps.items()}
+    for label, s in steps.items():
         flop_time = s.total("flops") / h200.bf16
         rows.append(f"| {s.model} | {s.params / 1e6:,.1f}M | {s.batch} | {s.launches():,} | {s.total('flops') / 1e9:,.0f} | "
                     f"{gb(s.total('bytes'))} | {ms(s.bound(h100))} | {ms(s.bound(h200))} | "
-                    f"{s.batch / s.bound(h200):,.0f} | {flop_time / s.bound(h200):.0%} |")
+                    f"{rates[label]:,.0f} | {against_peer(label, rates)} | {flop_time / s.bound(h200):.0%} |")
     return rows
 
 
@@ -486,7 +493,7 @@ def top_ops(step: Step, count: int = 12) -> list[str]:
     total = step.bound(h200)
     ranked = sorted(groups.items(), key=lambda g: -sum(max((o.read + o.written) / h200.bandwidth, o.flops / h200.bf16)
                                                        for o in g[1]))
-    rows = [f"| op | kind | calls | GB moved | GFLOP | H200 bound ms | share |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = ["| op | kind | calls | GB moved | GFLOP | H200 bound ms | share |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for (name, kind), ops in ranked[:count]:
         bound = sum(max((o.read + o.written) / h200.bandwidth, o.flops / h200.bf16) for o in ops)
         rows.append(f"| `{name}` | {kind} | {len(ops)} | {gb(sum(o.read + o.written for o in ops))} | "
@@ -520,8 +527,9 @@ def compiled_rows(model: Model, one: Compiled, two: Compiled, step: Step) -> dic
 def compiled_table(results: dict[str, dict], steps: dict[str, Step]) -> list[str]:
     rows = ["| model | kernels per layer (fused / matmul / attention / other) (eager ops) | kernels per step | "
             "graph breaks | GB per layer, compiled (eager) | GB per step, compiled (eager) | H100 bound ms | "
-            "H200 bound ms | per s at the H200 bound |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "H200 bound ms | per s at the H200 bound | against its peer |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rates = {label: steps[label].batch / r["bounds"]["H200"] for label, r in results.items()}
     for label, r in results.items():
         s = steps[label]
         calls = r["per_layer_calls"]
@@ -531,7 +539,8 @@ def compiled_table(results: dict[str, dict], steps: dict[str, Step]) -> list[str
         rows.append(f"| {label} | {r['per_layer']} ({calls.get('fused', 0)} / {matmuls} / {attention} / {other}) "
                     f"({r['eager_layer_ops']}) | {r['whole']:,} | {r['graph_breaks']} | {gb(r['layer_bytes'])} "
                     f"({gb(r['eager_layer_bytes'])}) | {gb(r['whole_bytes'])} ({gb(r['eager_whole_bytes'])}) | "
-                    f"{ms(r['bounds']['H100 SXM'])} | {ms(r['bounds']['H200'])} | {s.batch / r['bounds']['H200']:,.0f} |")
+                    f"{ms(r['bounds']['H100 SXM'])} | {ms(r['bounds']['H200'])} | {rates[label]:,.0f} | "
+                    f"{against_peer(label, rates)} |")
     return rows
 
 

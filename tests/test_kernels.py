@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -118,3 +117,5 @@ def test_the_report_has_every_table():
     rows = [line for line in text.splitlines() if line.startswith("| crate |")]
     assert len(rows) == 2 + len(kernels.OPTIMIZERS)  # the step, its kinds, and each optimizer alone
     assert "| vit | adamw-fused |" in text
+    assert kernels.against_peer("CRATE-B/16", {"CRATE-B/16": 3.0, "ViT-B/16": 2.0}) == "1.50x"
+    assert kernels.against_peer("CRATE-B/16", {"CRATE-B/16": 3.0}) == kernels.against_peer("ViT-B/16", {"ViT-B/16": 1.0}) == ""
