@@ -15,16 +15,12 @@ command line answers ``--help``, a wrong path or a YAML syntax error before torc
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .deprecation import MOVED, MovedModules, deprecated
 from .errors import DiagramError, PluginError, Problem, SpecError, WorkbenchError
 
 __version__ = "0.1.0"
-
-sys.meta_path.append(MovedModules(MOVED))  # the old flat module paths, for one release
 
 # public name -> (module, attribute): loaded on first access (PEP 562)
 _LAZY = {
@@ -60,9 +56,6 @@ _LAZY = {
     **{name: ("building.inspection", name) for name in ("validate", "derive", "inspect")},
 }
 
-# old public name -> its new name: each use warns (DeprecationWarning); removed in the next release
-_RENAMED = {"Decoder": "CachedModel", "load": "load_build"}
-
 if TYPE_CHECKING:  # what type checkers and editors see
     from .building.artifacts import load_build, save
     from .building.budget import ResourceError
@@ -86,8 +79,6 @@ if TYPE_CHECKING:  # what type checkers and editors see
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RENAMED:  # never cached, so every use warns
-        return deprecated(__name__, name, _RENAMED[name], __getattr__(_RENAMED[name]))
     if name not in _LAZY:
         raise AttributeError(f"module 'crate_compose' has no attribute {name!r}")
     module, attribute = _LAZY[name]

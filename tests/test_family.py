@@ -395,7 +395,7 @@ def test_the_import_graph_has_no_cycles():
 
 # The layers, lowest first: a module imports only from its own layer or those below (docs/architecture.md).
 LAYERS = [
-    ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.settings", "crate_compose.deprecation"]),
+    ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.settings"]),
     ("spec language and the registry of primitives", ["crate_compose.language", "crate_compose.registry"]),
     ("torch building blocks", ["crate_compose.modules"]),
     ("primitive declarations", ["crate_compose.primitives"]),
@@ -409,7 +409,6 @@ LAYERS = [
     ("assessment of trained networks", ["crate_compose.assessment"]),
     ("pictures and generated text", ["crate_compose.pictures", "crate_compose.generation"]),
     ("ablation studies", ["crate_compose.ablation"]),
-    ("the old workbench paths", ["crate_compose.workbench"]),
     ("command line", ["crate_compose.cli"]),
     ("package", ["crate_compose"]),
 ]
@@ -433,7 +432,7 @@ def test_the_import_graph_follows_the_layers():
 
 def test_the_package_top_holds_only_entry_points_and_base():
     top = sorted(p.stem for p in (ROOT / "crate_compose").glob("*.py"))
-    assert top == ["__init__", "deprecation", "errors", "files", "registry", "settings"], top
+    assert top == ["__init__", "errors", "files", "registry", "settings"], top
     assert (ROOT / "crate_compose" / "cli" / "__init__.py").is_file()  # the command line: a package, a module a command
 
 

@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from .. import registry
-from ..deprecation import deprecated
 from ..files import write_atomic, write_together
 from ..modules.measures import (
     Measure,
@@ -43,7 +42,6 @@ from ..modules.measures import (
 
 __all__ = [
     "Measure",
-    "Objective",
     "Reading",
     "coding_rate",
     "coding_rate_measure",
@@ -62,12 +60,6 @@ __all__ = [
     "variational_rate",
     "write_probes",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Objective":  # renamed: Objective -> Measure (issue 18); kept for one release
-        return deprecated(__name__, "Objective", "Measure", Measure)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------------------- probing a model

@@ -11,10 +11,4 @@
 * :mod:`.folders`: a folder of images (torchvision's ImageFolder layout), every file checked before it is decoded;
 * :mod:`.corpus`: the Python standard library's source as byte-level text (the ``text`` set);
 * :mod:`.batches`: which examples each training step takes, decoded and augmented in DataLoader workers.
-
-``crate_compose.data`` was the module now at :mod:`.sets`; its names still resolve here, deprecated, for one release.
 """
-
-from ..deprecation import moved_names
-
-__getattr__ = moved_names(__name__, "sets")
