@@ -28,7 +28,7 @@ CHILD = """
 import os, signal, sys
 from pathlib import Path
 import crate_compose as cc
-from crate_compose import artifacts, checkpoint, figures, files
+from crate_compose import files
 
 out, moment, writer, first = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 model = cc.build("crate-digits", overrides={tiny!r}, seed=0)
