@@ -32,7 +32,7 @@ every device; attention goes through ``scaled_dot_product_attention`` (the CPU's
 ``causal.EXPLICIT_BF16_CPU_KEYS``, is switched off), whose CPU flash kernel reads and writes what
 CUDA's flash kernel does (q, k, v, the output and its log-sum-exp); the optimizer is AdamW with
 torch's multi-tensor (``foreach``) kernels, as torch picks on CUDA, and beside it its ``fused`` kernel
-(what ``train`` takes on CUDA) and Lion (the CRATE recipe's optimizer, ``foreach`` as it runs on CUDA).
+(what ``train`` takes on CUDA and the CPU) and Lion (the CRATE recipe's optimizer, ``foreach`` as it runs on CUDA).
 
 **Compiled: kernels per layer and graph breaks** (``--compiled``). ``torch.compile`` (inductor) of
 the same step on the CPU with real tensors, at depth 1 and
