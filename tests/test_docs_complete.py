@@ -1,0 +1,94 @@
+"""The pages that list the package's parts list every part, and only parts that exist (issue 36: docs that
+cannot drift): every preset in the README and in docs/python.md's ``presets()``, every primitive in the
+README and docs/primitives.md, every task in the README and docs/cli.md, every command a section of
+docs/cli.md and every one of its options named there. A new preset, primitive, task, command or flag is
+a failing test until it is documented."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+import crate_compose as cc
+from crate_compose import registry, tasks
+from crate_compose.cli import parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CLI = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+PYTHON = (ROOT / "docs" / "python.md").read_text(encoding="utf-8")
+PRIMITIVES = (ROOT / "docs" / "primitives.md").read_text(encoding="utf-8")
+OTHER_TOOLS = {"--nproc_per_node", "--nnodes", "--node_rank", "--rdzv_backend", "--rdzv_endpoint"}  # torchrun's
+
+
+def readme_presets() -> set[str]:
+    """The preset names the README's table names in backticks, ``crate-tiny/small`` read as both names,
+    ``*-bytes`` as every preset it matches."""
+    named = set()
+    for item in re.findall(r"`([\w./*-]+)`", README):
+        stem, *others = item.removesuffix(".yaml").removeprefix("specs/").split("/")
+        named.add(stem)
+        named.update(stem.rsplit("-", 1)[0] + "-" + other for other in others)
+    globs = [re.compile(name.replace("*", r"[\w-]+") + "$") for name in named if "*" in name]
+    return named | {p for p in cc.presets() if any(g.match(p) for g in globs)}
+
+
+@pytest.mark.parametrize("preset", list(cc.presets()))
+def test_every_preset_is_in_the_readme(preset):
+    assert preset in readme_presets(), f"the README's table names no preset {preset!r}"
+
+
+def test_python_md_lists_exactly_the_presets():
+    block = PYTHON.split("print(list(cc.presets()))", 1)[1].split("```", 1)[0]
+    assert re.findall(r"'([^']+)'", block) == list(cc.presets())
+
+
+@pytest.mark.parametrize("name", registry.all_primitives())
+def test_every_primitive_is_in_the_readme_and_has_its_section(name):
+    assert f"`{name}`" in README, f"the README's primitives row lacks `{name}`"
+    assert re.search(rf"^#+ `?{re.escape(name)}`?$", PRIMITIVES, re.M), f"docs/primitives.md has no section for {name}"
+
+
+@pytest.mark.parametrize("task", tasks.names())
+def test_every_task_is_in_the_readme_and_the_cli_page(task):
+    in_code = re.compile(rf"`[^`\n]*(?<![\w-]){re.escape(task)}(?![\w-])[^`\n]*`")  # `mlm`, `--task mlm`
+    assert in_code.search(README), f"the README never names task {task}"
+    assert in_code.search(CLI), f"docs/cli.md never names task {task}"
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    top = parser()
+    return next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _options(command: argparse.ArgumentParser) -> set[str]:
+    """Its long options; of a ``--x`` / ``--no-x`` pair, the one the page names (either will do)."""
+    found = set()
+    for action in command._actions:
+        names = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            names = [next((o for o in names if _named(o)), names[0])]
+        found.update(names)
+    return found
+
+
+def _named(option: str) -> bool:
+    return re.search(re.escape(option) + r"(?![\w-])", CLI) is not None
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_every_command_has_a_section_naming_each_of_its_options(name):
+    assert re.search(rf"^## {re.escape(name)}$", CLI, re.M), f"docs/cli.md has no section '## {name}'"
+    missing = sorted(o for o in _options(_commands()[name]) if not _named(o))
+    assert not missing, f"docs/cli.md does not name {name}'s {', '.join(missing)}"
+
+
+def test_every_option_the_cli_page_names_exists():
+    known = {o for command in _commands().values() for a in command._actions for o in a.option_strings}
+    named = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", CLI)) - OTHER_TOOLS
+    assert sorted(named - known) == []
+    headings = set(re.findall(r"^## (\S+)$", CLI, re.M))
+    assert headings <= set(_commands()), sorted(headings - set(_commands()))
