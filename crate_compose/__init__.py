@@ -1,6 +1,7 @@
 """crate-compose: white-box transformers from declarative specs of optimization steps.
 
-The Python API does everything the command line does::
+The spec commands of the command line are functions here (the workbench's, such as train, are functions of its
+subpackages: docs/python.md)::
 
     import crate_compose as cc
     spec = cc.load_spec("crate-base", overrides=["sizes.depth=6"])

@@ -92,3 +92,22 @@ def test_every_option_the_cli_page_names_exists():
     assert sorted(named - known) == []
     headings = set(re.findall(r"^## (\S+)$", CLI, re.M))
     assert headings <= set(_commands()), sorted(headings - set(_commands()))
+
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "RESULTS.md"]
+PATH = re.compile(r"(?<![\w/.-])((?:crate_compose|tests|benchmarks|specs|zoo|recipes|docs)/[\w./*-]*[\w*])")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_file_a_page_names_exists(page):
+    """A path in the project's own folders that a page names (a module, a test, a benchmark, a spec, a
+    figure) is there: a moved or deleted file fails here, not in a reader's hands."""
+    missing = []
+    for path in sorted(set(PATH.findall(page.read_text(encoding="utf-8")))):
+        if "*" in path:
+            found = list(ROOT.glob(path))
+        else:
+            found = [p for p in (ROOT / path, page.parent / path) if p.exists()]
+        if not found:
+            missing.append(path)
+    assert not missing, f"{page.name} names files that are not there: {', '.join(missing)}"

@@ -1,7 +1,8 @@
 """Training a built network on a named data set: one loop for a laptop and for torchrun.
 
-``train(spec, task="classify", data="digits")`` builds the spec (its input size set from the
-data), then runs AdamW with a linear warm-up and a cosine decay. Everything that varies from step
+``train(spec, Settings(task="classify", data="digits"), out="runs/x")`` builds the spec (its input size
+set from the data), then runs the settings' optimizer (AdamW by default) with a linear warm-up and a
+cosine decay. Everything that varies from step
 to step is a function of the run's seed and the step number: the order of the examples (a
 permutation per epoch) and every random draw inside the model (the mask of a masked autoencoder
 draws from a generator seeded per step). So a run resumed from a checkpoint computes exactly what
@@ -17,7 +18,7 @@ A run folder holds::
     final/                    the trained build (crate_compose.load_build, crate-compose probe --weights)
     result.json               the last train loss, the evaluation, parameters and wall time
 
-``train(..., init="runs/pretrained/final", freeze="encoder")`` fine-tunes: the spec is built as
+``train(spec, settings, init="runs/pretrained/final", freeze="encoder")`` fine-tunes: the spec is built as
 usual, then the build's tensors are copied in by name, the head's left new where they do not fit
 (:mod:`crate_compose.training.finetune`); the build and the freeze are part of the run's identity.
 
