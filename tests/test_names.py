@@ -95,3 +95,16 @@ assert cc.load_build and cc.CachedModel and layer_probes.Measure
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A name shared between modules is public (no leading underscore): a private one is its module's own."""
+    found = []
+    modules = _modules()
+    for path, tree in modules.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("crate_compose")):
+                found += [f"{path}:{node.lineno}: {alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert "crate_compose/interop/peers.py" in modules  # the package was read
+    assert not found, "\n".join(found)

@@ -197,7 +197,7 @@ def probes_json(rows: Sequence[dict] | dict[str, Sequence[dict]]) -> str:
     return json.dumps(clean(rows if isinstance(rows, dict) else list(rows)), indent=1)
 
 
-_ARROW = {"down": "↓", "up": "↑"}
+ARROWS = {"down": "↓", "up": "↑"}  # which way a measure improves, as the tables and figures mark it
 
 
 def plot_probes(
@@ -272,8 +272,8 @@ def probes_png(
                                       color=f"C{number % 10}", alpha=0.18, linewidth=0)
                 axes.plot(xs, ys, marker="o", markersize=4, linewidth=1.5, label=legend,  # one color per run
                           color=f"C{number % 10}", linestyle=("-", "--", ":", "-.")[shade % 4])
-            label = _LABELS.get(name, name)
-        claim = " ".join(f"{_ARROW[d]}" for d in sorted(directions))
+            label = MEASURE_LABELS.get(name, name)
+        claim = " ".join(f"{ARROWS[d]}" for d in sorted(directions))
         axes.set_title(label)
         axes.set_xlabel("layer ℓ" if by_layer else "step (network order)")
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
@@ -287,7 +287,7 @@ def probes_png(
     return image.getvalue()
 
 
-_LABELS = {
+MEASURE_LABELS = {
     "coding_rate": "compression R^c(Z | U) after each compression step",
     "sparsity": "fraction of zeros after each sparsification step",
     "l0_density": "‖Z‖₀ / (d·N) after each sparsification step",

@@ -15,7 +15,7 @@ import math
 import statistics
 from typing import Sequence
 
-from .layer_probes import _ARROW, _LABELS
+from .layer_probes import ARROWS, MEASURE_LABELS
 
 
 def spread_rows(seeds: Sequence[Sequence[dict]]) -> list[dict]:
@@ -64,9 +64,9 @@ def timeline_png(steps: dict[int, Sequence[dict]], *, title: str | None = None) 
     FigureCanvasAgg(figure)
     shade = ScalarMappable(Normalize(min(order), max(order) or 1), colormaps["viridis"])
     for index, measure in enumerate(measures):
-        label = _LABELS.get(measure, measure)
+        label = MEASURE_LABELS.get(measure, measure)
         directions = {r["direction"] for rows in steps.values() for r in rows if r["measure"] == measure}
-        claim = " ".join(_ARROW[d] for d in sorted(d for d in directions if d in _ARROW))
+        claim = " ".join(ARROWS[d] for d in sorted(d for d in directions if d in ARROWS))
         by_layer = figure.add_subplot(len(measures), 2, 2 * index + 1)
         layers: dict[int, list[tuple[int, float]]] = {}
         for step, rows in steps.items():

@@ -37,7 +37,7 @@ from ..building.budget import resolve_limit
 from ..errors import DataError
 from .folders import check_memory, stratified_split
 from .record import Data, Tensors, check_size
-from .shipped import _channel_stats
+from .shipped import channel_stats
 
 __all__ = ["Pasted", "load_pasted_digits", "paste"]
 
@@ -238,7 +238,7 @@ def load_pasted_digits(*, image_size: int | None = None, split_seed: int = 0, tr
             masks[start:start + chunk] = torch.from_numpy(mask)
             targets[start:start + chunk] = torch.from_numpy(drawn["label"])
         splits.append((inputs, targets, masks))
-    mean, std = _channel_stats(splits[0][0])
+    mean, std = channel_stats(splits[0][0])
     for inputs, _, _ in splits:  # standardized in place
         inputs.sub_(mean.view(1, -1, 1, 1)).div_(std.view(1, -1, 1, 1))
     train, test = (Tensors(x, y, masks=m) for x, y, m in splits)

@@ -35,7 +35,7 @@ def _standardize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) ->
     return (images - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
 
 
-def _channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel mean and std over (N, C, H, W) images (std floored away from zero)."""
     flat = images.transpose(0, 1).reshape(images.shape[1], -1).double()
     return flat.mean(1).float(), flat.std(1).clamp_min(1e-6).float()
@@ -76,7 +76,7 @@ def load_digits(*, image_size: int | None = None, split_seed: int = 0,
     if image_size is not None:
         images = _resize(images, image_size)
     train, test = stratified_split(bunch.target, 0.2, split_seed, "digits")
-    mean, std = _channel_stats(images[train])
+    mean, std = channel_stats(images[train])
     images = _standardize(images, mean, std)
     size = images.shape[-1]
     return Data(
@@ -106,7 +106,7 @@ def load_archived(name: str, *, image_size: int | None = None, memory_limit: str
     if image_size is not None:
         pixels = _resize(pixels, image_size)
     train = ~test
-    mean, std = _channel_stats(pixels[train])
+    mean, std = channel_stats(pixels[train])
     pixels = _standardize(pixels, mean, std)
     classes = archive(name).classes
     return Data(
@@ -203,4 +203,4 @@ def load_photos(
 def _region_stats(regions: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel mean and std over every pixel of regions of different sizes."""
     pixels = torch.cat([r.reshape(r.shape[0], -1) for r in regions], dim=1)
-    return _channel_stats(pixels.unsqueeze(0).unsqueeze(-1))
+    return channel_stats(pixels.unsqueeze(0).unsqueeze(-1))

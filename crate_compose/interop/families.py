@@ -112,7 +112,7 @@ def pair(ours: str, theirs: str, *suffixes: str) -> dict[str, str]:
     return {f"{ours}.{s}" if ours else s: f"{theirs}.{s}" for s in (suffixes or ("weight", "bias"))}
 
 
-def _count(tensors: dict[str, torch.Tensor], pattern: str) -> int:
+def layer_count(tensors: dict[str, torch.Tensor], pattern: str) -> int:
     """How many distinct layer indices ``pattern`` (with one group) finds among the keys."""
     return len({m.group(1) for k in tensors if (m := re.match(pattern, k))})
 
@@ -122,13 +122,13 @@ def _image_side(positions: torch.Tensor, patch: int) -> int:
     return math.isqrt(positions.shape[1] - 1) * patch
 
 
-def _conv_patches(weight: torch.Tensor, positions: torch.Tensor) -> dict[str, int]:
+def conv_patch_sizes(weight: torch.Tensor, positions: torch.Tensor) -> dict[str, int]:
     """Width, patch size, channels and image side from a strided patch convolution and the position table."""
     d, patch = weight.shape[0], weight.shape[-1]
     return {"d": d, "patch_size": patch, "channels": weight.shape[1], "image_size": _image_side(positions, patch)}
 
 
-def _heads(inner: int) -> dict[str, int]:
+def head_sizes(inner: int) -> dict[str, int]:
     """One shared projection of ``K*p x d`` rows does not give the heads ``K``: ``inner`` is ``K*p``,
     resolved by the recorded arguments, a published model of the same shapes, or ``--set sizes.heads``
     (:func:`.exchange.infer_sizes`)."""
@@ -171,8 +171,8 @@ def _crate_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     d = t["cls_token"].shape[-1]
     channels, patch = _channels_and_patch(t["to_patch_embedding.1.weight"].shape[0])
     return {"d": d, "patch_size": patch, "channels": channels, "image_size": _image_side(t["pos_embedding"], patch),
-            "depth": _count(t, r"transformer\.layers\.(\d+)\."),
-            "classes": t["mlp_head.1.weight"].shape[0], **_heads(t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
+            "depth": layer_count(t, r"transformer\.layers\.(\d+)\."),
+            "classes": t["mlp_head.1.weight"].shape[0], **head_sizes(t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
 
 
 def _crate_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -219,9 +219,9 @@ CRATE = Family(
 # --- CRATE-MAE (Ma-Lab-Berkeley/CRATE, model/crate_ae/) ------------------------------------------
 
 def _mae_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
-    sizes = _conv_patches(t["patch_embed.proj.weight"], t["decoder_pos_embed"])
-    return {**sizes, "depth": _count(t, r"blocks\.(\d+)\."),
-            **_heads(t["blocks.0.layers.0.0.fn.qkv.weight"].shape[0])}
+    sizes = conv_patch_sizes(t["patch_embed.proj.weight"], t["decoder_pos_embed"])
+    return {**sizes, "depth": layer_count(t, r"blocks\.(\d+)\."),
+            **head_sizes(t["blocks.0.layers.0.0.fn.qkv.weight"].shape[0])}
 
 
 def _mae_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -285,11 +285,11 @@ CRATE_MAE = Family(
 # --- CRATE-alpha (UCSC-VLAA/CRATE-alpha, torch_inference/model/crate_alpha.py) -------------------
 
 def _alpha_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
-    sizes = _conv_patches(t["conv1.weight"], t["pos_embedding"])
+    sizes = conv_patch_sizes(t["conv1.weight"], t["pos_embedding"])
     d = sizes["d"]
     return {**sizes, "ratio": t["transformer.layers.0.1.fn.D"].shape[1] // d,
-            "depth": _count(t, r"transformer\.layers\.(\d+)\."), "classes": t["mlp_head.1.weight"].shape[0],
-            **_heads(t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
+            "depth": layer_count(t, r"transformer\.layers\.(\d+)\."), "classes": t["mlp_head.1.weight"].shape[0],
+            **head_sizes(t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
 
 
 CRATE_ALPHA = Family(
@@ -324,10 +324,10 @@ CRATE_ALPHA = Family(
 
 def _tost_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     d = t["cls_token"].shape[-1]
-    convs = _count(t, r"patch_embed\.proj\.(\d+)\.0\.weight")
+    convs = layer_count(t, r"patch_embed\.proj\.(\d+)\.0\.weight")
     return {"d": d, "patch_size": 2 ** convs, "channels": t["patch_embed.proj.0.0.weight"].shape[1],
-            "heads": t["blocks.0.attn.temp"].shape[0], "depth": _count(t, r"blocks\.(\d+)\."),
-            "class_depth": _count(t, r"cls_attn_blocks\.(\d+)\."), "classes": t["head.weight"].shape[0]}
+            "heads": t["blocks.0.attn.temp"].shape[0], "depth": layer_count(t, r"blocks\.(\d+)\."),
+            "class_depth": layer_count(t, r"cls_attn_blocks\.(\d+)\."), "classes": t["head.weight"].shape[0]}
 
 
 def _tost_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -397,20 +397,20 @@ TOST = Family(
 
 # --- the language models (nanoGPT's names): ToST (tost_lang/model_TSSA.py) and crate-lm ---------
 
-def _lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
+def gpt2_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     vocab, d = t["transformer.wte.weight"].shape
     return {"vocab": vocab, "d": d, "context": t["transformer.wpe.weight"].shape[0],
-            "depth": _count(t, r"transformer\.h\.(\d+)\.")}
+            "depth": layer_count(t, r"transformer\.h\.(\d+)\.")}
 
 
 def _tost_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, Any]:
-    return {**_lm_sizes(t), "heads": t["transformer.h.0.attn.temp"].shape[0], "bias": "transformer.ln_f.bias" in t}
+    return {**gpt2_sizes(t), "heads": t["transformer.h.0.attn.temp"].shape[0], "bias": "transformer.ln_f.bias" in t}
 
 
 def _crate_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
-    sizes = _lm_sizes(t)
+    sizes = gpt2_sizes(t)
     return {**sizes, "ratio": t["transformer.h.0.ista.weight"].shape[0] // sizes["d"],
-            **_heads(t["transformer.h.0.attn.c_attn.weight"].shape[0])}
+            **head_sizes(t["transformer.h.0.attn.c_attn.weight"].shape[0])}
 
 
 LM_EMBEDDINGS = (

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .families import LM_EMBEDDINGS, TRANSPOSED, Family, Place, _conv_patches, _count, _heads, _lm_sizes, pair
+from .families import (LM_EMBEDDINGS, TRANSPOSED, Family, Place, conv_patch_sizes, gpt2_sizes, head_sizes, layer_count,
+                       pair)
 
 if TYPE_CHECKING:  # read by the command line before torch is imported
     import torch
@@ -59,8 +60,8 @@ def _holds_timm_vit(t: dict[str, torch.Tensor]) -> bool:
 def _timm_vit_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     """Width, patch, channels and image side (the conv and ``pos_embed`` (1, 1 + N, d)), depth and classes
     (``head``; a headless file, ``num_classes=0``, gives none); the heads are not in the shapes."""
-    sizes = {**_conv_patches(t["patch_embed.proj.weight"], t["pos_embed"]), "depth": _count(t, r"blocks\.(\d+)\."),
-             **_heads(t["blocks.0.attn.qkv.weight"].shape[0] // 3)}
+    sizes = {**conv_patch_sizes(t["patch_embed.proj.weight"], t["pos_embed"]), "depth": layer_count(t, r"blocks\.(\d+)\."),
+             **head_sizes(t["blocks.0.attn.qkv.weight"].shape[0] // 3)}
     if "head.weight" in t:
         sizes["classes"] = t["head.weight"].shape[0]
     return sizes
@@ -176,7 +177,7 @@ def _holds_gpt2(t: dict[str, torch.Tensor]) -> bool:
 
 def _gpt2_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     """Vocabulary and width (``wte``), context (``wpe``), depth; the heads are not in the shapes."""
-    return {**_lm_sizes(t), **_heads(t["transformer.h.0.attn.c_attn.weight"].shape[1] // 3)}
+    return {**gpt2_sizes(t), **head_sizes(t["transformer.h.0.attn.c_attn.weight"].shape[1] // 3)}
 
 
 _GPT2_COMPUTES = {  # config.json entries that change what the model computes, and the value the spec computes with

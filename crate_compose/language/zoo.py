@@ -13,17 +13,17 @@ from ..errors import Location, Problem, SpecError, did_you_mean
 _PACKAGE = Path(__file__).resolve().parent.parent  # crate_compose/
 
 
-def _folder(name: str) -> Path:
+def shipped_folder(name: str) -> Path:
     inside = _PACKAGE / name
     return inside if inside.is_dir() else _PACKAGE.parent / name
 
 
 def zoo_dir() -> Path:
-    return _folder("zoo")
+    return shipped_folder("zoo")
 
 
 def specs_dir() -> Path:
-    return _folder("specs")
+    return shipped_folder("specs")
 
 
 def presets() -> dict[str, Path]:

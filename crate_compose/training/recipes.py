@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import Location, Problem, SpecError, did_you_mean
 from ..language.reading import Source, read_file
-from ..language.zoo import _folder
+from ..language.zoo import shipped_folder
 from ..settings import Settings, settings_problems
 
 SETTING_KEYS = tuple(f.name for f in fields(Settings))
@@ -57,7 +57,7 @@ class Recipe:
 
 
 def recipes_dir() -> Path:
-    return _folder("recipes")
+    return shipped_folder("recipes")
 
 
 def shipped() -> dict[str, Path]:
