@@ -77,6 +77,7 @@ import crate_compose as cc
 from crate_compose.modules import causal
 from crate_compose.modules.sparsify import ISTA, ISTAMM, ISTAODL
 from crate_compose.training.optimizers import Lion
+from machine import cpu_name  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 aten = torch.ops.aten
@@ -531,7 +532,6 @@ def compiled_table(results: dict[str, dict], steps: dict[str, Step]) -> list[str
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     rates = {label: steps[label].batch / r["bounds"]["H200"] for label, r in results.items()}
     for label, r in results.items():
-        s = steps[label]
         calls = r["per_layer_calls"]
         matmuls = sum(v for k, v in calls.items() if k in {"mm", "addmm", "bmm", "baddbmm", "convolution"})
         attention = sum(v for k, v in calls.items() if "attention" in k)
@@ -545,9 +545,7 @@ def compiled_table(results: dict[str, dict], steps: dict[str, Step]) -> list[str
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
+    return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
 
 
 def report(steps: dict[str, Step], compiled_results: dict[str, dict], seconds: float) -> str:

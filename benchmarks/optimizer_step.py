@@ -1,4 +1,5 @@
-"""One Lion step over CRATE-B's parameters: ``lion_pytorch.Lion`` against crate-compose's multi-tensor Lion.
+"""One Lion step over CRATE-B's parameters: ``lion_pytorch.Lion`` against crate-compose's multi-tensor Lion;
+and torch's AdamW one parameter at a time, in multi-tensor kernels and fused, timed in the same rounds.
 
     .venv/bin/python benchmarks/optimizer_step.py [--device cpu|cuda|auto] [--runs N] [--warmup N]
         [--threads N] [--stall-max F] [--retakes N] [--out [PATH]]
@@ -51,6 +52,9 @@ from crate_compose.training.optimizers import Lion, _foreach_devices  # noqa: E4
 
 LR, WEIGHT_DECAY, BETAS = 1e-4, 0.05, (0.9, 0.99)
 NAMES = ("lion_pytorch", "ours, foreach", "ours, per parameter")
+# torch's AdamW three ways, timed in the same rounds: one parameter at a time (its default on the CPU), its
+# multi-tensor kernels (its default on CUDA) and its fused kernel (what train takes wherever torch has one)
+ADAMW = {"AdamW, per parameter": {"foreach": False}, "AdamW, foreach": {"foreach": True}, "AdamW, fused": {"fused": True}}
 
 
 def need_lion_pytorch():
@@ -131,6 +135,7 @@ def main() -> int:
         "lion_pytorch": Reference(groups(parameters(sizes, device)), lr=LR, betas=BETAS),
         "ours, foreach": Lion(groups(parameters(sizes, device)), lr=LR, betas=BETAS, foreach=True),
         "ours, per parameter": Lion(groups(parameters(sizes, device)), lr=LR, betas=BETAS, foreach=False),
+        **{name: torch.optim.AdamW(groups(parameters(sizes, device)), lr=LR, **options) for name, options in ADAMW.items()},
     }
     calls = {}
     for name, optimizer in optimizers.items():
@@ -155,7 +160,7 @@ def main() -> int:
     ms = (lambda s: f"{s * 1e3:,.2f}") if device.type == "cuda" else (lambda s: f"{s * 1e3:,.1f}")
     count = sum(s.numel() for s in sizes)
     lines = [
-        f"## optimizer_step.py: one Lion step over CRATE-B's parameters, lion_pytorch against ours ({device.type})",
+        f"## optimizer_step.py: one Lion step over CRATE-B's parameters, lion_pytorch against ours; and AdamW three ways ({device.type})",
         "",
         f"`benchmarks/optimizer_step.py --device {device.type} --runs {args.runs}"
         f"{f' --threads {args.threads}' if args.threads else ''}` "
@@ -178,6 +183,14 @@ def main() -> int:
               f"{1 + args.warmup} steps of each against lion_pytorch's: "
               + ", ".join(f"{name} {'bit-identical' if ok else 'NOT identical'}" for name, ok in same.items())
               + ".", ""]
+    lines += ["| optimizer | step ms (median) | min ms | per parameter / this | aten calls per step | stall |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    first = next(iter(ADAMW))
+    for name in ADAMW:
+        ratio = statistics.median(a / b for a, b in zip(times[first], times[name]))
+        lines.append(f"| {name} | {ms(statistics.median(times[name]))} | {ms(min(times[name]))} | {ratio:.2f} | "
+                     f"{calls[name]:,} | {max(stalls[name]):.0%} |")
+    lines += ["", "`train --optimizer adamw` takes `AdamW, fused` (training/optimizers.py).", ""]
     publish("\n".join(lines), args.out)
     return 0
 

@@ -124,7 +124,7 @@ def test_the_ema_of_a_network_is_the_recursion_on_every_tensor_and_swaps_in_and_
 @pytest.mark.parametrize("optimizer", ["adamw", "lion", "sgd"])
 def test_adamw_takes_torchs_fused_kernel_and_steps_as_the_unfused_one(optimizer, device):
     """AdamW steps with torch's fused kernel on the CPU and CUDA (a third of the bytes of the multi-tensor
-    kernels, benchmarks/kernels.py; 7x faster than one parameter at a time on the CPU), to float32 rounding
+    kernels, benchmarks/kernels.py; 2.3x faster than one parameter at a time on the CPU, benchmarks/optimizer_step.py), to float32 rounding
     of the unfused step over a few steps; the other optimizers keep their own kernels."""
     model = Tiny().to(device)
     chosen = optimizer_for(model, Settings(optimizer=optimizer, weight_decay=0.1, lr=0.01))
