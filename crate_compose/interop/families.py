@@ -12,8 +12,10 @@ its steps anything.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -59,6 +61,54 @@ class Place:
         return name.format(layer=layer), layout
 
 
+@functools.cache
+def _resolved_sizes(preset: str) -> dict[str, Any]:
+    # imported on first use: importing the families parses no YAML
+    from ..language.loader import load
+    from ..language.zoo import presets
+
+    return dict(load(presets()[preset]).sizes)
+
+
+def preset_sizes(preset: str, keys: Iterable[str]) -> dict[str, Any]:
+    """The sizes ``keys`` of the zoo preset ``preset`` as it resolves (its spec's defaults filled in), in
+    the order of ``keys``; each preset is read once."""
+    sizes, keys = _resolved_sizes(preset), tuple(keys)
+    missing = [k for k in keys if k not in sizes]
+    if missing:
+        raise KeyError(f"the zoo preset {preset} gives no {', '.join(missing)}")
+    return {k: sizes[k] for k in keys}
+
+
+class Published(Mapping[str, dict[str, Any]]):
+    """The sizes of the models a family's code registers by name, as ``table()`` gives them, in the order
+    the code registers them. ``presets`` maps the names whose model is a zoo preset to the preset, whose
+    sizes the table takes (:func:`preset_sizes`). The table is made on first reading, so importing the
+    families (the command line does, before torch) parses no YAML."""
+
+    def __init__(self, table: Callable[[], dict[str, dict[str, Any]]], presets: dict[str, str] | None = None):
+        self.presets = dict(presets or {})
+        self._make = table
+        self._table: dict[str, dict[str, Any]] | None = None
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if self._table is None:
+            self._table = self._make()
+        return self._table
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        return self._read()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __repr__(self) -> str:
+        return f"Published({self._read()!r})"
+
+
 @dataclass(frozen=True)
 class Family:
     """One code base's checkpoints: where each step's tensors are (``places``), the tensors its forward
@@ -66,7 +116,8 @@ class Family:
     the key its training script nests the weights under (``nest``), the spec that builds its models
     (``spec``), how to read the sizes from a checkpoint's shapes (``sizes``) and from the arguments its
     training script recorded beside the weights (``recorded``: given :attr:`.reading.Checkpoint.recorded`),
-    and the sizes of the models its code registers by name (``published``)."""
+    and the sizes of the models its code registers by name (``published``: a :class:`Published` where some
+    are zoo presets)."""
 
     name: str
     code: str
@@ -79,7 +130,7 @@ class Family:
     fill: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None
     nest: str | None = None
     recorded: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    published: dict[str, dict[str, Any]] = field(default_factory=dict)
+    published: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     # the names one layout of the family's files uses, given the other's (a hub's files that drop a prefix)
     canonical: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None
 
@@ -181,6 +232,17 @@ def _crate_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     return CRATE.model(arch, "the checkpoint's 'arch'") if isinstance(arch, str) else {}
 
 
+_CRATE_KEYS = ("patch_size", "d", "depth", "heads", "head_dim")  # what a CRATE's name fixes
+_CRATE_PRESETS = {"CRATE_tiny": "crate-tiny", "CRATE_small": "crate-small", "CRATE_base": "crate-base",
+                  "CRATE_large": "crate-large"}
+
+
+def _crate_models() -> dict[str, dict[str, Any]]:
+    """model/crate.py's CRATE_tiny/small/base/large (dim_head = dim // heads): the zoo presets crate-tiny,
+    crate-small, crate-base and crate-large."""
+    return {name: preset_sizes(preset, _CRATE_KEYS) for name, preset in _CRATE_PRESETS.items()}
+
+
 def _crate_layer(prefix: str, lambd: float = 0.1) -> tuple[Place, ...]:
     return (
         Place("encoder", "mssa", {**pair("norm", f"{prefix}.0.norm"), "subspaces.weight": f"{prefix}.0.fn.qkv.weight",
@@ -207,12 +269,7 @@ CRATE = Family(
     sizes=_crate_sizes,
     nest="state_dict",
     recorded=_crate_recorded,
-    published={  # model/crate.py: CRATE_tiny/small/base/large, dim_head = dim // heads
-        "CRATE_tiny": {**_P16, "d": 384, "depth": 12, "heads": 6, "head_dim": 64},
-        "CRATE_small": {**_P16, "d": 576, "depth": 12, "heads": 12, "head_dim": 48},
-        "CRATE_base": {**_P16, "d": 768, "depth": 12, "heads": 12, "head_dim": 64},
-        "CRATE_large": {**_P16, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64},
-    },
+    published=Published(_crate_models, _CRATE_PRESETS),
 )
 
 
@@ -240,6 +297,17 @@ def _mae_fill(theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     d = table.shape[-1]
     eye = torch.eye(d, dtype=table.dtype)
     return {"pos_embed": table.clone(), "decoder_embed.weight": eye, "decoder_embed.bias": torch.zeros(d, dtype=table.dtype)}
+
+
+_MAE_PRESETS = {"mae_crate_small": "crate-mae-small", "mae_crate_base": "crate-mae-base"}
+
+
+def _mae_models() -> dict[str, dict[str, Any]]:
+    """model/crate_ae/crate_ae.py's mae_crate_*, the decoder as wide and deep as the encoder: small and base
+    are the zoo presets crate-mae-small and crate-mae-base."""
+    return {"mae_crate_tiny": {**_P16, "d": 384, "depth": 12, "heads": 6, "head_dim": 64},  # no crate-mae preset of this size
+            **{name: preset_sizes(preset, _CRATE_KEYS) for name, preset in _MAE_PRESETS.items()},
+            "mae_crate_large": {**_P16, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64}}  # no crate-mae preset of this size
 
 
 def _mae_decoder_layer(prefix: str) -> tuple[Place, ...]:
@@ -273,12 +341,7 @@ CRATE_MAE = Family(
     fill=_mae_fill,
     nest="model",
     recorded=_mae_recorded,
-    published={  # model/crate_ae/crate_ae.py: mae_crate_*, the decoder as wide and deep as the encoder
-        "mae_crate_tiny": {**_P16, "d": 384, "depth": 12, "heads": 6, "head_dim": 64},
-        "mae_crate_small": {**_P16, "d": 576, "depth": 12, "heads": 12, "head_dim": 48},
-        "mae_crate_base": {**_P16, "d": 768, "depth": 12, "heads": 12, "head_dim": 64},
-        "mae_crate_large": {**_P16, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64},
-    },
+    published=Published(_mae_models, _MAE_PRESETS),
 )
 
 
@@ -290,6 +353,17 @@ def _alpha_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     return {**sizes, "ratio": t["transformer.layers.0.1.fn.D"].shape[1] // d,
             "depth": layer_count(t, r"transformer\.layers\.(\d+)\."), "classes": t["mlp_head.1.weight"].shape[0],
             **head_sizes(t["transformer.layers.0.0.fn.qkv.weight"].shape[0])}
+
+
+_ALPHA_PRESETS = {"CRATE_base": "crate-alpha-base16"}
+
+
+def _alpha_models() -> dict[str, dict[str, Any]]:
+    """CRATE_base (B/16: the zoo preset crate-alpha-base16) and CRATE_large (L/14); the released weights
+    record no arguments."""
+    return {"CRATE_base": preset_sizes(_ALPHA_PRESETS["CRATE_base"], (*_CRATE_KEYS, "ratio")),
+            "CRATE_large": {"patch_size": 14, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64,
+                            "ratio": 4}}  # no preset of CRATE-alpha-L/14
 
 
 CRATE_ALPHA = Family(
@@ -313,10 +387,7 @@ CRATE_ALPHA = Family(
         Place("head", "classify", pair("classifier", "mlp_head.1"), args={"norm": False}),
     ),
     sizes=_alpha_sizes,
-    published={  # CRATE_base (B/16) and CRATE_large (L/14); the released weights record no arguments
-        "CRATE_base": {**_P16, "d": 768, "depth": 12, "heads": 12, "head_dim": 64, "ratio": 4},
-        "CRATE_large": {"patch_size": 14, "d": 1024, "depth": 24, "heads": 16, "head_dim": 64, "ratio": 4},
-    },
+    published=Published(_alpha_models, _ALPHA_PRESETS),
 )
 
 
@@ -341,15 +412,23 @@ def _tost_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     return sizes
 
 
+_TOST_PRESETS = {"tost_cab_tiny_12_p16": "tost-tiny", "tost_cab_small_12_p16": "tost-small"}
+
+
 def _tost_models() -> dict[str, dict[str, Any]]:
-    """tost.py's registrations ``tost_cab_{size}_{depth}_p{patch}``: widths and heads by size, 2 class-attention layers."""
-    widths = {"tiny": (192, 4), "small": (384, 8), "medium": (512, 8), "large": (768, 16)}
+    """tost.py's registrations ``tost_cab_{size}_{depth}_p{patch}``: width, heads and the 2 class-attention
+    layers by size (tiny and small as the zoo presets tost-tiny and tost-small state them), depth and patch
+    by name."""
+    widths = {"tiny": preset_sizes("tost-tiny", ("d", "heads", "class_depth")),
+              "small": preset_sizes("tost-small", ("d", "heads", "class_depth")),
+              "medium": {"d": 512, "heads": 8, "class_depth": 2},  # no preset of this size
+              "large": {"d": 768, "heads": 16, "class_depth": 2}}  # no preset of this size
     models = {}
-    for size, (d, heads) in widths.items():
+    for size, width in widths.items():
         for depth in (12, 24) if size in ("tiny", "small") else (24,):
             for patch in (16, 8):
-                models[f"tost_cab_{size}_{depth}_p{patch}"] = {"d": d, "heads": heads, "depth": depth,
-                                                               "patch_size": patch, "class_depth": 2}
+                models[f"tost_cab_{size}_{depth}_p{patch}"] = {"d": width["d"], "heads": width["heads"], "depth": depth,
+                                                               "patch_size": patch, "class_depth": width["class_depth"]}
     return models
 
 
@@ -391,7 +470,7 @@ TOST = Family(
     sizes=_tost_sizes,
     nest="model",
     recorded=_tost_recorded,
-    published=_tost_models(),
+    published=Published(_tost_models, _TOST_PRESETS),
 )
 
 
@@ -411,6 +490,19 @@ def _crate_lm_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     sizes = gpt2_sizes(t)
     return {**sizes, "ratio": t["transformer.h.0.ista.weight"].shape[0] // sizes["d"],
             **head_sizes(t["transformer.h.0.attn.c_attn.weight"].shape[0])}
+
+
+_CRATE_LM_PRESETS = {"crate": "crate-lm-base"}
+
+
+def _crate_lm_models() -> dict[str, dict[str, Any]]:
+    """CRATE.from_pretrained's table (train.py records model_args, which come first): ``crate`` is the zoo
+    preset crate-lm-base; the others are in no preset."""
+    return {"crate-1l": {"d": 768, "depth": 1, "heads": 1},  # no preset of this size
+            "crate": preset_sizes(_CRATE_LM_PRESETS["crate"], ("d", "depth", "heads")),
+            "crate-medium": {"d": 1024, "depth": 24, "heads": 16},  # no preset of this size
+            "crate-large": {"d": 1280, "depth": 36, "heads": 20},  # no preset of this size
+            "crate-xl": {"d": 1600, "depth": 48, "heads": 25}}  # no preset of this size
 
 
 LM_EMBEDDINGS = (
@@ -460,11 +552,7 @@ CRATE_LM = Family(
     unused={r"transformer\.h\.\d+\.attn\.bias": "the causal mask, a constant"},
     nest="model",
     recorded=lambda recorded: _model_args(recorded),
-    published={  # CRATE.from_pretrained's table; train.py records model_args, which come first
-        "crate-1l": {"d": 768, "depth": 1, "heads": 1}, "crate": {"d": 768, "depth": 12, "heads": 12},
-        "crate-medium": {"d": 1024, "depth": 24, "heads": 16}, "crate-large": {"d": 1280, "depth": 36, "heads": 20},
-        "crate-xl": {"d": 1600, "depth": 48, "heads": 25},
-    },
+    published=Published(_crate_lm_models, _CRATE_LM_PRESETS),
 )
 
 AUTHORS = (CRATE, CRATE_MAE, CRATE_ALPHA, TOST, TOST_LM, CRATE_LM)  # the papers' authors' code bases

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .families import (LM_EMBEDDINGS, TRANSPOSED, Family, Place, conv_patch_sizes, gpt2_sizes, head_sizes, layer_count,
-                       pair)
+from .families import (LM_EMBEDDINGS, TRANSPOSED, Family, Place, Published, conv_patch_sizes, gpt2_sizes, head_sizes,
+                       layer_count, pair, preset_sizes)
 
 if TYPE_CHECKING:  # read by the command line before torch is imported
     import torch
@@ -101,11 +101,18 @@ def _timm_vit_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     return sizes
 
 
+_TIMM_VIT_PRESETS = {"vit_tiny_patch16_224": "vit-tiny", "vit_small_patch16_224": "vit-small"}
+
+
 def _timm_vit_models() -> dict[str, dict[str, Any]]:
     """timm's registrations of the plain ViT (``vit_{size}_patch{P}_{image}``, and DeiT's without distillation,
     the same module in deit.py): one pre-norm block of MHSA and a 4x GELU MLP, LayerNorm eps 1e-6, class
-    pooling. Widths, heads and depth by size."""
-    widths = {"tiny": (192, 3, 12), "small": (384, 6, 12), "base": (768, 12, 12), "large": (1024, 16, 24)}
+    pooling. Widths, heads and depth by size (tiny and small as the zoo presets vit-tiny and vit-small state
+    them), patch and image side by name."""
+    width = ("d", "heads", "depth")
+    widths = {"tiny": preset_sizes("vit-tiny", width), "small": preset_sizes("vit-small", width),
+              "base": {"d": 768, "heads": 12, "depth": 12},  # no preset of this size
+              "large": {"d": 1024, "heads": 16, "depth": 24}}  # no preset of this size
     registered = {"tiny": ("16_224", "16_384"),
                   "small": ("8_224", "16_224", "16_384", "32_224", "32_384"),
                   "base": ("8_224", "16_224", "16_384", "32_224", "32_384"),
@@ -114,11 +121,9 @@ def _timm_vit_models() -> dict[str, dict[str, Any]]:
     models = {}
     for prefix, table in (("vit", registered), ("deit", deit)):
         for size, names in table.items():
-            d, heads, depth = widths[size]
             for name in names:
                 patch, image = (int(v) for v in name.split("_"))
-                models[f"{prefix}_{size}_patch{name}"] = {"d": d, "heads": heads, "depth": depth, "patch_size": patch,
-                                                          "image_size": image}
+                models[f"{prefix}_{size}_patch{name}"] = {**widths[size], "patch_size": patch, "image_size": image}
     return models
 
 
@@ -142,7 +147,7 @@ TIMM_VIT = Family(
     ),
     sizes=_timm_vit_sizes,
     recorded=_timm_vit_recorded,
-    published=_timm_vit_models(),
+    published=Published(_timm_vit_models, _TIMM_VIT_PRESETS),
 )
 
 
@@ -206,6 +211,20 @@ def _gpt2_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
 
 
 _GPT2_LAYER = "transformer.h.{layer}"
+_GPT2_PRESETS = {"gpt2": "gpt2-small"}
+
+
+def _gpt2_models() -> dict[str, dict[str, Any]]:
+    """The hub's GPT-2 releases (openai-community/gpt2*, distilbert/distilgpt2): ``gpt2`` is the zoo preset
+    gpt2-small, whose context (1024) and vocabulary (50257) every release shares; the others' width, heads
+    and depth are in no preset."""
+    small = preset_sizes(_GPT2_PRESETS["gpt2"], ("d", "heads", "depth", "context", "vocab"))
+    shared = {"context": small["context"], "vocab": small["vocab"]}
+    others = {"gpt2-medium": (1024, 16, 24), "gpt2-large": (1280, 20, 36), "gpt2-xl": (1600, 25, 48),
+              "distilgpt2": (768, 12, 6)}  # no preset of these sizes
+    return {"gpt2": small, **{name: {"d": d, "heads": heads, "depth": depth, **shared}
+                              for name, (d, heads, depth) in others.items()}}
+
 
 GPT2 = Family(
     name="gpt2",
@@ -230,12 +249,7 @@ GPT2 = Family(
     sizes=_gpt2_sizes,
     unused={r"transformer\.h\.\d+\.attn\.(bias|masked_bias)": "the causal mask (older files hold it), a constant"},
     recorded=_gpt2_recorded,
-    published={  # the hub's GPT-2 releases (openai-community/gpt2*, distilbert/distilgpt2): all of context 1024
-        name: {"d": d, "heads": heads, "depth": depth, "context": 1024, "vocab": 50257}
-        for name, (d, heads, depth) in {"gpt2": (768, 12, 12), "gpt2-medium": (1024, 16, 24),
-                                        "gpt2-large": (1280, 20, 36), "gpt2-xl": (1600, 25, 48),
-                                        "distilgpt2": (768, 12, 6)}.items()
-    },
+    published=Published(_gpt2_models, _GPT2_PRESETS),
     canonical=_gpt2_names,
 )
 
