@@ -47,7 +47,7 @@ def main() -> None:
     from crate_compose.tasks.multicrop import MultiCrop, views
 
     rows = []
-    for shape, crop in (((3, 32, 32), MultiCrop(32, 12)), ((1, 28, 28), MultiCrop(28, 12))):
+    for shape, crop in (((3, 32, 32), MultiCrop(32, 12, 8)), ((1, 28, 28), MultiCrop(28, 12, 8))):
         pixels = torch.rand(args.batch, *shape, generator=torch.Generator().manual_seed(0))
         times = {"batched": [], "per image (torchvision v2)": []}
         for _ in range(args.rounds):

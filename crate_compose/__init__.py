@@ -1,7 +1,7 @@
 """crate-compose: white-box transformers from declarative specs of optimization steps.
 
-The spec commands of the command line are functions here (the workbench's, such as train, are functions of its
-subpackages: docs/python.md)::
+Every command of the command line is a function here (the command line is a thin layer over them:
+docs/python.md)::
 
     import crate_compose as cc
     spec = cc.load_spec("crate-base", overrides=["sizes.depth=6"])
@@ -9,6 +9,7 @@ subpackages: docs/python.md)::
     print(cc.summarize(model).table())
     cc.save(model, "out/crate-base")        # spec.yaml + model.safetensors
     same = cc.load_build("out/crate-base")
+    result = cc.train("crate-tiny", cc.Settings(data="digits", steps=200), out="runs/tiny")
 
 Importing the package is cheap: each name loads its module (and torch) on first use, so the
 command line answers ``--help``, a wrong path or a YAML syntax error before torch is imported.
@@ -55,9 +56,32 @@ _LAZY = {
     "read_checkpoint": ("interop.reading", "read_checkpoint"),
     "InteropError": ("interop.reading", "InteropError"),
     **{name: ("building.inspection", name) for name in ("validate", "derive", "inspect")},
+    # the workbench: training, ablations, probes, scores, pictures, the data's set-up step
+    "Settings": ("settings", "Settings"),
+    "train": ("training.run", "train"),
+    "describe": ("training.description", "describe"),
+    "Grid": ("ablation.grids", "Grid"),
+    "ablate": ("ablation.study", "ablate"),
+    "probe": ("assessment.run_probes", "probe_run"),
+    "evaluate": ("assessment.scoring", "evaluate_weights"),
+    "linear_probe": ("assessment.scoring", "linear_probe_weights"),
+    "segment": ("pictures.segmentation", "segment"),
+    "fill": ("generation.fill", "fill"),
+    "fetch": ("data.archives", "fetch"),
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see
+    from .ablation.grids import Grid
+    from .ablation.study import ablate
+    from .assessment.run_probes import probe_run as probe
+    from .assessment.scoring import evaluate_weights as evaluate
+    from .assessment.scoring import linear_probe_weights as linear_probe
+    from .data.archives import fetch
+    from .generation.fill import fill
+    from .pictures.segmentation import segment
+    from .settings import Settings
+    from .training.description import describe
+    from .training.run import train
     from .building.artifacts import load_build, save
     from .building.budget import ResourceError
     from .building.builder import build, compile_spec, spec_of

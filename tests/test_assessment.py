@@ -16,7 +16,7 @@ from torch import fx
 from crate_compose.cli import main
 from crate_compose.errors import WorkbenchError
 from crate_compose.assessment.scoring import tensors_of, evaluate_weights, linear_probe_weights
-from crate_compose.assessment.frozen_features import C_GRID, features, knn
+from crate_compose.tasks.frozen_features import C_GRID, features, knn
 from crate_compose.assessment.run_probes import load_weights
 from crate_compose.training.preparation import prepare
 from crate_compose.training.run import Settings, train
@@ -188,7 +188,7 @@ def test_the_probe_keeps_the_heads_classes_of_the_weights(tmp_path):
 
 def test_a_choice_of_c_that_the_validation_cannot_make_is_said():
     """Features that separate the training data (a network's own) tie every C at 1.0: the result says so."""
-    from crate_compose.assessment.frozen_features import linear_probe
+    from crate_compose.tasks.frozen_features import linear_probe
 
     generator = np.random.default_rng(0)
     labels = np.repeat(np.arange(3), 40)

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 import crate_compose as cc
+from crate_compose import memory
 from crate_compose.building import budget
-from crate_compose.building.budget import ResourceError, estimate, parse_size
+from crate_compose.building.budget import ResourceError, estimate
+from crate_compose.memory import parse_size
 from crate_compose.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,14 +69,14 @@ def test_the_limit_is_configurable(monkeypatch):
     with pytest.raises(ResourceError, match=r"limit of .* \(--memory-limit\)"):
         cc.compile_spec(spec, memory_limit=needed / 2)
     cc.compile_spec(spec, memory_limit=needed * 2)
-    monkeypatch.setenv(budget.ENVIRONMENT, str(int(needed / 2)))
-    with pytest.raises(ResourceError, match=budget.ENVIRONMENT):
+    monkeypatch.setenv(memory.ENVIRONMENT, str(int(needed / 2)))
+    with pytest.raises(ResourceError, match=memory.ENVIRONMENT):
         cc.compile_spec(spec)
     cc.compile_spec(spec, memory_limit="none")  # the argument wins over the environment
 
 
 def test_a_bad_limit_in_the_environment_is_a_located_error(monkeypatch):
-    monkeypatch.setenv(budget.ENVIRONMENT, "lots")
+    monkeypatch.setenv(memory.ENVIRONMENT, "lots")
     with pytest.raises(cc.SpecError, match="CRATE_COMPOSE_MEMORY_LIMIT: 'lots' is not a size"):
         cc.compile_spec(cc.load_spec("crate-digits"))
 

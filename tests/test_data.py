@@ -48,7 +48,7 @@ def stacked(split):
 
 def test_digits_shapes_counts_and_normalization(digits):
     assert (len(digits.train), len(digits.test)) == (1437, 360)
-    assert digits.input_shape == (1, 8, 8) and digits.classes == 10 and digits.task_hint == "classify"
+    assert digits.input_shape == (1, 8, 8) and digits.classes == 10 and digits.provides == "labeled-images"
     x, y = digits.train[0]
     assert x.dtype == torch.float32 and x.shape == (1, 8, 8) and y.dtype == torch.int64
     train = digits.train.inputs
@@ -80,7 +80,7 @@ def test_digits_resize(digits):
 
 def test_photos_shapes_and_labels(photos):
     assert (len(photos.train), len(photos.test)) == (256, 64)
-    assert photos.input_shape == (3, 32, 32) and photos.classes is None and photos.task_hint == "mae"
+    assert photos.input_shape == (3, 32, 32) and photos.classes is None and photos.provides == "images"
     x, y = photos.train[0]
     assert x.dtype == torch.float32 and x.shape == (3, 32, 32) and int(y) == -1
     assert len(photos.mean) == len(photos.std) == 3
@@ -115,7 +115,7 @@ def test_photos_deterministic(photos):
 
 
 def test_subspaces_shapes_and_basis(subspaces):
-    assert subspaces.input_shape == (48, 48) and subspaces.task_hint == "tokens" and subspaces.classes is None
+    assert subspaces.input_shape == (48, 48) and subspaces.provides == "token-groups" and subspaces.classes is None
     x, labels = subspaces.train[0]
     assert x.dtype == torch.float32 and x.shape == (48, 48) and labels.shape == (48,)
     assert labels.dtype == torch.int64 and Counter(labels.tolist()) == {0: 16, 1: 16, 2: 16}
@@ -239,7 +239,7 @@ def test_spec_overrides_fit_crate_tiny_to_digits(digits):
 
 def test_spec_overrides_skip_undeclared_sizes(digits, subspaces):
     assert record.spec_overrides(digits, {"sizes": {"d": 4}}) == ["input.shape=[1, 8, 8]"]
-    photos = record.Data("photos", None, None, (3, 8, 12), None, "mae", sizes={"channels": 3})
+    photos = record.Data("photos", None, None, (3, 8, 12), None, "images", sizes={"channels": 3})
     overrides = photos.spec_overrides({"sizes": {"image_size": 8, "channels": 1}})
     assert overrides == ["input.shape=[3, 8, 12]", "sizes.channels=3"]  # not square: no image_size
     fitted = load("specs/aot-subspaces.yaml", subspaces.spec_overrides(load("specs/aot-subspaces.yaml")))

@@ -84,19 +84,21 @@ def test_the_teacher_temperature_is_dinos_schedule(warmup, epochs):
     np.ones(nepochs - warmup_epochs) * teacher_temp)), read at the step's epoch."""
     per_epoch, total = 4, 8
     expected = np.concatenate((np.linspace(warmup, 0.07, epochs), np.ones(total - epochs) * 0.07))
-    settings = Settings(task="dino", teacher_temp=0.07, warmup_teacher_temp=warmup, warmup_teacher_temp_epochs=epochs)
+    settings = Settings(task="dino", options={"teacher_temp": 0.07, "warmup_teacher_temp": warmup,
+                                              "warmup_teacher_temp_epochs": epochs})
     ours = [teacher_temperature(step, per_epoch, settings) for step in range(per_epoch * total)]
     assert ours == pytest.approx(list(np.repeat(expected, per_epoch)), abs=1e-15)
 
 
 def test_dinos_settings_belong_to_task_dino_and_are_recorded(tmp_path):
-    from crate_compose.settings import settings_problems
+    from crate_compose.tasks import settings_problems
 
-    problems = dict(settings_problems(Settings(task="classify", local_crops=2, teacher_temp=0.07)))
+    problems = dict(settings_problems(Settings(task="classify", options={"local_crops": 2, "teacher_temp": 0.07})))
     assert set(problems) == {"local_crops", "teacher_temp"} and "task dino" in problems["local_crops"]
-    assert dict(settings_problems(Settings(task="dino", teacher_temp=0.0)))["teacher_temp"]
-    settings = _settings(steps=2, checkpoint_every=0, local_crops=2, teacher_temp=0.07, warmup_teacher_temp=0.03,
-                         warmup_teacher_temp_epochs=2)
+    assert dict(settings_problems(Settings(task="dino", options={"teacher_temp": 0.0})))["teacher_temp"]
+    settings = _settings(steps=2, checkpoint_every=0, options={"local_crops": 2, "teacher_temp": 0.07,
+                                                               "warmup_teacher_temp": 0.03,
+                                                               "warmup_teacher_temp_epochs": 2})
     train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "run", progress=False)
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["identity"]["settings"]
     assert (recorded["local_crops"], recorded["teacher_temp"], recorded["warmup_teacher_temp_epochs"]) == (2, 0.07, 2)
@@ -233,7 +235,7 @@ def test_multicrop_views_are_per_image_seeded_and_in_range():
 
     assert local_size(32, 4) == 12 and local_size(224, 16) == 96 and local_size(8, 2) == 4  # DINO's 96/224
     images = torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    crop = MultiCrop(32, 12)
+    crop = MultiCrop(32, 12, 8)
     torch.manual_seed(5)
     first = views(images, crop)
     torch.manual_seed(5)

@@ -111,3 +111,16 @@ def test_every_file_a_page_names_exists(page):
         if not found:
             missing.append(path)
     assert not missing, f"{page.name} names files that are not there: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("name", cc.__all__)
+def test_every_public_name_is_on_the_python_page(name):
+    """docs/python.md says it documents every name in ``crate_compose.__all__``: each is named there in backticks
+    (``name``, or a call ``name(...)``)."""
+    assert re.search(rf"(`|### |cc\.|-> |^){re.escape(name)}\b", PYTHON, re.M), f"docs/python.md does not name cc.{name}"
+
+
+@pytest.mark.parametrize("name", ["train", "ablate", "probe", "evaluate", "linear_probe", "segment", "fill", "fetch"])
+def test_every_workbench_command_is_a_function_of_the_package(name):
+    """The command line is a thin layer over the package: each workbench command is a public function."""
+    assert name in cc.__all__ and callable(getattr(cc, name))

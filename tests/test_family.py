@@ -378,12 +378,17 @@ def _imports() -> nx.DiGraph:
                 base = module.split(".")[: len(module.split(".")) - node.level + (path.name == "__init__.py")]
                 target = ".".join([*base, *(node.module.split(".") if node.module else [])])
                 names = [f"{target}.{a.name}" for a in node.names]
-                graph.add_edges_from((module, n if (package.parent / f"{n.replace('.', '/')}.py").exists()
-                                      else target) for n in names)
+                graph.add_edges_from((module, n if _is_module(package.parent, n) else target) for n in names)
             elif isinstance(node, ast.Import):
                 graph.add_edges_from((module, a.name) for a in node.names if a.name.startswith("crate_compose"))
     graph.remove_edges_from([(a, b) for a, b in graph.edges if a == b or b == "crate_compose"])
     return graph
+
+
+def _is_module(root: Path, name: str) -> bool:
+    """Whether ``name`` is a module or a package (``from .. import tasks`` imports the package tasks)."""
+    path = root / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 def test_the_import_graph_has_no_cycles():
@@ -395,7 +400,8 @@ def test_the_import_graph_has_no_cycles():
 
 # The layers, lowest first: a module imports only from its own layer or those below (docs/architecture.md).
 LAYERS = [
-    ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.settings"]),
+    ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.options", "crate_compose.settings",
+              "crate_compose.seeds", "crate_compose.memory"]),
     ("spec language and the registry of primitives", ["crate_compose.language", "crate_compose.registry"]),
     ("torch building blocks", ["crate_compose.modules"]),
     ("primitive declarations", ["crate_compose.primitives"]),
@@ -403,7 +409,6 @@ LAYERS = [
     ("rendering", ["crate_compose.rendering"]),
     ("other code's checkpoints", ["crate_compose.interop"]),
     ("data sets and batches", ["crate_compose.data"]),
-    ("frozen features (what a task's evaluation may read)", ["crate_compose.assessment.frozen_features"]),
     ("tasks: what a run learns", ["crate_compose.tasks"]),
     ("training runs", ["crate_compose.training"]),
     ("assessment of trained networks", ["crate_compose.assessment"]),
@@ -422,6 +427,19 @@ def _layer(module: str) -> int:
     raise AssertionError(f"{module} belongs to no layer: add it to LAYERS (and to docs/architecture.md)")
 
 
+def test_the_packages_import_each_other_without_a_circle():
+    """The drawing of the packages (every module collapsed into its package under crate_compose: building, data,
+    tasks, ...; a module at the top is its own) has no circle: a package can be read without those above it."""
+    packages = nx.DiGraph()
+    for a, b in _imports().edges:
+        if a.startswith("crate_compose.") and b.startswith("crate_compose."):
+            top_a, top_b = a.split(".")[1], b.split(".")[1]
+            if top_a != top_b:
+                packages.add_edge(top_a, top_b)
+    assert ("training", "tasks") in packages.edges  # the drawing was read
+    assert nx.is_directed_acyclic_graph(packages), nx.find_cycle(packages)
+
+
 def test_the_import_graph_follows_the_layers():
     graph = _imports()
     upward = [f"{a} ({LAYERS[_layer(a)][0]}) imports {b} ({LAYERS[_layer(b)][0]})"
@@ -432,7 +450,7 @@ def test_the_import_graph_follows_the_layers():
 
 def test_the_package_top_holds_only_entry_points_and_base():
     top = sorted(p.stem for p in (ROOT / "crate_compose").glob("*.py"))
-    assert top == ["__init__", "errors", "files", "registry", "settings"], top
+    assert top == ["__init__", "errors", "files", "memory", "options", "registry", "seeds", "settings"], top
     assert (ROOT / "crate_compose" / "cli" / "__init__.py").is_file()  # the command line: a package, a module a command
 
 

@@ -147,7 +147,7 @@ def test_a_refused_ablation_removes_what_it_made_and_keeps_what_it_trained(disk,
 def test_an_ablation_stopped_after_a_trained_run_keeps_it(tmp_path, capsys, monkeypatch):
     from crate_compose.ablation import study as ablation
 
-    real, calls = ablation.train, []
+    real, calls = ablation.train_described, []
 
     def second_fails(*args, **kwargs):
         calls.append(kwargs["out"])
@@ -155,7 +155,7 @@ def test_an_ablation_stopped_after_a_trained_run_keeps_it(tmp_path, capsys, monk
             raise OSError(errno.ENOSPC, "No space left on device", str(kwargs["out"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ablation, "train", second_fails)
+    monkeypatch.setattr(ablation, "train_described", second_fails)
     out = tmp_path / "abl"
     assert main(["ablate", DIGITS, *SETS, "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft", "--data",
                  "digits", "--batch-size", "16", "--steps", "2", "--no-progress", "--out", str(out)]) == 1

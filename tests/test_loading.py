@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from crate_compose.errors import DataError, TrainError
-from crate_compose.settings import Settings, settings_problems
+from crate_compose.settings import Settings
+from crate_compose.tasks import settings_problems
 from crate_compose.data.sets import load_data
 from crate_compose import tasks
 from crate_compose.data.batches import (IMAGENET_MEAN, IMAGENET_STD, Examples, StepBatches, batch_indices, batches,

@@ -28,7 +28,8 @@ from tensorboard.backend.event_processing.event_file_loader import LegacyEventFi
 
 from crate_compose import cli  # noqa: E402
 from crate_compose.errors import TrainError  # noqa: E402
-from crate_compose.settings import Settings, settings_problems  # noqa: E402
+from crate_compose.settings import Settings  # noqa: E402
+from crate_compose.tasks import settings_problems  # noqa: E402
 from crate_compose.training import eventlog  # noqa: E402
 from crate_compose.training import identity
 from crate_compose.training.run import train  # noqa: E402
@@ -246,12 +247,15 @@ def test_the_logger_setting_and_a_missing_package(tmp_path, monkeypatch):
 
 
 def test_an_ablation_resumes_with_another_logger():
-    from crate_compose.ablation.study import _identity
     from crate_compose.ablation.grids import Grid
+    from crate_compose.ablation.study import _identity
+    from crate_compose.training.description import describe
 
     swaps = {"encoder.layer.sparsify.primitive": ["ista", "ista_soft"]}
     grids = [Grid(swaps, Settings(steps=2, logger=logger), overrides=TINY) for logger in ("tensorboard", "none", None)]
-    assert len({json.dumps(_identity(DIGITS, grid), sort_keys=True) for grid in grids}) == 1
+    identities = {json.dumps(_identity(describe(DIGITS, grid.settings, overrides=grid.overrides), grid), sort_keys=True)
+                  for grid in grids}
+    assert len(identities) == 1
 
 
 def test_a_tensorboard_folder_that_stops_taking_writes_stops_the_logging_not_the_run(tmp_path, capsys, monkeypatch):

@@ -44,7 +44,7 @@ def test_the_set_is_fixed_by_its_split_seed_and_never_by_the_run_seed(small):
     fewer = sets.load_data("pasted-digits", train_count=5, test_count=8)  # image i does not depend on the counts
     assert torch.equal(fewer.test.masks, small.test.masks[:8])
     assert torch.allclose(_pixels(fewer.test, fewer, 3), _pixels(small.test, small, 3), atol=1e-5)
-    assert small.describe() == "pasted-digits: 40 train / 24 test, input [3, 32, 32], 10 classes (classify)"
+    assert small.describe() == "pasted-digits: 40 train / 24 test, input [3, 32, 32], 10 classes (labeled-images)"
     assert small.sizes == {"channels": 3, "image_size": 32, "classes": 10}
     assert small.test.masks.shape == (24, 32, 32) and small.test.masks.dtype == torch.bool
     train_pixels = small.train.inputs.transpose(0, 1).reshape(3, -1)  # standardized with the train statistics
@@ -106,7 +106,7 @@ def test_bad_options_are_refused(options, message):
 
 
 def test_a_run_trains_on_it_fitted_to_its_images_and_segment_reads_the_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sets.LOADERS, "pasted-digits",
+    monkeypatch.setattr(pasted, "load_pasted_digits",  # the loader the set's declaration names, imported when loaded
                         functools.partial(pasted.load_pasted_digits, train_count=64, test_count=16))
     settings = Settings(task="classify", data="pasted-digits", steps=2, batch_size=8, eval_every=0,
                         checkpoint_every=0, log_every=1, logger="none", warmup=1)

@@ -66,14 +66,14 @@ def test_probe_of_a_run_opens_its_spec_once(reads, spec_file, tmp_path):
 
 
 def test_a_spec_edited_while_a_grid_trains_changes_none_of_its_variants(spec_file, tmp_path, monkeypatch):
-    real = ablation.train
+    real = ablation.train_described
 
     def then_edit(*args, **kwargs):
         result = real(*args, **kwargs)
         spec_file.write_text(spec_file.read_text().replace("depth: 4", "depth: 3"))  # a user edits the file
         return result
 
-    monkeypatch.setattr(ablation, "train", then_edit)
+    monkeypatch.setattr(ablation, "train_described", then_edit)
     assert "depth: 4" in spec_file.read_text()
     assert cli.main(["ablate", str(spec_file), "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft",
                      "--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.head_dim=8",

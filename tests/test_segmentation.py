@@ -18,7 +18,7 @@ import crate_compose as cc
 from crate_compose.assessment.segmentation import (average_precision, jaccard, mass_mask, roc_auc, score,
     summarize, to_pixels)
 from crate_compose.cli import main
-from crate_compose.data import pasted, sets
+from crate_compose.data import pasted
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
@@ -29,7 +29,7 @@ TINY = ["--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.head_di
 @pytest.fixture
 def few(monkeypatch):
     """pasted-digits with few images, so the command loads it fast (the images are those of the full set)."""
-    monkeypatch.setitem(sets.LOADERS, "pasted-digits",
+    monkeypatch.setattr(pasted, "load_pasted_digits",  # the loader the set's declaration names, imported when loaded
                         functools.partial(pasted.load_pasted_digits, train_count=16, test_count=8))
 
 

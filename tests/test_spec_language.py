@@ -22,7 +22,6 @@ from torch import nn
 
 import crate_compose as cc
 from crate_compose import cli, registry
-from crate_compose.language import zoo
 from crate_compose.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]

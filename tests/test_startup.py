@@ -104,7 +104,7 @@ print("ok")
     assert done.stdout.strip() == "ok", done.stderr
 
 
-@pytest.mark.parametrize("command", [["list", "primitives"], ["schema"], ["list", "zoo"]])
+@pytest.mark.parametrize("command", [["list", "primitives"], ["schema"], ["list", "zoo"], ["list", "data"]])
 def test_listing_commands_load_no_builder(command):
     """list and schema need the primitives' declarations, never torch, the builder, the figures or
     the training code."""

@@ -17,7 +17,8 @@ from crate_compose import cli, tasks
 from crate_compose.assessment.run_probes import probe_run
 from crate_compose.assessment.scoring import evaluate_weights
 from crate_compose.errors import TrainError
-from crate_compose.settings import Settings, settings_problems
+from crate_compose.settings import Settings, settings_of
+from crate_compose.tasks import settings_problems
 from crate_compose.tasks import registry
 from crate_compose.tasks.classification import Classification
 from crate_compose.training.run import train
@@ -26,8 +27,8 @@ EVERY_TASK = [pytest.param(one, id=one.name) for one in tasks.all_tasks()]
 
 
 def _settings(task: tasks.Task, steps: int = 4) -> Settings:
-    return Settings(task=task.name, data=task.example.data, steps=steps, batch_size=8, eval_every=0,
-                    checkpoint_every=2, log_every=1, logger="none", warmup=1, **dict(task.example.settings))
+    return settings_of(dict(task=task.name, data=task.example.data, steps=steps, batch_size=8, eval_every=0,
+                            checkpoint_every=2, log_every=1, logger="none", warmup=1, **dict(task.example.settings)))
 
 
 def _weights(folder) -> dict[str, torch.Tensor]:

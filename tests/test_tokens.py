@@ -166,7 +166,7 @@ def wordpiece_text():
 
 def _check_windows(data, context):
     tok = data.tokenizer
-    assert data.task_hint == "mlm" and data.classes is None and data.input_shape == (context,)
+    assert data.provides == "tokenized-text" and data.classes is None and data.input_shape == (context,)
     assert data.sizes == {"vocab": tok.size, "context": context, "sep": tok.sep}
     for split in (data.train, data.test):
         assert len(split) == len(split.tokens) // (context - 2) > 0
@@ -250,7 +250,7 @@ def test_a_folder_of_text(tmp_path):
     assert tok.sha256 == train_tokenizer("bpe", 300, [source[: len(source) - len(held)].decode()]).sha256
 
     plain = D.load_data(f"folder:{tmp_path}", context=8)  # text files, no class folders of images: bytes
-    assert plain.name == f"bytes:folder:{tmp_path}" and plain.tokenizer.kind == "bytes" and plain.task_hint == "mlm"
+    assert plain.name == f"bytes:folder:{tmp_path}" and plain.tokenizer.kind == "bytes" and plain.provides == "tokenized-text"
     assert plain.train.tokens.tolist() == list(source[: len(source) - len(held)])
     assert D.takes(f"folder:{tmp_path}") == frozenset({"spec"})
 
@@ -280,7 +280,7 @@ def test_a_folder_of_images_with_notes_stays_images(tmp_path):
             (tmp_path / split / name / "notes.txt").write_text("not an image")
     (tmp_path / "README.md").write_text("two classes")
     data = D.load_data(f"folder:{tmp_path}")
-    assert data.task_hint == "classify" and data.class_names == ["cats", "dogs"] and data.tokenizer is None
+    assert data.provides == "labeled-images" and data.class_names == ["cats", "dogs"] and data.tokenizer is None
     assert (len(data.train), len(data.test)) == (4, 4)
     assert D.takes(f"folder:{tmp_path}") == frozenset()
 
@@ -291,7 +291,7 @@ def test_a_folder_of_images_with_notes_stays_images(tmp_path):
 def test_modules_balanced_held_out_and_the_text_tokenizer(wordpiece_text):
     data = D.load_data("wordpiece-512:modules", context=16)
     tok = data.tokenizer
-    assert data.name == "wordpiece-512:modules" and data.task_hint == "classify" and data.classes == 10
+    assert data.name == "wordpiece-512:modules" and data.provides == "labeled-tokens" and data.classes == 10
     assert data.class_names == sorted(data.class_names) and len(set(data.class_names)) == 10
     assert not any(name.startswith("_") for name in data.class_names)
     assert data.sizes == {"vocab": 512, "context": 16, "sep": tok.sep, "classes": 10}

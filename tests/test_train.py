@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 
 import crate_compose as cc
 from crate_compose import cli
-from crate_compose.training.run import Settings, TrainError, batch_indices, lr_at, train
+from crate_compose.data.batches import batch_indices
+from crate_compose.training.run import Settings, TrainError, lr_at, train
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

@@ -13,7 +13,7 @@ The text goes through the spec reader (:func:`crate_compose.language.reading.rea
 most 2 MB, UTF-8; :mod:`crate_compose.language.yamlread`: plain values only, bounded nesting, values and
 aliases), so ``/dev/zero``, a FIFO or an alias bomb is refused at once. Every problem is reported
 together as ``file:line:column: key: message``; the training settings follow the rules of
-:func:`crate_compose.settings.settings_problems`, the same the Python API's ``train`` refuses by.
+:func:`crate_compose.tasks.settings_problems`, the same the Python API's ``train`` refuses by.
 The command line wins over the file: a ``--swap`` replaces the file's values of its path, ``--seeds``
 and the training options replace the file's, ``--set`` comes after its ``set``. A value listed
 twice is trained once (:attr:`Grid.notes` says so). A grid of more than
@@ -28,17 +28,23 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import Location, Problem, SpecError, WorkbenchError, did_you_mean
 from ..language.reading import Source, read_file
-from ..settings import MAX_RUNS, MAX_SEEDS, Settings, settings_problems
+from ..settings import MAX_RUNS, MAX_SEEDS, Settings, settings_of
+from ..tasks import settings_problems
+from ..training.recipes import setting_keys
 
 KeyPath = tuple[str | int, ...]
-SETTING_KEYS = tuple(f.name for f in fields(Settings) if f.name != "seed")  # a grid's seeds are 0..seeds-1
-KEYS = ("swaps", "seeds", "set", *SETTING_KEYS)
+OWN_KEYS = ("swaps", "seeds", "set")
+
+
+def grid_keys() -> tuple[str, ...]:
+    """The keys a grid file may hold: its own and every run setting but ``seed`` (a grid's seeds are 0..seeds-1)."""
+    return (*OWN_KEYS, *(name for name in setting_keys() if name != "seed"))
 SWAPS_EXAMPLE = "swaps: {PATH: [a, b, ...]}, e.g. encoder.layer.sparsify.primitive: [ista, ista_soft]"
 
 
@@ -86,9 +92,9 @@ class Grid:
 
 
 def grid_problems(swaps: Any, seeds: Any, sets: Any, settings: Settings,
-                  given: Iterable[str] = SETTING_KEYS) -> list[tuple[KeyPath, str]]:
+                  given: Iterable[str] | None = None) -> list[tuple[KeyPath, str]]:
     """``(key path, message)`` for every part of a grid that cannot be used; of the settings, the
-    fields in ``given`` (a grid file's, or all), by :func:`crate_compose.settings.settings_problems`."""
+    fields in ``given`` (a grid file's, or all), by :func:`crate_compose.tasks.settings_problems`."""
     problems = swap_problems(swaps)
     if not (isinstance(seeds, int) and not isinstance(seeds, bool) and 1 <= seeds <= MAX_SEEDS):
         problems.append((("seeds",), f"{seeds!r} is not a whole number of seeds in [1, {MAX_SEEDS}]"))
@@ -97,7 +103,7 @@ def grid_problems(swaps: Any, seeds: Any, sets: Any, settings: Settings,
     if settings.seed != 0:
         problems.append((("seed",), f"a grid trains seeds 0..seeds-1, so its settings keep seed 0 (not "
                                     f"{settings.seed!r}); give seeds: N (--seeds N)"))
-    given = set(given)
+    given = set(grid_keys() if given is None else given)
     return problems + [((name,), message) for name, message in settings_problems(settings) if name in given]
 
 
@@ -178,7 +184,7 @@ class GridFile:
         return self.source.locate(key) or Location(str(self.path))
 
     def settings(self) -> dict[str, Any]:
-        return {k: self.content[k] for k in SETTING_KEYS if k in self.content}
+        return {k: self.content[k] for k in grid_keys()[len(OWN_KEYS):] if k in self.content}
 
     def origins(self) -> dict[str, Location]:
         """``{PATH=VALUE: location}`` for every swap value and ``set`` item of the file."""
@@ -201,9 +207,9 @@ def read_grid(path: str | Path) -> GridFile:
         raise GridError(error.problems) from None
     found = GridFile(path, source.data, source)
     problems = [Problem(f"unknown key '{key}'", (key,), found.locate(key), _key_hint(key))
-                for key in source.data if key not in KEYS]
+                for key in source.data if key not in grid_keys()]
     given = found.settings()
-    settings = replace(Settings(), **given)
+    settings = settings_of(given)
     problems += [Problem(message, key, found.locate(*key))
                  for key, message in grid_problems(source.data.get("swaps"), source.data.get("seeds", 1),
                                                    source.data.get("set", []), settings, given)]
@@ -215,7 +221,7 @@ def read_grid(path: str | Path) -> GridFile:
 def _key_hint(key: str) -> str:
     if key == "seed":
         return "a grid's seeds are 0..seeds-1: give 'seeds: N'"
-    return did_you_mean(key, KEYS) or f"expected some of: {', '.join(KEYS)}"
+    return did_you_mean(key, grid_keys()) or f"expected some of: {', '.join(grid_keys())}"
 
 
 def combine(found: GridFile | None, swaps: list[str], sets: list[str], seeds: int | None,

@@ -33,11 +33,10 @@ import json
 import os
 import re
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import tasks
 from ..assessment.layer_probes import plot_probes, probe, save_probes
 from ..assessment.run_probes import PROBE_SAMPLES
 from ..assessment.timelines import spread_rows
@@ -45,18 +44,18 @@ from ..building.artifacts import load_build
 from ..building.builder import compile_spec, spec_of
 from ..building.inspection import validate
 from ..errors import Location, Problem, SpecError, WorkbenchError
-from ..files import write_atomic
+from ..files import ABLATIONS, write_atomic
 from ..language import loader
 from ..language.naming import GENERIC_KEYS, safe_name
 from ..language.overrides import parse_key_path
-from ..language.spec import Spec
 from ..training import preflight
 from ..training.finetune import Init, fit_init, read_init, start_identity
 from ..training.identity import RUN_FILE, differences, digest, learned
 from ..training.locks import hold
 from ..training.preflight import ABLATION_FILE
-from ..training.preparation import Loaded, check_run_memory, prepare
-from ..training.run import train
+from ..training.description import RunDescription, describe
+from ..training.preparation import Loaded, check_run_memory
+from ..training.run import train_described
 from .grids import Grid, GridError
 
 FORMAT = 1
@@ -84,12 +83,13 @@ class Row:
     spread: float
     seconds: float
     values: list[float]
+    maximize: bool = True  # whether a larger metric is better (the task's)
 
 
-def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, device: str = "cpu",
+def ablate(spec_ref, grid: Grid, *, out: str | Path | None = None, progress: bool = False, device: str = "cpu",
            memory_limit: str | float | None = None, resume: bool = False, init: str | Path | None = None,
            freeze: str = "none", recipe: str | None = None) -> list[Row]:
-    """Train every variant of ``grid`` for every seed into ``out``, then write the table and the
+    """Train every variant of ``grid`` for every seed into ``out`` (default: ``ablations/<spec name>``), then write the table and the
     figure; ``resume`` continues the ablation ``out`` holds (see the module docstring). ``init`` (a
     build folder) fine-tunes every variant from the same weights, ``freeze`` as ``train``'s; every
     variant must take them (checked before anything trains). ``recipe`` (a recipe's text, whose
@@ -98,11 +98,11 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
     The spec is read once, here (:func:`crate_compose.language.loader.read`): every variant, check, run and probe
     is resolved from that reading, so a file edited during a long grid changes none of them; the data set
     is loaded once for every variant and seed that reads it alike (:class:`crate_compose.training.preparation.Loaded`)."""
-    out = Path(out)
-    spec_ref, loaded = loader.read(spec_ref), Loaded()
+    base, loaded = _described(spec_ref, grid, init, freeze, recipe), Loaded()
+    out = Path(out) if out is not None else ABLATIONS / base.spec.name
     start = read_init(init) if init is not None else None
-    identity = {**_identity(spec_ref, grid), **start_identity(start, freeze)}
-    _check_variants(spec_ref, grid, device, memory_limit, start, loaded)
+    identity = {**_identity(base, grid), **start_identity(start, freeze)}
+    variants = _check_variants(base, grid, device, memory_limit, start, loaded)
     _check_folder(out, identity, resume)  # refused before the lock creates the folder
     start = None  # its tensors are given back: each run reads the folder again (and checks its SHA-256)
     with hold(out, "ablate into"):  # a folder it made is removed again when the ablation fails holding nothing
@@ -111,8 +111,7 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
             fresh = not (out / ABLATION_FILE).exists()
             _record(out, identity)
         try:
-            rows, probes = _train_grid(spec_ref, grid, out, progress, device, memory_limit,
-                                       {"init": init, "freeze": freeze, "recipe": recipe}, loaded)
+            rows, probes = _train_grid(variants, grid, out, progress, device, memory_limit, loaded)
             _write_results(out, rows, probes, identity)
         except BaseException:
             if fresh and not _started(out):  # no run started: the record written here was all it wrote
@@ -121,20 +120,21 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path, progress: bool = False, dev
     return rows
 
 
-def base_spec(spec_ref, grid: Grid) -> Spec:
-    """The spec every variant swaps from: ``spec_ref`` with the grid's overrides."""
+def _described(spec_ref, grid: Grid, init, freeze: str, recipe: str | None) -> RunDescription:
+    """The run every variant swaps from (:func:`crate_compose.training.description.describe`), its spec's
+    problems said where the grid's overrides were written."""
     try:
-        return loader.load(spec_ref, grid.overrides)
+        return describe(spec_ref, grid.settings, overrides=grid.overrides, init=init, freeze=freeze, recipe=recipe)
     except SpecError as error:
         raise SpecError([_relocated(p, grid.origins) for p in error.problems]) from None
 
 
-def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
+def _identity(base: RunDescription, grid: Grid) -> dict[str, Any]:
     from .. import __version__
 
-    spec = base_spec(spec_ref, grid)
+    spec = base.spec
     # the logger (OUTPUTS) is where metrics go, not what a run learns: an ablation resumes with another
-    settings = {**learned(grid.settings, ("seed",)), "steps": grid.settings.steps}  # every run of a grid as long
+    settings = {**learned(base.settings, ("seed",)), "steps": base.settings.steps}  # every run of a grid as long
     return {"spec": {"name": spec.name, "sha256": hashlib.sha256(loader.dump(spec).encode()).hexdigest()},
             "swaps": grid.swaps, "seeds": grid.seeds, "overrides": grid.overrides, "settings": settings,
             "version": __version__}
@@ -143,38 +143,43 @@ def _identity(spec_ref, grid: Grid) -> dict[str, Any]:
 # ---------------------------------------------------------------- every variant, before anything trains
 
 
-def _check_variants(spec_ref, grid: Grid, device: str, memory_limit, start: Init | None = None,
-                    loaded: Loaded | None = None) -> None:
-    """Every variant fitted to the data (:func:`crate_compose.training.run.prepare`), walked through its
-    shapes (:func:`crate_compose.building.inspection.validate`), its training's memory estimated
-    (:func:`crate_compose.training.run.check_run_memory`) and, fine-tuning, the weights of ``start``
+def _check_variants(base: RunDescription, grid: Grid, device: str, memory_limit, start: Init | None = None,
+                    loaded: Loaded | None = None) -> dict[str, RunDescription]:
+    """Every variant described (:meth:`RunDescription.variant`), fitted to the data
+    (:meth:`crate_compose.training.preparation.Loaded.prepare`), walked through its shapes
+    (:func:`crate_compose.building.inspection.validate`), its training's memory estimated
+    (:func:`crate_compose.training.preparation.check_run_memory`) and, fine-tuning, the weights of ``start``
     fitted to it (:func:`crate_compose.training.finetune.fit_init`); each problem once, with the variants
-    it is found in, where its value was written."""
+    it is found in, where its value was written. Returns every variant's description by its label."""
     variants = grid.variants()
     found: dict[str, tuple[Problem, list[str]]] = {}
+    described: dict[str, RunDescription] = {}
     for variant in variants:
-        for problem in _variant_problems(spec_ref, grid, variant, device, memory_limit, start, loaded):
-            found.setdefault(str(problem), (problem, []))[1].append(variant_label(variant))
+        label = variant_label(variant)
+        problems, described[label] = _variant_problems(base, grid, variant, device, memory_limit, start, loaded)
+        for problem in problems:
+            found.setdefault(str(problem), (problem, []))[1].append(label)
     if found:
         raise GridError([_of_variants(p, labels, len(variants)) for p, labels in found.values()])
+    return described
 
 
-def _variant_problems(spec_ref, grid: Grid, variant: dict[str, str], device: str, memory_limit,
-                      start: Init | None, loaded: Loaded | None) -> list[Problem]:
-    settings = grid.settings
+def _variant_problems(base: RunDescription, grid: Grid, variant: dict[str, str], device: str, memory_limit,
+                      start: Init | None, loaded: Loaded | None) -> tuple[list[Problem], RunDescription | None]:
+    settings = base.settings
     per_process = max(1, settings.batch_size // int(os.environ.get("WORLD_SIZE", "1")))  # as train shares a batch
     try:
-        spec, _ = prepare(spec_ref, settings.data, grid.assignments(variant), settings.image_size, 0, memory_limit,
-                          loaded=loaded)
+        described = base.variant(grid.assignments(variant))
+        spec, _ = (loaded or Loaded()).prepare(described, memory_limit)
         validate(spec)
         check_run_memory(spec, settings, per_process, device, memory_limit)
         if start is not None:  # the variant's tensors, on the meta device: their names and shapes only
             fit_init(compile_spec(spec, meta=True), start)
     except SpecError as error:
-        return [_relocated(p, grid.origins) for p in error.problems]
+        return [_relocated(p, grid.origins) for p in error.problems], None
     except WorkbenchError as error:  # data that cannot follow the variant's sizes, weights that do not fit it
-        return [Problem(str(error))]
-    return []
+        return [Problem(str(error))], None
+    return [], described
 
 
 def _of_variants(problem: Problem, labels: list[str], total: int) -> Problem:
@@ -260,35 +265,33 @@ def _read_identity(path: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- training and the table
 
 
-def _train_grid(spec_ref, grid: Grid, out: Path, progress: bool, device: str, memory_limit,
-                start: dict[str, Any], loaded: Loaded) -> tuple[list[Row], dict[str, list[dict]]]:
+def _train_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, progress: bool, device: str,
+                memory_limit, loaded: Loaded) -> tuple[list[Row], dict[str, list[dict]]]:
     rows: list[Row] = []
     probes: dict[str, list[dict]] = {}
-    total, done = len(grid.variants()) * grid.seeds, 0
-    metric = tasks.get(grid.settings.task).metric
-    for variant in grid.variants():
-        label, overrides = variant_label(variant), grid.assignments(variant)
+    total, done = len(variants) * grid.seeds, 0
+    for label, described in variants.items():
+        task, settings = described.task, described.settings
         values, seconds, params = [], [], 0
         for seed in range(grid.seeds):
             done += 1
             run = out / _folder(label) / f"seed-{seed}"
-            result = train(spec_ref, replace(grid.settings, seed=seed), overrides=overrides, out=run, device=device,
-                           progress=progress, memory_limit=memory_limit, resume=(run / RUN_FILE).is_file(),
-                           loaded=loaded, **start)
-            value = result.metrics.get(metric, float("nan"))
+            result = train_described(described.seeded(seed), out=run, device=device, progress=progress,
+                                     memory_limit=memory_limit, resume=(run / RUN_FILE).is_file(), loaded=loaded)
+            value = result.metrics.get(task.metric, float("nan"))
             said = "finished before, kept" if result.already_finished else f"{result.seconds:.0f} s"
-            print(f"[{done}/{total}] {label}, seed {seed}: {metric} {value:.4f} ({said})", flush=True)
+            print(f"[{done}/{total}] {label}, seed {seed}: {task.metric} {value:.4f} ({said})", flush=True)
             values.append(value)
             seconds.append(result.seconds)
             params = result.params
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        rows.append(Row(label, params, metric, statistics.fmean(values), spread, statistics.fmean(seconds), values))
-        spec, data = prepare(spec_ref, grid.settings.data, overrides, grid.settings.image_size, 0, memory_limit,
-                             loaded=loaded)
-        inputs, extra = tasks.probe_inputs(grid.settings.task, data, PROBE_SAMPLES, grid.settings.normalize)  # the same for every run
+        rows.append(Row(label, params, task.metric, statistics.fmean(values), spread, statistics.fmean(seconds), values,
+                        task.maximize))
+        spec, data = loaded.prepare(described.seeded(0), memory_limit)
+        inputs, extra = task.probe_inputs(data, PROBE_SAMPLES, settings.normalize)  # the same for every run
         finals = [load_build(out / _folder(label) / f"seed-{seed}" / "final") for seed in range(grid.seeds)]
         probes[label] = spread_rows([probe(model, inputs, **extra) for model in finals])
-        if len(probes) == 1 and start.get("init") is None:  # the first variant untrained, as training started
+        if len(probes) == 1 and described.init is None:  # the first variant untrained, as training started
             untrained = [compile_spec(spec_of(model), seed=seed) for seed, model in enumerate(finals)]
             probes[f"{label}, untrained"] = spread_rows([probe(model, inputs, **extra) for model in untrained])
     return rows, dict(sorted(probes.items(), key=lambda item: item[0].endswith(", untrained")))

@@ -22,6 +22,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .. import tasks
+from ..building import outputs
 from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
 from ..building.builder import compile_spec, spec_of
 from ..building.plan import tied
@@ -32,8 +33,8 @@ from ..files import write_together
 from ..interop.exchange import load_checkpoint
 from ..interop.reading import InteropError, read_checkpoint
 from ..language.zoo import presets
+from ..settings import settings_of
 from ..training import identity as run_records
-from ..training import preflight
 from ..training.checkpoint import latest_checkpoint
 from ..training.eventlog import choose as choose_logger
 from ..training.eventlog import write_probe_curves
@@ -56,8 +57,8 @@ class RunWeights:
     image_size: int | None
     seed: int
     note: str
-    normalize: str = "data"
-    task: str = "classify"  # what the run learned (its settings' task)
+    normalize: str
+    task: str  # what the run learned (its settings' task)
 
 
 def is_run(path: Any) -> bool:
@@ -74,8 +75,8 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     if record is None:
         raise WorkbenchError(f"{run} holds no {run_records.RUN_FILE}, so it is not a run whose data can be known: "
                              "give the spec, --data and --weights RUN/final")
-    task = record.settings().get("task", "classify")
-    final = run / (tasks.get(task).weights if task in tasks.names() else "final")  # a DINO run: its teacher
+    settings = settings_of(record.settings())  # what the record leaves out (a later setting) at its default
+    final = run / (tasks.get(settings.task).weights if settings.task in tasks.names() else "final")  # DINO: the teacher
     if (final / WEIGHTS_FILE).is_file() and (final / SPEC_FILE).is_file():
         weights, said = final, f"its {final.name}/"
     else:
@@ -84,14 +85,12 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
             raise WorkbenchError(f"{run} holds no trained weights yet (no final/, no checkpoint): probe it once "
                                  "it has written a checkpoint")
         said = f"its latest checkpoint, {weights.name} (it has no final/: the run is not finished)"
-    settings = record.settings()
     data = record.identity["data"]["name"]
-    image_size, seed, normalize = settings.get("image_size"), settings.get("seed", 0), settings.get("normalize", "data")
+    image_size, seed, normalize = settings.image_size, settings.seed, settings.normalize
     size = f", image size {image_size}" if image_size else ""
     scaled = ", standardized with ImageNet's statistics" if normalize == "imagenet" else ""
     note = f"{run}: {verb} {said}, with its spec, on {data}{size}{scaled} (seed {seed}), as the run recorded"
-    return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note, normalize,
-                      settings.get("task", "classify"))
+    return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note, normalize, settings.task)
 
 
 AUTHORS = "the authors' checkpoints were trained on images standardized with ImageNet's mean and std"
@@ -308,7 +307,7 @@ def probe_folder(weights: str | Path | None, spec_name: str, out: str | Path | N
     other weights, or none, ``probes/<spec name>``. Refused: a folder inside a build (a folder holding
     model.safetensors and spec.yaml; :class:`WorkbenchError`), a file where the folder goes
     (:class:`~crate_compose.errors.OutputError`, status 1), and a probes.json or probes.png that is not a
-    regular file (``OSError``, as every output): :func:`crate_compose.training.preflight.probe_folder`."""
+    regular file (``OSError``, as every output): :func:`crate_compose.building.outputs.check_probe_folder`."""
     named = Path(weights or "")
     named = named.resolve() if weights is not None and named.name in ("", "..") else named
     if out is not None:
@@ -319,7 +318,7 @@ def probe_folder(weights: str | Path | None, spec_name: str, out: str | Path | N
         folder = named.parent.parent / "probes" / named.name
     else:
         folder = Path("probes") / spec_name
-    preflight.probe_folder(folder, f"--out {folder}" if out is not None else str(folder))
+    outputs.check_probe_folder(folder, f"--out {folder}" if out is not None else str(folder))
     return folder
 
 

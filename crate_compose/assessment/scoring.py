@@ -4,7 +4,7 @@
 classifier (top-5 as well when there are more than five classes), the masked MSE beside the
 mean-patch baseline for a masked autoencoder, the cross-entropy per byte for a language model.
 ``linear_probe`` takes frozen features of the training and test splits
-(:func:`crate_compose.assessment.frozen_features.features`) and reports the logistic regression's test
+(:func:`crate_compose.tasks.frozen_features.features`) and reports the logistic regression's test
 accuracy, the ``C`` it chose and the k-NN accuracy. Both answer as a dictionary the command line
 prints as JSON.
 """
@@ -23,7 +23,7 @@ from ..data.sets import Data
 from ..errors import WorkbenchError
 from ..settings import Settings
 from ..training.preparation import HEADLESS, prepare
-from .frozen_features import features, knn, linear_probe
+from ..tasks.frozen_features import features, knn, linear_probe
 from .run_probes import is_run, load_weights, resolve_subject, standardize
 
 TOP_K = 5
@@ -79,7 +79,7 @@ def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path
 
 def _features_of(model, data: Data, split, normalize: str, workers: int, layer: int | None,
                  pool: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The frozen features (:func:`crate_compose.assessment.frozen_features.features`) and the targets of a
+    """The frozen features (:func:`crate_compose.tasks.frozen_features.features`) and the targets of a
     whole split, 512 examples at a time."""
     parts = [(features(model, renormalize(x, data, normalize), layer=layer, pool=pool), y)
              for x, y in split_batches(split, 512, workers)]

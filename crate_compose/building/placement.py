@@ -14,7 +14,7 @@ swapping one step's primitive leaves every other step's initial weights bit-iden
 from __future__ import annotations
 
 import contextlib
-import hashlib
+
 import math
 import sys
 from dataclasses import replace
@@ -30,6 +30,7 @@ from .. import registry
 from ..errors import Problem, SpecError
 from ..language.spec import Spec, Step
 from ..modules.residual import Residual
+from ..seeds import step_seed
 from . import ties
 from .footprints import ADDRESSABLE
 from .march import Marched, Unfit, march
@@ -37,12 +38,6 @@ from .plan import PlannedStep
 
 META_BATCH = 2  # batch size of the meta tensors used to infer shapes
 Shape = tuple[int, ...]
-
-
-def step_seed(seed: int, place: str) -> int:
-    """The seed of one step's initial weights: a function of the build seed and the step's place only."""
-    digest = hashlib.sha256(f"{seed}/{place}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 @contextlib.contextmanager
@@ -179,7 +174,7 @@ def builds_on_meta(primitive: registry.Primitive, args: registry.Args, shape: Sh
 
 class Placement:
     """The march's evaluator that builds: each step's module, initialized from its own stream
-    (:func:`step_seed`), run on the value before it; the result checked against the footprint."""
+    (:func:`crate_compose.seeds.step_seed`), run on the value before it; the result checked against the footprint."""
 
     builds = staticmethod(builds_on_meta)
 

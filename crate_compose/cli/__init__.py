@@ -37,7 +37,7 @@ import crate_compose as cc
 
 from ..errors import DiagramError, PluginError, SpecError, WorkbenchError
 from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec, train
-from .arguments import formulas_of, plugin_arguments, rank_zero
+from .arguments import formulas_of, plugin_arguments, plugins_given, rank_zero
 
 EPILOG = """examples:
   crate-compose build specs/mae.yaml --render          build CRATE-MAE-Base and draw it
@@ -99,9 +99,13 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cc.load_plugins(plugins_given(argv))  # first: a plug-in's tasks, their options and data sets are flags
+    except PluginError as error:
+        return _refuse(f"error: {error}", getattr(error, "exit_status", 2))
     args = parser().parse_args(argv)
     try:
-        cc.load_plugins(args.plugins)
         with formulas_of(args):
             return COMMANDS[args.command](args)
     except (SpecError, PluginError, WorkbenchError) as error:  # bad input, a refused run: located, one per line

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import crate_compose as cc
 
-from .. import tasks
 from ..errors import SpecError
+from ..files import ABLATIONS
 from ..settings import MAX_RUNS, MAX_SEEDS
 from .arguments import (Command, from_environment, memory_argument, number, rank_zero, recipe_argument,
     recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
@@ -61,24 +61,21 @@ def run_ablate(args: argparse.Namespace) -> int:
     out = args.out or _default_ablation(spec_ref, grid)
     if out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
         preflight.ablation_folder(out)
-    from ..ablation.study import ablate, base_spec
-
-    out = out or Path("ablations") / base_spec(spec_ref, grid).name
-    rows = ablate(spec_ref, grid, out=out, progress=args.progress, device=args.device,
+    rows = cc.ablate(spec_ref, grid, out=out, progress=args.progress, device=args.device,
                   memory_limit=args.memory_limit, resume=args.resume, init=args.init, freeze=args.freeze or "none",
                   recipe=recipe.text if recipe else None)
     if not rank_zero():
         return 0
-    best = (max if tasks.get(settings.task).maximize else min)(rows, key=lambda r: r.mean)
+    best = (max if rows[0].maximize else min)(rows, key=lambda r: r.mean)
     print((out / "results.md").read_text())
     print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")
     return 0
 
 
 def _default_ablation(spec_ref, grid) -> Path | None:
-    """``ablations/<base spec name>`` (ablation.base_spec), torch-free; None when the spec does not load (its
-    problems are then reported located at the grid's lines, by ablation.base_spec)."""
+    """``ablations/<base spec name>``, torch-free; None when the spec does not load (its problems are then
+    reported located at the grid's lines, by ablate)."""
     try:
-        return Path("ablations") / cc.load_spec(spec_ref, grid.overrides).name
+        return ABLATIONS / cc.load_spec(spec_ref, grid.overrides).name
     except SpecError:
         return None

@@ -47,7 +47,7 @@ def add(command: Command) -> None:
 
 def run_import(args: argparse.Namespace) -> int:
     if args.out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
-        from ..building.folders import replaceable
+        from ..building.outputs import replaceable
 
         replaceable(Path(args.out).resolve())
     from ..interop.exchange import import_checkpoint
@@ -69,7 +69,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..training.preflight import outside_source
+    from ..building.outputs import outside_source
 
     outside_source(args.weights, args.out)  # the source's own weights are never overwritten: before anything is read
     writable(args.out)

@@ -36,10 +36,10 @@ def add(command: Command) -> None:
 
 
 def run_probe(args: argparse.Namespace) -> int:
-    from ..training import preflight
+    from ..building import outputs
 
     if args.out is not None:  # a file, a build: refused before torch loads
-        preflight.probe_folder(args.out, f"--out {args.out}")
+        outputs.check_probe_folder(args.out, f"--out {args.out}")
     from ..assessment.run_probes import probe_over_training, probe_run, probe_table
 
     if args.checkpoints == "all":

@@ -41,10 +41,10 @@ def add(command: Command) -> None:
 
 
 def run_segment(args: argparse.Namespace) -> int:
-    from ..training import preflight
+    from ..building import outputs
 
     if args.out is not None:  # a file, a build: refused before torch loads
-        preflight.picture_folder(args.out, f"--out {args.out}")
+        outputs.check_picture_folder(args.out, f"--out {args.out}")
     from ..pictures.segmentation import segment
 
     done = segment(args.spec, args.data, weights=args.weights, overrides=args.overrides, layer=args.layer,

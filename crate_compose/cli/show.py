@@ -38,10 +38,10 @@ def add(command: Command) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from ..training import preflight
+    from ..building import outputs
 
     if args.out is not None:  # a file, a build: refused before torch loads
-        preflight.picture_folder(args.out, f"--out {args.out}")
+        outputs.check_picture_folder(args.out, f"--out {args.out}")
     from ..pictures.show import show
 
     shown = show(args.spec, args.data, weights=args.weights, overrides=args.overrides, layer=args.layer,

@@ -48,8 +48,8 @@ def add(command: Command) -> None:
     spec_arguments(derive)
     derive.add_argument("--out", type=Path, help="write the derived spec here instead of printing it")
 
-    listing = command("list", help="list registered primitives, tasks or zoo presets")
-    listing.add_argument("what", choices=["primitives", "tasks", "zoo"])
+    listing = command("list", help="list registered primitives, tasks, data sets or zoo presets")
+    listing.add_argument("what", choices=["primitives", "tasks", "data", "zoo"])
 
     command("schema", help="print the JSON Schema of the spec language")
 
@@ -76,7 +76,7 @@ def _notes(spec) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from ..building.folders import replaceable
+    from ..building.outputs import replaceable
 
     spec = cc.load_spec(args.spec, args.overrides)  # its notes are in the summary table
     out = args.out or Path("out") / spec.name
@@ -143,12 +143,36 @@ def run_list(args: argparse.Namespace) -> int:
             print(f"{one.name:<{width}}  {one.summary}")
             print(f"{'':<{width}}  trains on {one.trains_on}; ranked by {one.metric} ({direction} is better)")
         return 0
+    if args.what == "data":
+        _list_data()
+        return 0
     rows = [(p.name, p.kind, p.update_for(), p.equation, p.description) for p in cc.all_primitives().values()]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for name, kind, update, equation, description in rows:
         print(f"{name:<{widths[0]}}  {kind:<{widths[1]}}  {update:<{widths[2]}}  {equation}")
         print(f"{'':<{widths[0]}}  {description}")
     return 0
+
+
+def _list_data() -> None:
+    """``list data``: a row per registered set (:mod:`crate_compose.data.registry`): its pattern, what it provides,
+    its train / test size, whether it is on this machine and its source; under it, what it is, how it is split
+    and its parameters. Reads the declarations only: no torch, no data."""
+    from ..data import registry as data_registry
+
+    sets = data_registry.all_sets()
+    rows = [HEADER, *((one.pattern, one.provides, one.size, one.availability(), one.source) for one in sets)]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row, one in zip(rows, [None, *sets]):
+        print("  ".join(f"{cell:<{width}}" for cell, width in zip(row[:4], widths)) + f"  {row[4]}")
+        if one is not None:
+            said = "; ".join(p for p in (one.summary, one.split and f"split: {one.split}") if p)
+            print(f"{'':<{widths[0]}}  {said}")
+            if one.parameters:
+                print(f"{'':<{widths[0]}}  " + "; ".join(f"{p.name}: {p.words}" for p in one.parameters))
+
+
+HEADER = ("NAME", "PROVIDES", "TRAIN / TEST", "ON THIS MACHINE", "SOURCE")
 
 
 def run_schema(args: argparse.Namespace) -> int:

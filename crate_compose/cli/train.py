@@ -7,6 +7,7 @@ from pathlib import Path
 
 import crate_compose as cc
 
+from ..files import RUNS
 from .arguments import (COUNT, Command, from_environment, memory_argument, rank_zero, recipe_argument,
     recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
 
@@ -37,7 +38,7 @@ def run_train(args: argparse.Namespace) -> int:
     resume = args.resume or args.resume_from is not None
     source = read_spec(args.spec)  # the spec file, opened once: train resolves everything from this reading
     spec = cc.load_spec(source, overrides)  # a bad spec, as train would say it, before torch loads
-    out = args.out or Path("runs") / spec.name  # train.default_run
+    out = args.out or RUNS / spec.name  # as train names it (training.preparation.default_run)
     preflight.run_folder(out)  # a file, someone else's files: refused before torch loads (exit 1)
     record = read(out) if resume and out.is_dir() else None
     given = recipe_settings(recipe, args.steps is not None, args.warmup is not None)
@@ -48,9 +49,7 @@ def run_train(args: argparse.Namespace) -> int:
     settings = run_settings(args, base)
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
         preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
-    from ..training.run import train
-
-    result = train(source, settings, overrides=overrides, out=out, resume=resume,
+    result = cc.train(source, settings, overrides=overrides, out=out, resume=resume,
                    resume_from=args.resume_from, device=args.device, progress=args.progress,
                    memory_limit=args.memory_limit, init=init, freeze=freeze, recipe=recipe.text if recipe else None)
     if not rank_zero():

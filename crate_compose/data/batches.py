@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..building.placement import step_seed
+from ..seeds import step_seed
 from ..errors import DataError, TrainError
 from ..settings import Settings
 from .folders import FolderImages, read_rgb

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataError
 from .record import Data
+from .registry import NEXT_BYTES
 
 VOCAB = 256  # bytes
 CORPUS_BYTES = 3_000_000  # read files until this many bytes
@@ -102,7 +103,7 @@ def load_text(*, spec: Any = None, context: int | None = None) -> Data:
         test=Windows(test, context),
         input_shape=(context,),
         classes=None,
-        task_hint="lm",
+        provides=NEXT_BYTES,
         sizes={"vocab": VOCAB, "context": context},
         unigram_loss=unigram_loss(train, test[1:]),
     )

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..building.budget import human, resolve_limit
+from ..memory import human, resolve_limit
 from ..errors import DataError
 from .record import Data, check_size
+from .registry import LABELED_IMAGES
 
 __all__ = ["FolderImages", "Limit", "check_memory", "image_header", "load_folder", "read_folder", "read_image",
            "read_rgb", "scan_classes", "stratified_split"]
@@ -39,7 +40,7 @@ __all__ = ["FolderImages", "Limit", "check_memory", "image_header", "load_folder
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
 STATS_SAMPLE = 512  # images read to estimate a folder's channel statistics
 
-Limit = tuple[float | None, str]  # bytes (None: no limit) and where the limit came from (budget.resolve_limit)
+Limit = tuple[float | None, str]  # bytes (None: no limit) and where the limit came from (memory.resolve_limit)
 
 
 def check_memory(needed: float, what: str, limit: Limit, hint: str, held: str = "in memory") -> None:
@@ -272,7 +273,7 @@ def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: 
 
     Deterministic: the 80/20 split (when there is no train/test layout) and the images sampled for
     the channel statistics depend on ``split_seed`` only. Every image is checked from its header
-    before it is decoded, against ``memory_limit`` (:func:`crate_compose.building.budget.resolve_limit`) and
+    before it is decoded, against ``memory_limit`` (:func:`crate_compose.memory.resolve_limit`) and
     Pillow's decompression-bomb threshold (:func:`read_image`); :func:`~.sets.verify` checks them all.
     """
     root = Path(path).expanduser()
@@ -287,7 +288,7 @@ def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: 
         test=test,
         input_shape=(3, *size),
         classes=len(classes),
-        task_hint="classify",
+        provides=LABELED_IMAGES,
         mean=tuple(train.mean.tolist()),
         std=tuple(train.std.tolist()),
         class_names=classes,

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..building.budget import resolve_limit
+from ..memory import resolve_limit
 from ..errors import DataError
 from .folders import check_memory, stratified_split
 from .record import Data, Tensors, check_size
+from .registry import LABELED_IMAGES
 from .shipped import channel_stats
 
 __all__ = ["Pasted", "load_pasted_digits", "paste"]
@@ -248,7 +249,7 @@ def load_pasted_digits(*, image_size: int | None = None, split_seed: int = 0, tr
         test=test,
         input_shape=(3, size, size),
         classes=10,
-        task_hint="classify",
+        provides=LABELED_IMAGES,
         mean=tuple(mean.tolist()),
         std=tuple(std.tolist()),
         class_names=[str(digit) for digit in range(10)],

@@ -45,10 +45,12 @@ class Data:
     """A data set ready to train on.
 
     ``train``/``test`` yield ``(input, target)``; ``input_shape`` is one input's shape (no batch
-    axis); ``classes`` the number of classes (None when unlabeled); ``task_hint`` is "classify",
-    "mae" (images without labels), "tokens" (token sets with group labels), "lm" (byte windows, target
-    the next bytes) or "mlm" (BERT's ``[CLS] .. [SEP]`` windows of token ids, target the same ids: the
-    task masks them); ``mean``/``std`` the
+    axis); ``classes`` the number of classes (None when unlabeled); ``provides`` the kind of data it is, as
+    its set declares it (:data:`crate_compose.data.registry.PROVIDED`): "labeled-images", "images" (without
+    labels), "token-groups" (token sets with group labels), "next-byte-text" (byte windows, target the next
+    bytes), "tokenized-text" (BERT's ``[CLS] .. [SEP]`` windows of token ids, target the same ids: the task
+    masks them) or "labeled-tokens" (token windows, target a class), what a task trains on
+    (:attr:`crate_compose.tasks.Task.data_kinds`); ``mean``/``std`` the
     per-channel statistics the inputs were standardized with (None for token sets); ``subspaces``
     the true [U_1 .. U_K] for "subspaces"; ``sizes`` the spec sizes this data fixes; ``unigram_loss``
     the held-out loss of the train split's token frequencies (text sets); ``tokenizer`` the
@@ -61,7 +63,7 @@ class Data:
     test: Dataset
     input_shape: tuple[int, ...]
     classes: int | None
-    task_hint: str
+    provides: str
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     subspaces: torch.Tensor | None = None
@@ -79,7 +81,7 @@ class Data:
         classes = f", {self.classes} classes" if self.classes else ""
         return (
             f"{self.name}: {len(self.train)} train / {len(self.test)} test, "
-            f"input {list(self.input_shape)}{classes} ({self.task_hint})"
+            f"input {list(self.input_shape)}{classes} ({self.provides})"
         )
 
 

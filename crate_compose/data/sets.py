@@ -85,7 +85,7 @@ generated from a seed, or read from a folder the user already has on disk.
     0..4 of a trained vocabulary. With the spec's context N (its input shape ``[N]``, else 128; the
     ``context`` option wins), every example is ``[CLS] t_1 .. t_{N-2} [SEP]``, consecutive non-overlapping
     chunks of the split's token stream, and its target the same ids (the task masks them):
-    ``task_hint`` "mlm", sizes ``vocab``, ``context`` and ``sep`` (the [SEP] id). ``Data.tokenizer`` is the
+    it provides ``tokenized-text``, sizes ``vocab``, ``context`` and ``sep`` (the [SEP] id). ``Data.tokenizer`` is the
     tokenizer (its JSON is part of a run's data fingerprint); ``Data.unigram_loss`` the held-out
     cross-entropy of the train split's token frequencies (add-one; specials left out of the test tokens).
 
@@ -104,11 +104,11 @@ generated from a seed, or read from a folder the user already has on disk.
     keeps as many as the smallest class has in each split (spread evenly over its own), so classes are
     balanced. An example is ``[CLS] snippet [SEP]``, its target the class.
     The tokenizer is the one ``KIND-V:text`` trains (the same ids: pre-train there, fine-tune here).
-    ``task_hint`` "classify", sizes ``vocab``, ``context``, ``sep`` and ``classes`` (10).
+    It provides ``labeled-tokens``, sizes ``vocab``, ``context``, ``sep`` and ``classes`` (10).
 
 Memory: ``image_size`` is at most ``settings.MAX_IMAGE_SIZE`` (8192), and a set held in memory
 (digits, photos, pasted-digits) whose resized images would go over the memory limit (``memory_limit``, as
-:func:`crate_compose.building.budget.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
+:func:`crate_compose.memory.resolve_limit` gives it: ``--memory-limit``, the environment, or 90% of
 the memory available) is refused with the estimate before anything is allocated.
 
 Targets (the second item of every sample) are consistent across sets: an int64 class index for
@@ -120,36 +120,37 @@ token ids for text).
 ``Data.spec_overrides(spec)`` gives the override strings that make a spec take the data (see
 there); ``crate-compose train SPEC --data digits`` uses it to size the spec's input.
 
-Here are the dispatch (:func:`load_data`, ``LOADERS``, :func:`names`) and :func:`verify`; the record
-:class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
-it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``), :mod:`.subspaces`,
-:mod:`.folders` (``folder:PATH``), :mod:`.corpus` (``text``), :mod:`.tokens` (the tokenizers) and :mod:`.texts`
+Every set is declared in :mod:`.catalog` and registered in :mod:`.registry`, which reads a name once
+(:func:`resolve`, a :class:`~.registry.DataChoice`), says what each set provides (``labeled-images``,
+``images``, ``next-byte-text``, ``tokenized-text``, ``labeled-tokens``, ``token-groups``: what a task trains
+on) and takes sets of your own (:func:`.registry.register`); ``crate-compose list data`` lists them.
+Here are :func:`load_data` (which loads a name or a choice), :func:`names`, :func:`takes` and :func:`verify`; the
+record :class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
+it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``),
+:mod:`.subspaces`, :mod:`.folders` (``folder:PATH``), :mod:`.corpus` (``text``), :mod:`.tokens` (the tokenizers) and :mod:`.texts`
 (``KIND:text``, ``KIND:folder:PATH``, ``KIND:modules``). Their names are importable from here too.
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
 import inspect
-import re
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import DataError
 from .corpus import load_text
 from .folders import FolderImages, image_header, load_folder, read_image
 from .record import Data, Tensors, spec_overrides
-from .pasted import MAX_COUNT as PASTED_MAX
 from .pasted import load_pasted_digits
+from .registry import DataChoice, resolve
+from .registry import names as registry_names
 from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
-from .texts import is_text_folder, load_modules, load_text_folder, load_tokens
-from .tokens import DEFAULT_VOCAB, KINDS, check_vocab
+from .texts import load_modules, load_text_folder, load_tokens
 
 __all__ = [
-    "Data", "Tensors", "load_archived", "load_data", "load_digits", "load_folder", "load_modules", "load_pasted_digits",
-    "load_photos", "load_subspaces", "load_text", "load_text_folder", "load_tokens",
-    "names", "random_subspaces", "sample_tokens", "spec_overrides", "takes", "verify",
+    "Data", "DataChoice", "Tensors", "load_archived", "load_data", "load_digits", "load_fashion_mnist", "load_folder",
+    "load_mnist", "load_modules", "load_pasted_digits", "load_photos", "load_subspaces", "load_text",
+    "load_text_folder", "load_tokens", "names", "random_subspaces", "resolve", "sample_tokens", "spec_overrides", "takes", "verify",
 ]
 
 
@@ -168,84 +169,25 @@ def verify(data: Data) -> None:
 
 # ---------------------------------------------------------------- entry point
 
-LOADERS: dict[str, Callable[..., Data]] = {
-    "digits": load_digits,
-    "fashion-mnist": load_fashion_mnist,
-    "mnist": load_mnist,
-    "photos": load_photos,
-    "subspaces": load_subspaces,
-    "text": load_text,
-    "pasted-digits": load_pasted_digits,
-}
-
 
 def names() -> list[str]:
-    """The data set names ``load_data`` accepts (``folder:PATH`` for a folder of your own; ``KIND`` is
-    bytes, wordpiece or bpe, ``V`` a vocabulary size)."""
-    return [*LOADERS, "pasted-digits:N", "folder:PATH", *(f"{kind}:text" for kind in KINDS), "KIND-V:text",
-            "KIND:modules", "KIND:folder:PATH"]
+    """The data set names ``load_data`` accepts, as the registry writes them (:func:`.registry.names`:
+    ``folder:PATH`` for a folder of your own; ``KIND`` is bytes, wordpiece or bpe, ``V`` a vocabulary size)."""
+    return registry_names()
 
 
-_TOKENIZED = re.compile(rf"({'|'.join(KINDS)})(?:-([0-9]+))?:(.*)", re.DOTALL)  # KIND[-V]:SOURCE
+def takes(name: str | DataChoice) -> frozenset[str]:
+    """What the set ``name`` (a name, or its :class:`~.registry.DataChoice`) follows besides its name and image
+    size: ``"seed"`` (its random draws) and ``"spec"`` (a set that fits itself to the spec: text, its context;
+    subspaces, its sizes); a set that takes neither is the same for every spec and seed, so a command loads it
+    once (:attr:`.registry.DataChoice.takes`)."""
+    return (name if isinstance(name, DataChoice) else resolve(name)).takes
 
 
-def _tokenized(name: str) -> tuple[Any, tuple] | None:
-    """The loader of a tokenized text set ``KIND[-V]:text|modules|folder:PATH``, None for another name."""
-    match = _TOKENIZED.fullmatch(name)
-    if match is None:
-        return None
-    kind, size, source = match.groups()
-    if kind == "bytes" and size is not None:
-        raise DataError(f"data set '{name}': bytes takes no vocabulary size (its ids are the 256 bytes and 5 "
-                        "specials); write bytes:" + source)
-    vocab = None if kind == "bytes" else int(size) if size is not None else DEFAULT_VOCAB
-    check_vocab(kind, vocab)
-    if source == "text":
-        return functools.partial(load_tokens, kind, vocab), ()
-    if source == "modules":
-        return functools.partial(load_modules, kind, vocab), ()
-    if source.startswith("folder:"):
-        if not source[len("folder:"):]:
-            raise DataError(f"data set '{name}': give the folder as {kind}:folder:PATH")
-        return functools.partial(load_text_folder, source[len("folder:"):], kind, vocab), ()
-    form = kind if kind == "bytes" else f"{kind}[-V]"
-    raise DataError(f"data set '{name}': a {kind} set is {form}:text, {form}:modules or {form}:folder:PATH")
-
-
-def _loader(name: str) -> tuple[Any, tuple]:
-    """The loader of the set ``name`` and its positional arguments; an unknown name is a DataError."""
-    if name.startswith("folder:"):
-        if not name[len("folder:"):]:
-            raise DataError("folder: give the folder as folder:PATH")
-        if is_text_folder(name[len("folder:"):]):  # text files and no class folders of images: bytes:folder:PATH
-            return functools.partial(load_text_folder, name[len("folder:"):], "bytes", None), ()
-        return load_folder, (name[len("folder:"):],)
-    tokenized = _tokenized(name)
-    if tokenized is not None:
-        return tokenized
-    if name in LOADERS:
-        return LOADERS[name], ()
-    if name.startswith("pasted-digits:"):  # pasted-digits:N, N training images (the test split as ever)
-        count = name[len("pasted-digits:"):]
-        if not count.isdigit() or not 1 <= int(count) <= PASTED_MAX:
-            raise DataError(f"data set '{name}': give the training images as pasted-digits:N, N from 1 to "
-                            f"{PASTED_MAX:,}")
-        return functools.partial(load_pasted_digits, train_count=int(count)), ()
-    close = difflib.get_close_matches(name, names(), n=1, cutoff=0.6)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise DataError(f"unknown data set '{name}': expected one of {', '.join(names())}{hint}")
-
-
-def takes(name: str) -> frozenset[str]:
-    """What the set ``name`` follows besides its name and image size: ``"seed"`` (its random draws) and
-    ``"spec"`` (a set that fits itself to the spec: text, its context; subspaces, its sizes); a set that
-    takes neither is the same for every spec and seed, so a command loads it once."""
-    return frozenset(inspect.signature(_loader(name)[0]).parameters) & {"seed", "spec"}
-
-
-def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: Any = None,
+def load_data(name: str | DataChoice, *, image_size: int | None = None, seed: int = 0, spec: Any = None,
               memory_limit: str | float | None = None, **options: Any) -> Data:
-    """Load the data set ``name`` (see the module docstring); ``options`` go to its loader.
+    """Load the data set ``name`` (see the module docstring): a name, read by :func:`.registry.resolve`, or the
+    :class:`~.registry.DataChoice` it gave (not read again); ``options`` go to its loader.
 
     ``seed`` drives every random draw that is not a fixed split (digits, pasted-digits and folders have none, so
     ignore it);
@@ -256,20 +198,26 @@ def load_data(name: str, *, image_size: int | None = None, seed: int = 0, spec: 
     ``KIND:folder:PATH``, ``KIND:modules``) ``context``. Sets that take ``spec`` fit themselves
     to it: text takes windows of its context, subspaces the sizes it declares (``K``, ``p``, ``n``,
     ``d`` given here win). ``memory_limit`` (``--memory-limit``; default as
-    :func:`crate_compose.building.budget.resolve_limit`) bounds the image sets: digits and photos resized past
+    :func:`crate_compose.memory.resolve_limit`) bounds the image sets: digits and photos resized past
     it, and a folder's images checked from their headers, are refused before they are decoded.
     """
-    loader, args = _loader(name)
-    accepted = inspect.signature(loader).parameters
+    choice = name if isinstance(name, DataChoice) else resolve(name)
+    loader = choice.loader()
+    filled = dict(choice.arguments)  # what the name's parameters give: not options
+    accepted = [k for k in inspect.signature(loader).parameters if k not in filled]
     given = dict(options, **({"image_size": image_size} if image_size is not None else {}))
     unknown = sorted(set(given) - set(accepted))
     if unknown:
-        takes = ", ".join(k for k in accepted if k != "path")
-        raise DataError(f"data set '{name}' does not take {', '.join(unknown)}; it takes: {takes}")
+        takes = ", ".join(accepted)
+        raise DataError(f"data set '{choice.name}' does not take {', '.join(unknown)}; it takes: {takes}")
     if "seed" in accepted:
         given["seed"] = seed
     if "spec" in accepted:  # sets that fit themselves to the spec (text: its context; subspaces: its sizes)
         given["spec"] = spec
     if "memory_limit" in accepted:  # image sets: refused before they are allocated or decoded
         given.setdefault("memory_limit", memory_limit)
-    return loader(*args, **given)
+    data = loader(**given)
+    if data.provides != choice.provides:
+        raise DataError(f"data set '{choice.name}': its loader gave {data.provides!r} data, but the set is declared "
+                        f"to provide {choice.provides!r} ({choice.data_set.pattern})")
+    return data

@@ -15,11 +15,12 @@ import math
 
 import torch
 
-from ..building.budget import resolve_limit
+from ..memory import resolve_limit
 from ..errors import DataError
 from .archives import archive, read_cache
 from .folders import Limit, check_memory, stratified_split
 from .record import Data, Tensors, check_size
+from .registry import IMAGES, LABELED_IMAGES
 
 __all__ = ["load_archived", "load_digits", "load_fashion_mnist", "load_mnist", "load_photos"]
 
@@ -62,7 +63,7 @@ def _check_in_memory(where: str, count: int, shape: tuple[int, ...], copies: int
 def load_digits(*, image_size: int | None = None, split_seed: int = 0,
                 memory_limit: str | float | None = None) -> Data:
     """scikit-learn's 8x8 digits: 1,437 train / 360 test (stratified, fixed by ``split_seed``). Resized
-    digits that would not fit in ``memory_limit`` (:func:`crate_compose.building.budget.resolve_limit`) are
+    digits that would not fit in ``memory_limit`` (:func:`crate_compose.memory.resolve_limit`) are
     refused before they are made."""
     from sklearn.datasets import load_digits as sklearn_digits
 
@@ -85,7 +86,7 @@ def load_digits(*, image_size: int | None = None, split_seed: int = 0,
         test=Tensors(images[test], labels[test]),
         input_shape=tuple(images.shape[1:]),
         classes=10,
-        task_hint="classify",
+        provides=LABELED_IMAGES,
         mean=tuple(mean.tolist()),
         std=tuple(std.tolist()),
         class_names=[str(digit) for digit in range(10)],
@@ -115,7 +116,7 @@ def load_archived(name: str, *, image_size: int | None = None, memory_limit: str
         test=Tensors(pixels[test], labels[test]),
         input_shape=tuple(pixels.shape[1:]),
         classes=len(classes),
-        task_hint="classify",
+        provides=LABELED_IMAGES,
         mean=tuple(mean.tolist()),
         std=tuple(std.tolist()),
         class_names=list(classes),
@@ -193,7 +194,7 @@ def load_photos(
         test=splits[1],
         input_shape=(3, size, size),
         classes=None,
-        task_hint="mae",
+        provides=IMAGES,
         mean=tuple(mean.tolist()),
         std=tuple(std.tolist()),
         sizes={"channels": 3, "image_size": size},

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import DataError
 from .record import Data, Tensors, declared_sizes
+from .registry import TOKEN_GROUPS
 
 __all__ = ["SUBSPACE_DEFAULTS", "load_subspaces", "random_subspaces", "sample_tokens"]
 
@@ -89,7 +90,7 @@ def load_subspaces(
         test=test,
         input_shape=(n, d),
         classes=None,
-        task_hint="tokens",
+        provides=TOKEN_GROUPS,
         subspaces=U,
         sizes={"tokens": n, "d": d, "subspaces": K, "subspace_dim": p},
     )

@@ -26,6 +26,7 @@ from ..errors import DataError
 from .corpus import HELD_OUT, stdlib_files, stdlib_source, unigram_loss
 from .folders import IMAGE_SUFFIXES
 from .record import Data, Tensors
+from .registry import LABELED_TOKENS, TOKENIZED_TEXT
 from .tokens import DEFAULT_VOCAB, Tokenizer, check_vocab, train_tokenizer
 
 __all__ = ["Framed", "corpus_tokenizer", "is_text_folder", "load_modules", "load_text_folder", "load_tokens",
@@ -104,7 +105,7 @@ def _framed_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: tor
         test=Framed(test, context, tokenizer.cls, tokenizer.sep),
         input_shape=(context,),
         classes=None,
-        task_hint="mlm",
+        provides=TOKENIZED_TEXT,
         sizes={"vocab": tokenizer.size, "context": context, "sep": tokenizer.sep},
         unigram_loss=unigram_loss(train, test[~torch.isin(test, specials)], tokenizer.size),
         tokenizer=tokenizer,
@@ -266,7 +267,7 @@ def load_modules(kind: str, vocab: int | None, *, spec: Any = None, context: int
         test=splits[1],
         input_shape=(context,),
         classes=MODULES,
-        task_hint="classify",
+        provides=LABELED_TOKENS,
         class_names=[stem for stem, _ in _module_streams(kind, vocab)],
         sizes={"vocab": tokenizer.size, "context": context, "sep": tokenizer.sep, "classes": MODULES},
         tokenizer=tokenizer,

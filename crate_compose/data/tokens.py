@@ -28,11 +28,12 @@ import functools
 import hashlib
 import json
 import re
-from typing import Any, Iterable, Iterator
-
-import torch
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import DataError
+
+if TYPE_CHECKING:  # imported where ids become tensors: the constants and check_vocab name the data sets torch-free
+    import torch
 
 __all__ = ["DEFAULT_VOCAB", "KINDS", "SPECIALS", "Tokenizer", "check_vocab", "train_tokenizer"]
 
@@ -94,6 +95,8 @@ class Tokenizer:
     def encode_tensor(self, text: str) -> torch.Tensor:
         """:meth:`encode` as an int64 tensor, fast on long texts (in pieces encoded in parallel, split
         where both pre-tokenizers split anyway, so the ids are those of the whole text)."""
+        import torch
+
         if self._backend is None:
             if not _SPECIAL_RE.search(text):
                 data = bytearray(text.encode("utf-8", errors="replace"))
@@ -137,6 +140,8 @@ class Tokenizer:
         return _printable(piece)
 
     def _checked(self, ids: Iterable[int] | torch.Tensor) -> list[int]:
+        import torch
+
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else [int(i) for i in ids]
         bad = next((i for i in ids if not 0 <= i < self.size), None)
         if bad is not None:

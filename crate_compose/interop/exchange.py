@@ -87,7 +87,7 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict, chosen:
         raise InteropError(f"{checkpoint.path}: the arguments recorded in the checkpoint contradict its tensors ("
                            + "; ".join(contradictions) + "): which model it holds cannot be told")
     sizes = {**shapes, **recorded}
-    notes = [f"sizes read from the arguments recorded in the checkpoint: "
+    notes = ["sizes read from the arguments recorded in the checkpoint: "
              + ", ".join(f"{k}={v}" for k, v in recorded.items())] if recorded else []
     inner = sizes.pop("inner", None)
     if inner is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import keyword
 import re
 from collections import Counter
-from typing import Annotated, Any, Iterator, Literal, Union, get_args
+from typing import Annotated, Any, Iterator, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -25,10 +25,11 @@ from pydantic import (
     Field,
     PrivateAttr,
     Tag,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from ..registry import numbers_not_booleans
 
 IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_]*$"
 MAX_DEPTH = 1024  # layers of one stack: deeper than any published network, and placed in seconds
@@ -61,38 +62,6 @@ def _usable_name(name: str) -> str:
     if name in MODULE_ATTRIBUTES:
         raise ValueError(f"'{name}' is an attribute of every torch module; choose another name")
     return name
-
-
-def _admits_bool(annotation: Any) -> bool:
-    if annotation is bool or annotation is Any:
-        return True
-    return any(_admits_bool(arg) for arg in get_args(annotation))
-
-
-LARGEST = 2**63 - 1  # integers of a spec fit in 64 bits (torch's sizes do)
-
-
-def numbers_not_booleans(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    """``depth: true`` is not 1: a boolean only where the field takes one (pydantic would cast it);
-    an integer beyond 64 bits (``classes: 10^30``) is refused where it is written."""
-    field = cls.model_fields.get(info.field_name) if info.field_name else None
-    if isinstance(value, bool) and field is not None and not _admits_bool(field.annotation):
-        raise ValueError(f"expected a number, not {str(value).lower()}")
-    huge = _huge_integer(value if not isinstance(value, dict) or info.field_name == "sizes" else None)
-    if huge is not None:
-        key, number = huge
-        raise ValueError(f"{key + ': ' if key else ''}{number:.3g} is too large: integers in a spec fit in 64 bits")
-    return value
-
-
-def _huge_integer(value: Any) -> tuple[str, int] | None:
-    """The first integer beyond 64 bits in ``value``: a number, or a direct item of a list (``shape``)
-    or of the ``sizes`` mapping; a step's ``args`` are checked by the primitive's own model."""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else [("", value)]
-    for key, item in items:
-        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > LARGEST:
-            return str(key), item
-    return None
 
 
 class _Model(BaseModel):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..assessment import segmentation as measure
-from ..assessment.frozen_features import feature_site
+from ..tasks.frozen_features import feature_site
 from ..assessment.run_probes import PROBE_SAMPLES, is_run, load_weights, resolve_subject, standardize
 from ..building.builder import compile_spec, spec_of
 from ..data.batches import normalization, renormalize

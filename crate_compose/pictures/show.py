@@ -23,13 +23,13 @@ from typing import Iterable
 import torch
 
 from ..assessment.run_probes import CHECKPOINT, load_weights, resolve_subject, standardize
+from ..building import outputs
 from ..building.builder import compile_spec
 from ..data.batches import normalization, renormalize
 from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
 from ..language import loader
 from ..tasks.held_out import spread
-from ..training import preflight
 from ..training.locks import hold
 from ..training.preparation import HEADLESS, prepare
 from . import drawings
@@ -91,7 +91,7 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
     (``under`` names the ``pictures`` folder: ``segment`` writes into ``segmentation``). Refused
     (:class:`WorkbenchError`): a folder inside a build (a folder holding model.safetensors and
     spec.yaml) or inside the weights folder; (:class:`~crate_compose.errors.OutputError`, status 1) a file
-    where the folder goes (:func:`crate_compose.training.preflight.picture_folder`)."""
+    where the folder goes (:func:`crate_compose.building.outputs.check_picture_folder`)."""
     named = Path(weights) if weights is not None else None
     if named is not None and named.name in ("", ".", ".."):
         named = named.resolve()
@@ -103,7 +103,7 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
         folder = named.parent.parent / under / named.name
     else:
         folder = named.parent / under / named.name
-    preflight.picture_folder(folder, f"--out {folder}" if out is not None else str(folder), named)
+    outputs.check_picture_folder(folder, f"--out {folder}" if out is not None else str(folder), named)
     return folder
 
 

@@ -30,9 +30,9 @@ from typing import Iterator, Sequence
 import torch
 from torch import fx, nn
 
-from ..assessment.frozen_features import feature_site
+from ..tasks.frozen_features import feature_site
 from ..building.builder import spec_of
-from ..building.placement import step_seed
+from ..seeds import step_seed
 from ..errors import Problem, SpecError, WorkbenchError, format_path
 from ..modules.mask import Mask, unmasked
 from ..tasks.masked_autoencoding import patch_size_of

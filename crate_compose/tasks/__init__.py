@@ -5,9 +5,13 @@ inputs the probes read (:mod:`.registry`). ``crate-compose list tasks`` lists th
 * :mod:`.registry`: the :class:`~.registry.Task` declaration and the registry (no torch);
 * :mod:`.classification`, :mod:`.masked_autoencoding`, :mod:`.language_modelling`, :mod:`.self_distillation`,
   :mod:`.masked_language_modelling`: the built-in tasks;
-* :mod:`.held_out`: what they share on the test split.
+* :mod:`.held_out`: what they share on the test split;
+* :mod:`.frozen_features`: a network's frozen features, the linear probe and k-nearest neighbours (DINO's
+  evaluation, and ``linear-probe``'s).
 """
 
-from .registry import Session, Task, all_tasks, columns, get, logged, names, of, probe_inputs, task
+from .registry import (Session, Task, all_tasks, columns, get, logged, names, of, probe_inputs, settings_problems, task,
+    task_options)
 
-__all__ = ["Session", "Task", "all_tasks", "columns", "get", "logged", "names", "of", "probe_inputs", "task"]
+__all__ = ["Session", "Task", "all_tasks", "columns", "get", "logged", "names", "of", "probe_inputs",
+           "settings_problems", "task", "task_options"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..data.registry import IMAGES, LABELED_IMAGES, LABELED_TOKENS
 from ..errors import TrainError
 from .registry import ExampleRun, Task, task
 
@@ -18,7 +19,7 @@ class Classification(Task):
     name = "classify"
     summary = "cross-entropy of the class; test accuracy and loss"
     trains_on = "labeled images"
-    data_kinds = ("classify",)
+    data_kinds = (LABELED_IMAGES, LABELED_TOKENS)  # images, and token windows (KIND:modules), of a class
     columns = ("test_accuracy", "test_loss")
     metric = "test_accuracy"
     maximize = True
@@ -26,7 +27,7 @@ class Classification(Task):
     mixes_labels = True
 
     def check(self, spec: Any, data) -> None:
-        if data.task_hint == "mae" and not data.classes:  # images without labels
+        if data.provides == IMAGES and not data.classes:  # images without labels
             raise TrainError(f"data set '{data.name}' has no labels to classify; use --task mae")
         super().check(spec, data)
 

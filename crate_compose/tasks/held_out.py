@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..building.placement import step_seed
+from ..seeds import step_seed
 from ..data.batches import renormalize, split_batches
 from ..data.sets import Data
 from ..settings import Settings

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..data.registry import NEXT_BYTES
 from ..errors import TrainError
 from .registry import ExampleRun, Task, task
 
@@ -23,7 +24,7 @@ class LanguageModelling(Task):
     trains_on = "--data text"
     inputs = "tokens"
     model_name = "language model"
-    data_kinds = ("lm",)
+    data_kinds = (NEXT_BYTES,)
     columns = ("test_loss", "test_bits_per_byte", "test_unigram_loss")
     metric = "test_loss"
     maximize = False

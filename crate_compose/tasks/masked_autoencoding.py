@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..data.registry import IMAGES, LABELED_IMAGES
 from ..errors import TrainError
 from .registry import ExampleRun, Task, task
 
@@ -25,7 +26,7 @@ class MaskedAutoencoding(Task):
     name = "mae"
     summary = "MSE of the hidden patches' pixels (a mask step); beside the mean-visible-patch baseline"
     trains_on = "images (labels unused) and a spec with a mask step"
-    data_kinds = ("mae", "classify")  # the unlabeled photographs, and labeled images
+    data_kinds = (IMAGES, LABELED_IMAGES)  # the unlabeled photographs, and labeled images
     columns = ("test_masked_mse", "test_mean_patch_mse")
     metric = "test_masked_mse"
     maximize = False

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..data.registry import TOKENIZED_TEXT
 from ..errors import TrainError
 from .registry import ExampleRun, Session, Task, task
 
@@ -43,7 +44,7 @@ class MaskedLanguageModelling(Task):
     trains_on = "tokenized text (--data bytes:text, wordpiece:text, bpe:text or KIND:folder:PATH)"
     inputs = "tokens"
     model_name = "masked language model"
-    data_kinds = ("mlm",)
+    data_kinds = (TOKENIZED_TEXT,)
     columns = ("test_mlm_loss", "test_mlm_accuracy", "test_unigram_loss", "test_unigram_accuracy")
     metric = "test_mlm_loss"
     maximize = False
@@ -71,7 +72,7 @@ class MaskedLanguageModelling(Task):
     def evaluate(self, model, data, settings, *, top_k=None):
         import torch
 
-        from ..building.placement import step_seed
+        from ..seeds import step_seed
         from .held_out import evaluating, test_batches
 
         tokenizer = data.tokenizer

@@ -28,7 +28,6 @@ import torch.nn.functional as F
 GLOBAL_SCALE = (0.4, 1.0)  # DINO's --global_crops_scale
 LOCAL_SCALE = (0.05, 0.4)  # DINO's --local_crops_scale
 RATIO = (3 / 4, 4 / 3)  # RandomResizedCrop's aspect ratios
-LOCAL_CROPS = 8  # DINO's --local_crops_number
 DINO_SIZES = (224, 96)  # DINO's global and local crop sides: the ratio the local crops keep
 JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.2, "hue": 0.1}  # DINO's ColorJitter
 LUMA = (0.299, 0.587, 0.114)  # the greyscale of an RGB pixel (ITU-R 601-2, as PIL and torchvision)
@@ -40,7 +39,7 @@ class MultiCrop:
 
     global_size: int
     local_size: int
-    local_crops: int = LOCAL_CROPS
+    local_crops: int  # DINO's --local_crops_number (task dino's option local_crops)
 
     @property
     def views(self) -> int:

@@ -19,11 +19,13 @@ without it. The built-in tasks are :mod:`.classification`, :mod:`.masked_autoenc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import TrainError
+from ..options import Option
+from ..settings import OPTIONS, field_problems
 
 if TYPE_CHECKING:
     import torch
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
     from ..data.sets import Data
     from ..settings import Settings
 
-__all__ = ["ExampleRun", "Session", "Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs", "task"]
+__all__ = ["ExampleRun", "Session", "Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs",
+           "settings_problems", "task", "task_options"]
 
 _TASKS: dict[str, "Task"] = {}
 
@@ -54,7 +57,7 @@ class Task:
     summary: ClassVar[str]  # one line for `crate-compose list tasks`
     trains_on: ClassVar[str]  # the data it learns from, in words (list tasks, refusals)
     inputs: ClassVar[str] = "images"  # what the spec's input is: "images" or "tokens" (checked before torch loads)
-    data_kinds: ClassVar[tuple[str, ...]]  # the kinds of data set it trains on (Data.task_hint)
+    data_kinds: ClassVar[tuple[str, ...]]  # what the data sets it trains on provide (Data.provides: data.registry)
     columns: ClassVar[tuple[str, ...]]  # the test metrics evaluate() reports, in order (metrics.csv's columns)
     metric: ClassVar[str]  # the test metric that ranks variants
     maximize: ClassVar[bool]  # whether a larger metric is better
@@ -63,13 +66,24 @@ class Task:
     example: ClassVar[ExampleRun]  # a small run of it (the tests run every task's)
     logged: ClassVar[tuple[str, ...]] = ()  # what its session measures at each training step besides the loss
     weights: ClassVar[str] = "final"  # the build folder of a finished run that probes and evaluations read
+    # its own run settings (name, type, default, bounds, help, role): train's and ablate's flags, checked on
+    # resume as any setting, refused under another task (crate_compose.options)
+    options: ClassVar[tuple[Option, ...]] = ()
+
+    @classmethod
+    def option(cls, settings: "Settings", name: str) -> Any:
+        """The value of this task's option ``name`` in ``settings``: given, else its declared default."""
+        declared = {one.name: one for one in cls.options}
+        if name not in declared:
+            raise KeyError(f"task '{cls.name}' declares no option '{name}'")
+        return settings.options.get(name, declared[name].default)
 
     # ------------------------------------------------------------------ before anything is built
 
     def check(self, spec: Any, data: "Data") -> None:
         """Refuse (:class:`~crate_compose.errors.TrainError`) a spec or data set this task cannot train;
         the default: the data set must be of one of :attr:`data_kinds`."""
-        if data.task_hint not in self.data_kinds:
+        if data.provides not in self.data_kinds:
             raise TrainError(f"task '{self.name}' does not fit data set '{data.name}' ({_which_task(data)}); "
                              f"--task {self.name} goes with {self.trains_on}")
 
@@ -108,16 +122,62 @@ class Task:
 
 
 def _which_task(data: "Data") -> str:
-    fitting = [t.name for t in all_tasks() if data.task_hint in t.data_kinds]
+    fitting = [t.name for t in all_tasks() if data.provides in t.data_kinds]
     return f"it is for --task {' or '.join(fitting)}" if fitting else "no task trains on it"
 
 
 def task(cls: type[Task]) -> type[Task]:
-    """Register a task class (a decorator); its name must be new."""
+    """Register a task class (a decorator); its name must be new, and so must each of its options' (a general
+    setting's name, or another task's option declared otherwise, is refused)."""
     if cls.name in _TASKS:
         raise ValueError(f"task '{cls.name}' is registered already")
+    cls.options = tuple(one if one.task == cls.name else replace(one, task=cls.name) for one in cls.options)
+    for one in cls.options:
+        if not one.name.isidentifier() or one.name in OPTIONS or one.name == "options":
+            raise ValueError(f"task '{cls.name}': option {one.name!r} is not a new setting name (the general "
+                             "settings are crate_compose.settings.OPTIONS)")
+        other = next((o for t in _TASKS.values() for o in t.options if o.name == one.name), None)
+        if other is not None and replace(other, task=None, help="") != replace(one, task=None, help=""):
+            raise ValueError(f"task '{cls.name}': option '{one.name}' is task {other.task}'s, declared otherwise")
     _TASKS[cls.name] = cls()
     return cls
+
+
+def task_options() -> dict[str, Option]:
+    """Every registered task's options by name (an option two tasks share, once: the first task's)."""
+    found: dict[str, Option] = {}
+    for one in all_tasks():
+        for option in one.options:
+            found.setdefault(option.name, option)
+    return found
+
+
+def settings_problems(settings: "Settings", task: Task | None = None) -> list[tuple[str, str]]:
+    """``(field, message)`` for everything in ``settings`` a run cannot use: the declared fields and their rules
+    (:func:`crate_compose.settings.field_problems`), the task's name, the task's own options (each checked by its
+    declaration; another task's option, or an unknown name, refused), and what the task cannot take
+    (MixUp, CutMix: soft class targets). The one set of rules the command line, recipes, grid files and the
+    Python API share. ``task``: the task object when the caller holds it already (no lookup)."""
+    problems = field_problems(settings)
+    if task is None:
+        if settings.task not in names():
+            return [*problems, ("task", f"{settings.task!r} is not one of: {', '.join(names())}")]
+        task = get(settings.task)
+    own = {one.name: one for one in task.options}
+    for name, value in (settings.options.items() if isinstance(settings.options, dict) else ()):
+        if name in own:
+            message = own[name].problem(value)
+            if message is not None:
+                problems.append((name, message))
+            continue
+        other = task_options().get(name)
+        problems.append((name, f"is an option of task {other.task}, not of {task.name!r}" if other is not None
+                         else f"is no setting of a run, nor an option of task {task.name!r}"))
+    for name in ("mixup", "cutmix"):
+        if getattr(settings, name) and not task.mixes_labels:
+            problems.append((name, f"mixes labels into soft targets, so it goes with task classify, not "
+                             f"{task.name!r}"))
+    return problems
 
 
 BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation",  # modules of this
@@ -153,12 +213,12 @@ def get(name: str) -> Task:
 
 
 def of(name: str | None, data: "Data") -> Task | None:
-    """The task ``name`` (a run's, or given), else the one a data set is for by default (its ``task_hint``), else
-    None (synthetic tokens, which no task trains on)."""
+    """The task ``name`` (a run's, or given), else the one a data set is for by default: the first registered task
+    (:func:`all_tasks`' order) that trains on what it provides (:attr:`Task.data_kinds`), else None (synthetic
+    tokens, which no task trains on)."""
     if name is not None:
         return get(name)
-    _builtins()
-    return _TASKS.get(data.task_hint)
+    return next((one for one in all_tasks() if data.provides in one.data_kinds), None)
 
 
 def probe_inputs(name: str | None, data: "Data", samples: int, normalize: str = "data") -> tuple["torch.Tensor", dict]:
@@ -212,7 +272,7 @@ class Session:
         """A seed for the random draws ``what`` of the (micro-)batch ``x`` at ``step`` in this process: a function
         of the run's seed, the step, the process's rank and which micro-batch ``x`` is, so a resumed run draws
         the same, and every process and micro-batch draws its own."""
-        from ..building.placement import step_seed
+        from ..seeds import step_seed
 
         return step_seed(self.settings.seed, f"{what}/{step}/{_rank()}/{_part(x)}")
 

@@ -29,7 +29,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from ..data.registry import IMAGES, LABELED_IMAGES
 from ..errors import TrainError
+from ..options import Option
 from .registry import ExampleRun, Session, Task, task
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ STUDENT_TEMP = 0.1
 CENTER_MOMENTUM = 0.9
 WEIGHT_DECAY_END = 0.4  # DINO's --weight_decay_end
 FREEZE_LAST_LAYER_EPOCHS = 1  # DINO's --freeze_last_layer
+LOCAL_CROPS = 8  # DINO's --local_crops_number
 KNN_TRAIN = 10_000  # training examples whose features the k-NN votes with (evenly spaced, always the same)
 
 
@@ -47,12 +50,21 @@ class SelfDistillation(Task):
     name = "dino"
     summary = "self-distillation with no labels (DINO): a student matches an averaged teacher across crops"
     trains_on = "images (labels unused) and a spec whose head is dino_head and whose positions interpolate"
-    data_kinds = ("classify", "mae")
+    data_kinds = (LABELED_IMAGES, IMAGES)
     columns = ("test_knn_accuracy",)
     metric = "test_knn_accuracy"
     maximize = True
     logged = ("teacher_entropy", "teacher_kl_uniform")
     weights = "final-ema"  # the teacher, as DINO's evaluations read it
+    options = (  # DINO's --local_crops_number, --teacher_temp, --warmup_teacher_temp, --warmup_teacher_temp_epochs
+        Option(int, LOCAL_CROPS, f"local crops per image (default: {LOCAL_CROPS}, DINO's)", low=0, high=64,
+               name="local_crops"),
+        Option(float, 0.04, "the teacher's temperature (default: 0.04, DINO's)", low=0, low_open=True,
+               name="teacher_temp"),
+        Option(float, 0.04, "the teacher's temperature at step 0, rising linearly to --teacher-temp (default: 0.04)",
+               low=0, low_open=True, name="warmup_teacher_temp"),
+        Option(int, 0, "over this many epochs (default: 0)", low=0, name="warmup_teacher_temp_epochs"),
+    )
     example = ExampleRun("crate-dino-digits", "digits", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
                                                           "sizes.depth=1", "sizes.prototypes=32"),
                          settings=(("ema", 0.996),))
@@ -83,7 +95,7 @@ class SelfDistillation(Task):
             return {}
         import torch
 
-        from ..assessment.frozen_features import features, knn
+        from .frozen_features import features, knn
         from .held_out import evaluating, test_batches
 
         with evaluating(model, settings.seed) as device:
@@ -128,12 +140,16 @@ def teacher_momentum(step: int, steps: int, base: float) -> float:
 def teacher_temperature(step: int, per_epoch: int, settings) -> float:
     """The teacher's temperature at ``step`` (from 0): DINO's schedule, one value per epoch, rising linearly from
     ``warmup_teacher_temp`` (epoch 0) to ``teacher_temp`` (epoch ``warmup_teacher_temp_epochs``), then constant."""
-    epochs, epoch = settings.warmup_teacher_temp_epochs, step // max(1, per_epoch)
+    def option(name: str) -> Any:
+        return SelfDistillation.option(settings, name)
+
+    epochs, epoch = option("warmup_teacher_temp_epochs"), step // max(1, per_epoch)
+    final, start = option("teacher_temp"), option("warmup_teacher_temp")
     if epoch >= epochs:
-        return settings.teacher_temp
+        return final
     if epochs == 1:
-        return settings.warmup_teacher_temp
-    return settings.warmup_teacher_temp + (settings.teacher_temp - settings.warmup_teacher_temp) * epoch / (epochs - 1)
+        return start
+    return start + (final - start) * epoch / (epochs - 1)
 
 
 def cosine(step: int, steps: int, start: float, end: float) -> float:
@@ -159,7 +175,7 @@ class DinoSession(Session):
         head = next(step for step in _spec(model).head if step.primitive == "dino_head")
         prototypes = int(head.args["out_dim"])
         size = int(_spec(model).input.shape[-1])
-        self.crop = MultiCrop(size, local_size(size, patch_size_of(model)), settings.local_crops)
+        self.crop = MultiCrop(size, local_size(size, patch_size_of(model)), self.task.option(settings, "local_crops"))
         device = next(model.parameters()).device
         self.state = {"center": torch.zeros(1, prototypes, device=device)}
         self.last_layer = [name for name, _ in model.named_parameters() if name.startswith(f"head.{head.name}.last_layer")]

@@ -46,33 +46,30 @@ from typing import Any
 
 from ..errors import WorkbenchError
 from ..files import write_atomic
-from ..settings import Settings
+from ..settings import OPTIONS, Settings
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.json"  # a text run's vocabulary (its ids' meaning), for fill and fine-tuning
 FORMAT = 1
-CADENCE = ("eval_every", "log_every", "checkpoint_every")  # what is logged and saved, not what is learned
+# what each setting is to a run, from its declaration (crate_compose.options.Option.role)
+CADENCE = tuple(name for name, one in OPTIONS.items() if one.role == "cadence")  # what is logged and saved
+EXTENDABLE = tuple(name for name, one in OPTIONS.items() if one.role == "length")  # may grow once finished
+MACHINERY = tuple(name for name, one in OPTIONS.items() if one.role == "machinery")  # how fast, never what
+OUTPUTS = tuple(name for name, one in OPTIONS.items() if one.role == "output")  # where the metrics also go
 # settings added after runs were first recorded: at their default they are left out of a run's identity,
 # so a run recorded before them resumes (its run.json has no such key) and means the same run
-LATER = {name: getattr(Settings(), name) for name in (
-    "optimizer", "beta1", "beta2", "momentum", "nesterov", "schedule", "min_lr", "lr_step", "lr_decay", "accumulate",
-    "ema", "precision", "compile", "drop_path", "epochs", "warmup_epochs",
-    "compile_mode",  # torch.compile's mode
-    "mixup", "cutmix", "normalize",  # data pipeline
-    "formulas",  # fast paths or the formulas as written (modules/paths.py)
-    "local_crops", "teacher_temp", "warmup_teacher_temp", "warmup_teacher_temp_epochs")}  # task dino
-MACHINERY = ("workers",)  # how fast a run goes, never what it computes: no part of its identity (data pipeline)
-# logging: where the metrics are written besides metrics.jsonl (--logger), never what is learned: no part of
-# its identity, so a run resumes with another logger (or with the package no longer installed)
-OUTPUTS = ("logger",)
+LATER = {name: one.default for name, one in OPTIONS.items() if one.later}
 
 
 def learned(settings: Settings, leave: tuple[str, ...] = ()) -> dict[str, Any]:
     """The settings that shape what a run learns (not its cadence, steps, machinery or outputs, nor
-    ``leave``), a later setting at its default left out (:data:`LATER`)."""
-    return {k: v for k, v in asdict(settings).items()
-            if k not in (*CADENCE, *EXTENDABLE, *MACHINERY, *OUTPUTS, *leave) and not (k in LATER and v == LATER[k])}
-EXTENDABLE = ("steps",)
+    ``leave``), a later setting at its default left out (:data:`LATER`), and the task's own options as given
+    (those at their default are left out when the run is described: :func:`.description.describe`)."""
+    general = {k: v for k, v in asdict(settings).items() if k in OPTIONS and OPTIONS[k].role == "learned"
+               and k not in leave and not (k in LATER and v == LATER[k])}
+    return {**general, **settings.options}
+
+
 STARTS = ("init", "freeze")  # a fine-tuning run's own keys of its identity (absent otherwise)
 MAX_RECORD_BYTES = 4_000_000  # a record is a few kB; its history grows by one line per resume
 # What a run folder may hold: its own files, the lock, temporary siblings ('.NAME.*')
@@ -215,8 +212,11 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _with_later(identity: dict[str, Any]) -> dict[str, Any]:
     """An identity with the later settings it leaves out at their defaults written in (for messages)."""
+    from .. import tasks
+
     settings = identity.get("settings")
-    return {**identity, "settings": {**LATER, **settings}} if isinstance(settings, dict) else identity
+    later = {**LATER, **{name: one.default for name, one in tasks.task_options().items()}}  # a task option too
+    return {**identity, "settings": {**later, **settings}} if isinstance(settings, dict) else identity
 
 
 def differences(recorded: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -13,7 +13,7 @@ import errno
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import torch
 
 from .. import tasks
 from ..building.artifacts import replaceable
-from ..building.budget import human
+from ..memory import human
 from ..building.builder import compile_spec, spec_of
 from ..data.sets import Data
 from ..data.sets import verify as verify_data
@@ -29,7 +29,7 @@ from ..errors import TrainError
 from ..files import writable, write_atomic
 from ..language import loader
 from ..modules.residual import stochastic_depth
-from ..settings import Settings
+from ..settings import Settings, flat
 from . import checkpoint, eventlog, finetune, identity, locks, preflight
 from .distributed import Distributed
 from .metrics import Result, read_metrics, rows_of
@@ -52,10 +52,10 @@ class Plan:
 class Opening:
     """Rank 0's checks of a run folder before the first step (:meth:`open`), and the model they need."""
 
-    def __init__(self, run: Path, spec, data: Data, settings: Settings, resume: bool, resume_from: int | None,
-                 dist: "Distributed", device: torch.device, init: finetune.Init | None = None,
+    def __init__(self, run: Path, spec, data: Data, settings: Settings, task: tasks.Task, resume: bool,
+                 resume_from: int | None, dist: "Distributed", device: torch.device, init: finetune.Init | None = None,
                  freeze: str = "none", recipe: str | None = None) -> None:
-        self.run, self.spec, self.data, self.dist, self.device = run, spec, data, dist, device
+        self.run, self.spec, self.data, self.task, self.dist, self.device = run, spec, data, task, dist, device
         self.resume, self.resume_from = resume, resume_from
         self.spec_text = loader.dump(spec)
         self.settings = settings
@@ -72,7 +72,7 @@ class Opening:
         self.optimizer = optimizer_for(self.model, settings)
         self.ema = EMA(self.model, settings.ema) if settings.ema else None  # from the initial (or init's) weights
         # what the task keeps from step to step (DINO: the center), checked in a checkpoint like the weights
-        self.session = tasks.get(settings.task).session(self.model, settings, data)
+        self.session = task.session(self.model, settings, data)
 
     def identity(self, settings: Settings) -> dict[str, Any]:
         from .. import __version__
@@ -142,7 +142,7 @@ class Opening:
         if step is None:
             return plan  # killed before its first checkpoint: the same run from step 0
         rows = rows_of(read_metrics(self.run))
-        trajectory = {k: v for k, v in asdict(plan.settings).items()
+        trajectory = {k: v for k, v in flat(plan.settings).items()
                       if k not in (*identity.CADENCE, *identity.MACHINERY, *identity.OUTPUTS, "steps")}
         try:
             state = checkpoint.verify(found[step], self.model, self.optimizer, ema=self.ema,

@@ -17,9 +17,11 @@ from .. import tasks
 from ..building import budget
 from ..data.batches import check as check_loading
 from ..data.batches import held_batches
+from ..data.registry import provided
 from ..data.sets import Data, load_data
-from ..data.sets import takes as data_takes
+from ..data.sets import resolve as resolve_data
 from ..errors import TrainError
+from ..files import RUNS
 from ..language import loader
 from ..settings import AUGMENTATIONS, Settings
 from .optimizers import float32_copies
@@ -33,9 +35,9 @@ def check_run(task: tasks.Task, spec, data: Data, settings: Settings) -> None:
     if settings.augment == "shift" and len(data.input_shape) != 3:
         raise TrainError(f"augment 'shift' moves images; data set '{data.name}' is not images")
     check_loading(settings, data, task.mixes_labels)  # crop-flip, randaugment, --normalize imagenet, --mixup, --cutmix
-    if data.task_hint == "tokens":  # no task has a loss for token sets: say so once, not a hint per task
+    if not any(data.provides in one.data_kinds for one in tasks.all_tasks()):  # say so once, not a hint per task
         trained = "; ".join(f"{one.name}: {one.trains_on}" for one in tasks.all_tasks())
-        raise TrainError(f"data set '{data.name}' holds token sets labeled per token, which no task trains on "
+        raise TrainError(f"data set '{data.name}' holds {provided(data.provides)}, which no task trains on "
                          f"({trained}); measure spec '{spec.name}' on it with crate-compose probe")
     task.check(spec, data)
     if settings.batch_size > len(data.train):
@@ -76,42 +78,65 @@ HEADLESS = ("classes",)  # the sizes only a head uses: kept the weights' where t
 
 
 class Loaded:
-    """The data sets one command has loaded, by what they were loaded with, so that a grid's variants and
-    seeds, its checks and its probes share one loading. A set that follows the spec (text: its context;
-    synthetic tokens: its sizes) is loaded again for a spec whose input or sizes differ; a set that
-    draws from the seed, for each seed (:func:`crate_compose.data.sets.takes`)."""
+    """The data sets one command has loaded, by what they were loaded with, and the specs fitted to them, so that
+    a grid's variants and seeds, its checks and its probes share one loading and one fitting. A set that follows
+    the spec (text: its context; synthetic tokens: its sizes) is loaded again for a spec whose input or sizes
+    differ; a set that draws from the seed, for each seed (:attr:`crate_compose.data.registry.DataChoice.takes`)."""
 
     def __init__(self) -> None:
         self._sets: dict[tuple, Data] = {}
+        self._fitted: dict[tuple, Any] = {}
 
-    def load(self, name: str, *, image_size: int | None, seed: int, spec: Any, memory_limit) -> Data:
-        takes = data_takes(name)
-        key = (name, image_size, str(memory_limit), seed if "seed" in takes else None,
-               (tuple(spec.input.shape), tuple(sorted(spec.sizes.items()))) if "spec" in takes else None)
+    def load(self, data: Any, *, image_size: int | None, seed: int, spec: Any, memory_limit) -> Data:
+        """The data set ``data`` (a name, or its parsed choice), loaded once for what it follows."""
+        choice = resolve_data(data)
+        key = self._key(choice, image_size, seed, spec, memory_limit)
         if key not in self._sets:
-            self._sets[key] = load_data(name, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
+            self._sets[key] = load_data(choice, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
         return self._sets[key]
 
+    @staticmethod
+    def _key(choice: Any, image_size: int | None, seed: int, spec: Any, memory_limit) -> tuple:
+        takes = choice.takes
+        return (choice.name, image_size, str(memory_limit), seed if "seed" in takes else None,
+                (tuple(spec.input.shape), tuple(sorted(spec.sizes.items()))) if "spec" in takes else None)
 
-def prepare(spec_ref, data_name: str, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
+    def prepare(self, described: Any, memory_limit) -> tuple[Any, Data]:
+        """The spec of the run ``described`` (:class:`.description.RunDescription`) fitted to its data, and the
+        data: each loaded and fitted once for every run that reads them alike."""
+        settings = described.settings
+        data = self.load(described.data, image_size=settings.image_size, seed=settings.seed, spec=described.spec,
+                         memory_limit=memory_limit)
+        key = (described.overrides, self._key(described.data, settings.image_size, settings.seed, described.spec,
+                                              memory_limit))
+        if key not in self._fitted:
+            self._fitted[key] = fit(described.source, described.spec, described.overrides, data)
+        return self._fitted[key], data
+
+
+def fit(source: Any, spec: Any, overrides: Iterable[str], data: Data, keep: Iterable[str] = ()) -> Any:
+    """``spec`` (``source`` resolved with ``overrides``) with the sizes ``data`` fixes (input shape, classes, a
+    text's context), resolved again from the same reading when it fixes any; sizes named in ``keep`` stay the
+    spec's (``classes`` for a linear probe: the head is not used, the weights' fits)."""
+    fixed = [o for o in data.spec_overrides(spec) if not o.startswith(tuple(f"sizes.{k}=" for k in keep))]
+    return loader.load(source, [*fixed, *overrides]) if fixed else spec
+
+
+def prepare(spec_ref, data_name: Any, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
             memory_limit: str | float | None = None, *, keep: Iterable[str] = (), loaded: Loaded | None = None):
     """The spec and the data, the spec's input size set from the data (text: windows of the spec's context);
     images over ``memory_limit`` are refused from their headers. Sizes named in ``keep`` stay the spec's
-    (``classes`` for a linear probe: the head is not used, the weights' fits).
-
-    ``spec_ref`` is read once (:func:`crate_compose.language.loader.read`; a reading already made is used as it
-    is, opening no file), resolved with ``overrides``, and resolved again from the same reading with the
-    sizes the data fixes when it fixes any. ``loaded`` shares data sets already loaded by the same command."""
+    (:func:`fit`). ``spec_ref`` is read once (:func:`crate_compose.language.loader.read`; a reading already made
+    is used as it is, opening no file). ``loaded`` shares data sets already loaded by the same command."""
     source = loader.read(spec_ref)
-    spec = loader.load(source, overrides)
+    spec = loader.load(source, list(overrides))
     data = (loaded or Loaded()).load(data_name, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
-    fit = [o for o in data.spec_overrides(spec) if not o.startswith(tuple(f"sizes.{k}=" for k in keep))]
-    return (loader.load(source, [*fit, *overrides]) if fit else spec), data
+    return fit(source, spec, overrides, data, keep), data
 
 
-def default_run(spec_ref, overrides: Iterable[str] = ()) -> Path:
+def default_run(spec) -> Path:
     """``runs/<spec name>``: the spec named as written with its overrides (before it is fitted to the data)."""
-    return Path("runs") / loader.load(spec_ref, list(overrides)).name
+    return RUNS / spec.name
 
 
 def check_run_memory(spec, settings: Settings, per_process: int, device: torch.device | str, memory_limit) -> None:

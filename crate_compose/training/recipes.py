@@ -13,7 +13,7 @@ of the spec the recipe needs::
 It is read like a spec (:func:`crate_compose.language.reading.read_file`: a regular file, bounded, plain
 YAML values only) and checked as a whole: every unknown key and every value a run cannot use is
 reported together as ``file:line:column: key: message`` (the rules of
-:func:`crate_compose.settings.settings_problems`, which the command line and the Python API share).
+:func:`crate_compose.tasks.settings_problems`, which the command line and the Python API share).
 Options given on the command line win over the recipe. The recipe's text is saved in the run folder
 (``recipe.yaml``), and what it sets is part of the run's recorded identity like any setting, so a run
 resumed with a recipe that says otherwise is refused.
@@ -24,17 +24,22 @@ Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import tasks
 from ..errors import Location, Problem, SpecError, did_you_mean
 from ..language.reading import Source, read_file
 from ..language.zoo import shipped_folder
-from ..settings import Settings, settings_problems
+from ..settings import OPTIONS, settings_of
 
-SETTING_KEYS = tuple(f.name for f in fields(Settings))
-KEYS = ("description", "source", "set", *SETTING_KEYS)
+OWN_KEYS = ("description", "source", "set")
+
+
+def setting_keys() -> tuple[str, ...]:
+    """The names a recipe or grid file may set: every declared setting and every registered task's option."""
+    return (*(name for name in OPTIONS), *tasks.task_options())
 
 
 class RecipeError(SpecError):
@@ -88,12 +93,13 @@ def read_recipe(ref: str | Path) -> Recipe:
     if not isinstance(source.data, dict):
         raise RecipeError([Problem("a recipe is a mapping of settings (optimizer: lion, lr: 2.4e-4, ...)", (),
                                    Location(str(path)))])
+    keys = (*OWN_KEYS, *setting_keys())
     problems = [Problem(f"unknown key '{key}'", (key,), _locate(source, path, key),
-                        did_you_mean(str(key), KEYS) or f"expected some of: {', '.join(KEYS)}")
-                for key in content if key not in KEYS]
-    given = {k: content[k] for k in SETTING_KEYS if k in content}
+                        did_you_mean(str(key), keys) or f"expected some of: {', '.join(keys)}")
+                for key in content if key not in keys]
+    given = {k: content[k] for k in setting_keys() if k in content}
     problems += [Problem(message, (name,), _locate(source, path, name))
-                 for name, message in settings_problems(replace(Settings(), **given)) if name in given]
+                 for name, message in tasks.settings_problems(settings_of(given)) if name in given]
     overrides = content.get("set", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
         problems.append(Problem("set: a list of spec overrides PATH=VALUE (e.g. [sizes.image_size=224])", ("set",),

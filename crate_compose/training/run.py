@@ -35,7 +35,7 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -43,20 +43,20 @@ import torch
 
 from .. import tasks
 from ..building.artifacts import save as save_build
-from ..building.placement import step_seed
-from ..data.batches import batch_indices, batches, held_batches, shift  # noqa: F401 (batch_indices, shift: their old place)
+from ..seeds import step_seed
+from ..data.batches import batches
 from ..data.sets import Data
 from ..errors import TrainError
 from ..files import write_atomic
-from ..language import loader
 from ..modules.paths import use_formulas
-from ..settings import Settings, settings_problems
+from ..settings import Settings, flat
 from . import checkpoint, eventlog, finetune
 from .distributed import Distributed
 from .metrics import Metrics, Result, finite, read_metrics, rows_of
 from .opening import Opening, Plan
 from .optimizers import autocast, lr_at, scaler_for
-from .preparation import Loaded, check_run, check_run_memory, default_run, prepare
+from .description import RunDescription, describe
+from .preparation import Loaded, check_run, check_run_memory, default_run
 from .progress import bar as progress_bar
 
 EMA_FOLDER = "final-ema"  # the run's averaged weights (--ema), a build folder beside final/
@@ -78,20 +78,10 @@ def train(
     freeze: str = "none",
     notes: Callable[[str], None] | None = None,
     recipe: str | None = None,
-    loaded: Loaded | None = None,
 ) -> Result:
     """Train ``spec_ref`` (a spec file, a zoo preset, or a reading of one, :func:`crate_compose.language.loader.read`)
-    as ``settings`` says; see the module docstring. The spec is read once: the run's spec, its name and its
-    data all come from that reading. ``loaded``: data sets the calling command has loaded already (an ablation's).
-
-    Before anything is allocated, the weights, AdamW's state and one batch's activations are
-    estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.building.budget`)
-    raises :class:`~crate_compose.building.budget.ResourceError` with the estimate and the limit. Before the
-    first step, the run folder is locked and checked (:mod:`crate_compose.training.identity`): a new run needs a
-    folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
-    the run recorded there only when nothing that defines it differs, from a checkpoint that
-    :func:`crate_compose.training.checkpoint.verify` passes. A finished run resumed with the same steps is
-    returned as it is (``Result.already_finished``), nothing written.
+    as ``settings`` says; see the module docstring. The names are resolved once (:func:`.description.describe`),
+    then :func:`train_described` trains the run.
 
     ``init`` (a build folder: ``build --out``, a run's ``final/``, a checkpoint) fine-tunes: its tensors
     are copied into the new model by name, a head that does not fit is left newly initialized, and
@@ -101,43 +91,56 @@ def train(
     new, the tensors of ``init`` not used, the parameters that train); default: printed on stderr.
     ``recipe``: the text of the recipe the settings came from (``train --config``), saved as ``recipe.yaml``.
     """
-    overrides = list(overrides)
-    _check_settings(settings)
+    described = describe(spec_ref, settings, overrides=overrides, init=init, freeze=freeze, recipe=recipe)
+    return train_described(described, out=out, resume=resume, resume_from=resume_from, device=device,
+                           progress=progress, memory_limit=memory_limit, notes=notes)
+
+
+def train_described(described: RunDescription, *, out: str | Path | None = None, resume: bool = False,
+                    resume_from: int | None = None, device: str = "cpu", progress: bool = True,
+                    memory_limit: str | float | None = None, notes: Callable[[str], None] | None = None,
+                    loaded: Loaded | None = None) -> Result:
+    """Train the run ``described`` (:class:`.description.RunDescription`) into ``out`` (default
+    ``runs/<spec name>``). ``loaded``: data sets (and specs fitted to them) the calling command has loaded
+    already (an ablation's).
+
+    Before anything is allocated, the weights, AdamW's state and one batch's activations are
+    estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.building.budget`)
+    raises :class:`~crate_compose.building.budget.ResourceError` with the estimate and the limit. Before the
+    first step, the run folder is locked and checked (:mod:`crate_compose.training.identity`): a new run needs a
+    folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
+    the run recorded there only when nothing that defines it differs, from a checkpoint that
+    :func:`crate_compose.training.checkpoint.verify` passes. A finished run resumed with the same steps is
+    returned as it is (``Result.already_finished``), nothing written.
+    """
+    settings, task = described.settings, described.task
     if settings.logger == "tensorboard":  # logging: a missing package is said before anything is written
         eventlog.choose(settings.logger, error=TrainError)
-    finetune.check_freeze(freeze)
-    source = loader.read(spec_ref)  # the spec file, opened here once
-    spec, data = prepare(source, settings.data, overrides, settings.image_size, settings.seed, memory_limit,
-                         loaded=loaded)
-    check_run(tasks.get(settings.task), spec, data, settings)
+    finetune.check_freeze(described.freeze)
+    spec, data = (loaded or Loaded()).prepare(described, memory_limit)
+    check_run(task, spec, data, settings)
     per_epoch = max(1, len(data.train) // settings.batch_size)  # passes over the training split, in whole batches
     if settings.epochs is not None:
         settings = replace(settings, steps=settings.epochs * per_epoch)
     if settings.warmup_epochs is not None:
         settings = replace(settings, warmup=_warmup_of_epochs(settings, per_epoch, notes or _say))
-    start = finetune.read_init(init) if init is not None else None
+    start = finetune.read_init(described.init) if described.init is not None else None
     dist = Distributed()
     dist.check_batch(settings.batch_size)
-    run = Path(out) if out is not None else default_run(source, overrides)
+    run = Path(out) if out is not None else default_run(described.spec)
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
     check_run_memory(spec, settings, max(1, settings.batch_size // dist.world), device, memory_limit)
     dist.start(device)
     try:
         with contextlib.ExitStack() as stack:
-            opening = Opening(run, spec, data, settings, resume or resume_from is not None, resume_from, dist, device,
-                               start, freeze, recipe)
+            opening = Opening(run, spec, data, settings, task, resume or resume_from is not None, resume_from, dist,
+                              device, start, described.freeze, described.recipe)
             plan = dist.agree(lambda: opening.open(stack))
             if plan.finished is not None:
                 return plan.finished
             return _loop(opening, plan, stack, progress, notes or _say)
     finally:
         dist.stop()
-
-
-def _check_settings(settings: Settings) -> None:
-    problems = settings_problems(settings)
-    if problems:
-        raise TrainError("; ".join(f"{name}: {message}" for name, message in problems))
 
 
 def _say(note: str) -> None:
@@ -168,7 +171,7 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             notes(note)
         if opening.freeze != "none":
             notes(f"--freeze {opening.freeze}: {opening.trainable:,} of {params:,} parameters train (the head's)")
-    task, session = tasks.get(settings.task), opening.session
+    task, session = opening.task, opening.session
     session.settings = settings  # as the plan resolved them (a resumed run's warm-up)
     ema, scaler = opening.ema, scaler_for(settings, device)
     if plan.checkpoint is not None:
@@ -217,7 +220,7 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             metrics.add({"step": step, "kind": "eval", **evaluation})
             bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
-            checkpoint.save_checkpoint(run, step, model, optimizer, asdict(settings), run_hash=plan.record.hash,
+            checkpoint.save_checkpoint(run, step, model, optimizer, flat(settings), run_hash=plan.record.hash,
                                        metrics_rows=metrics.count, ema=ema, scaler=scaler, task_state=session.state)
     if plan.start == settings.steps:  # its last checkpoint, but result.json or final/ was lost: finish it again
         loss_value = next((r["loss"] for r in reversed(rows_of(read_metrics(run))) if r.get("kind") == "train"),
