@@ -8,7 +8,7 @@ from pathlib import Path
 
 import crate_compose as cc
 
-from ..files import writable
+from ..files import BUILDS, writable
 from ..interop.catalog import FAMILIES
 from .arguments import Command, spec_arguments
 
@@ -59,7 +59,7 @@ def run_import(args: argparse.Namespace) -> int:
     for skipped in imported.skipped:
         print(f"note: not imported: {skipped}", file=sys.stderr)
     spec = cc.spec_of(imported.module)
-    out = args.out or Path("out") / spec.name
+    out = args.out or BUILDS / spec.name
     cc.save(imported.module, out, extra=imported.provenance())
     print(cc.summarize(imported.module).table())
     count = len(imported.module.state_dict())

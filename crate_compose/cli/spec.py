@@ -11,7 +11,7 @@ from pathlib import Path
 import crate_compose as cc
 
 from .. import tasks
-from ..files import write_atomic
+from ..files import BUILDS, write_atomic
 from ..settings import DIAGRAM_STEM, DTYPE_NAMES, FORMATS
 from .arguments import SEED, Command, device, memory_argument, spec_arguments
 
@@ -79,7 +79,7 @@ def run_build(args: argparse.Namespace) -> int:
     from ..building.outputs import replaceable
 
     spec = cc.load_spec(args.spec, args.overrides)  # its notes are in the summary table
-    out = args.out or Path("out") / spec.name
+    out = args.out or BUILDS / spec.name
     replaceable(Path(out).resolve())  # a file, someone else's files: refused before torch loads (exit 1)
     model = cc.compile_spec(spec, seed=args.seed, device=args.device, dtype=args.dtype, memory_limit=args.memory_limit)
     summary = cc.summarize(model)
@@ -93,7 +93,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_render(args: argparse.Namespace) -> int:
     model = cc.build(args.spec, overrides=args.overrides, meta=True)
-    given = args.out or "out/"
+    given = args.out or f"{BUILDS}{os.sep}"
     out = Path(given)
     if out.is_dir() or given.endswith(os.sep):  # a folder: name the file after the spec
         out = out / cc.spec_of(model).name
