@@ -91,7 +91,7 @@ def loader_rate(data, settings: Settings, warm: int, count: int, device: str) ->
 def model_rate(data, batch: tuple[torch.Tensor, torch.Tensor], device: str, precision: str, rounds: int) -> float:
     """Images/s of one CRATE-Tiny training step on ``batch``."""
     from crate_compose.building.builder import compile_spec
-    from crate_compose.language import loader
+    from crate_compose.spec_language import loader
 
     spec = loader.load("crate-tiny", data.spec_overrides(loader.load("crate-tiny")))  # 10 classes, the image size
     model = compile_spec(spec, seed=0, device=device, memory_limit="none").train()

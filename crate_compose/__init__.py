@@ -31,8 +31,8 @@ _LAZY = {
     "build": ("building.builder", "build"),
     "compile_spec": ("building.builder", "compile_spec"),
     "spec_of": ("building.builder", "spec_of"),
-    "dump_spec": ("language.loader", "dump"),
-    "load_spec": ("language.loader", "load"),
+    "dump_spec": ("spec_language.loader", "dump"),
+    "load_spec": ("spec_language.loader", "load"),
     "CachedModel": ("generation.decoding", "CachedModel"),
     "generate": ("generation.decoding", "generate"),
     "derive_decoder": ("building.derivation", "derive_decoder"),
@@ -46,11 +46,11 @@ _LAZY = {
     "Residual": ("modules.residual", "Residual"),
     **{name: ("modules.paths", name) for name in ("formulas", "formulas_as_written", "set_formulas", "use_formulas")},
     "ResourceError": ("building.budget", "ResourceError"),
-    "json_schema": ("language.schema", "json_schema"),
-    **{name: ("language.spec", name) for name in ("Derive", "Spec", "Stack", "Step")},
+    "json_schema": ("spec_language.schema", "json_schema"),
+    **{name: ("spec_language.spec", name) for name in ("Derive", "Spec", "Stack", "Step")},
     "Summary": ("building.summary", "Summary"),
     "summarize": ("building.summary", "summarize"),
-    "presets": ("language.zoo", "presets"),
+    "presets": ("spec_language.zoo", "presets"),
     **{name: ("interop.exchange", name) for name in
        ("import_checkpoint", "export_checkpoint", "write_checkpoint", "load_checkpoint")},
     "read_checkpoint": ("interop.reading", "read_checkpoint"),
@@ -91,11 +91,11 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .generation.decoding import CachedModel, generate
     from .interop.exchange import export_checkpoint, import_checkpoint, load_checkpoint, write_checkpoint
     from .interop.reading import InteropError, read_checkpoint
-    from .language.loader import dump as dump_spec
-    from .language.loader import load as load_spec
-    from .language.schema import json_schema
-    from .language.spec import Derive, Spec, Stack, Step
-    from .language.zoo import presets
+    from .spec_language.loader import dump as dump_spec
+    from .spec_language.loader import load as load_spec
+    from .spec_language.schema import json_schema
+    from .spec_language.spec import Derive, Spec, Stack, Step
+    from .spec_language.zoo import presets
     from .modules.paths import formulas, formulas_as_written, set_formulas, use_formulas
     from .modules.residual import Residual
     from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive

@@ -19,8 +19,8 @@ import torch
 from test_workbench import one_thread  # noqa: F401  (autouse: one thread for small matrices)
 
 from crate_compose import cli
-from crate_compose.language import loader
-from crate_compose.language.naming import safe_name
+from crate_compose.spec_language import loader
+from crate_compose.spec_language.naming import safe_name
 from crate_compose.settings import MAX_RUNS, Settings
 from crate_compose.training import run as train_module
 from crate_compose.ablation.study import _folder, ablate, variant_label

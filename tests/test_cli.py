@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 import crate_compose as cc
 from crate_compose import cli
-from crate_compose.language import zoo
+from crate_compose.spec_language import zoo
 from crate_compose.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from crate_compose.errors import DataError
 from crate_compose.data import sets as D
 from crate_compose.data import folders as images
 from crate_compose.data import record, shipped
-from crate_compose.language.loader import load
+from crate_compose.spec_language.loader import load
 
 DIGITS = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
 

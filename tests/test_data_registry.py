@@ -1,4 +1,4 @@
-"""Data sets are a registry, as primitives and tasks are (crate_compose/data/registry.py): a declaration per set,
+"""Data sets are a registry, as primitives and tasks are (crate_compose/data/set_registry.py): a declaration per set,
 a name read once into a choice, what a set provides deciding which tasks train on it, ``list data`` listing
 every set, and a set of your own added by a plug-in without editing the package."""
 
@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from crate_compose import cli, tasks
-from crate_compose.data import registry, sets
+from crate_compose.data import sets
+from crate_compose.data import set_registry as registry
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import fingerprint
 
@@ -30,7 +31,7 @@ STRIPES = '''
 import torch
 
 from crate_compose.data.record import Data, Tensors
-from crate_compose.data.registry import LABELED_IMAGES, Parameter, register, whole
+from crate_compose.data.set_registry import LABELED_IMAGES, Parameter, register, whole
 
 READS = []  # every N this module's parameter has read: a name is read once per command
 

@@ -395,14 +395,14 @@ def test_the_import_graph_has_no_cycles():
     graph = _imports()
     assert ("crate_compose.building.builder", "crate_compose.building.derivation") in graph.edges  # the graph was read
     assert nx.is_directed_acyclic_graph(graph), nx.find_cycle(graph)
-    assert not nx.has_path(graph, "crate_compose.language.loader", "crate_compose.building.builder")  # loading never compiles
+    assert not nx.has_path(graph, "crate_compose.spec_language.loader", "crate_compose.building.builder")  # loading never compiles
 
 
 # The layers, lowest first: a module imports only from its own layer or those below (docs/architecture.md).
 LAYERS = [
     ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.options", "crate_compose.settings",
               "crate_compose.seeds", "crate_compose.memory"]),
-    ("spec language and the registry of primitives", ["crate_compose.language", "crate_compose.registry"]),
+    ("spec language and the registry of primitives", ["crate_compose.spec_language", "crate_compose.registry"]),
     ("torch building blocks", ["crate_compose.modules"]),
     ("primitive declarations", ["crate_compose.primitives"]),
     ("building", ["crate_compose.building"]),

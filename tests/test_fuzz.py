@@ -60,7 +60,7 @@ from hypothesis import strategies as st
 
 import crate_compose as cc
 from crate_compose import SpecError
-from crate_compose.language.reading import key_paths
+from crate_compose.spec_language.source import key_paths
 from crate_compose.building.derivation import explicit
 from crate_compose.building.footprints import walk
 from crate_compose.building.summary import summarize_march

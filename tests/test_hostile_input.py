@@ -2,7 +2,7 @@
 
 Each case is a spec file (or a ``--set``) a careful reviewer would try; the CLI must answer with
 status 2, a located one-screen message and no traceback, within the bounds of
-:mod:`crate_compose.language.yamlread` (size, nesting, alias expansion).
+:mod:`crate_compose.spec_language.yamlread` (size, nesting, alias expansion).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 import crate_compose as cc
 from crate_compose import cli
-from crate_compose.language import yamlread
+from crate_compose.spec_language import yamlread
 from crate_compose.errors import SpecError
 
 VALID = """\
@@ -152,7 +152,7 @@ def test_the_reserved_names_cover_every_public_module_attribute():
     import subprocess
     import sys
 
-    from crate_compose.language.spec import MODULE_ATTRIBUTES
+    from crate_compose.spec_language.spec import MODULE_ATTRIBUTES
 
     code = ("import json, torch, torch.fx; print(json.dumps(sorted(n for n in set(dir(torch.nn.Module)) | "
             "set(dir(torch.fx.GraphModule)) if not n.startswith('_'))))")

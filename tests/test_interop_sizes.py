@@ -128,7 +128,7 @@ def test_importing_the_families_reads_no_preset_and_reading_them_loads_no_torch(
     code = """
 import json, sys
 from crate_compose.interop.catalog import FAMILIES
-before = sorted(m for m in ("yaml", "torch", "crate_compose.language.loader") if m in sys.modules)
+before = sorted(m for m in ("yaml", "torch", "crate_compose.spec_language.loader") if m in sys.modules)
 tables = {name: dict(family.published) for name, family in FAMILIES.items()}
 after = sorted(m for m in ("yaml", "torch") if m in sys.modules)
 print(json.dumps({"before": before, "after": after, "crate_base": tables["crate"]["CRATE_base"]}))

@@ -12,8 +12,8 @@ import pytest
 
 from crate_compose import cli
 from crate_compose.ablation import study as ablation
-from crate_compose.language import extends
-from crate_compose.language.loader import load
+from crate_compose.spec_language import extends
+from crate_compose.spec_language.loader import load
 from crate_compose.training import preparation
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,11 +15,11 @@ from safetensors.torch import load_file
 from test_workbench import one_thread  # noqa: F401  (autouse: one thread for small matrices)
 
 from crate_compose import cli, tasks
-from crate_compose.data import registry as data_registry
-from crate_compose.language import loader
+from crate_compose.data import set_registry as data_registry
+from crate_compose.spec_language import loader
 from crate_compose.options import Option
 from crate_compose.settings import OPTIONS, Settings
-from crate_compose.tasks import registry
+from crate_compose.tasks import task_registry as registry
 from crate_compose.tasks.classification import Classification
 from crate_compose.training.run import train
 

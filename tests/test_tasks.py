@@ -19,7 +19,7 @@ from crate_compose.assessment.scoring import evaluate_weights
 from crate_compose.errors import TrainError
 from crate_compose.settings import Settings, settings_of
 from crate_compose.tasks import settings_problems
-from crate_compose.tasks import registry
+from crate_compose.tasks import task_registry as registry
 from crate_compose.tasks.classification import Classification
 from crate_compose.training.run import train
 

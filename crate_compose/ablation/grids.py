@@ -9,8 +9,8 @@ Python (:class:`Grid`)::
     set: [sizes.depth=2]                     # overrides every variant shares
     steps: 600                               # and any training setting but seed (task, data, lr, ...)
 
-The text goes through the spec reader (:func:`crate_compose.language.reading.read_file`: a regular file, at
-most 2 MB, UTF-8; :mod:`crate_compose.language.yamlread`: plain values only, bounded nesting, values and
+The text goes through the spec reader (:func:`crate_compose.spec_language.source.read_file`: a regular file, at
+most 2 MB, UTF-8; :mod:`crate_compose.spec_language.yamlread`: plain values only, bounded nesting, values and
 aliases), so ``/dev/zero``, a FIFO or an alias bomb is refused at once. Every problem is reported
 together as ``file:line:column: key: message``; the training settings follow the rules of
 :func:`crate_compose.tasks.settings_problems`, the same the Python API's ``train`` refuses by.
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import Location, Problem, SpecError, WorkbenchError, did_you_mean
-from ..language.reading import Source, read_file
+from ..spec_language.source import Source, read_file
 from ..settings import MAX_RUNS, MAX_SEEDS, Settings, settings_of
 from ..tasks import settings_problems
 from ..training.recipes import setting_keys

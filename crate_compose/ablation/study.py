@@ -45,9 +45,9 @@ from ..building.builder import compile_spec, spec_of
 from ..building.inspection import validate
 from ..errors import Location, Problem, SpecError, WorkbenchError
 from ..files import ABLATIONS, write_atomic
-from ..language import loader
-from ..language.naming import GENERIC_KEYS, safe_name
-from ..language.overrides import parse_key_path
+from ..spec_language import loader
+from ..spec_language.naming import GENERIC_KEYS, safe_name
+from ..spec_language.overrides import parse_key_path
 from ..training import preflight
 from ..training.finetune import Init, fit_init, read_init, start_identity
 from ..training.identity import RUN_FILE, differences, digest, learned
@@ -95,7 +95,7 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path | None = None, progress: boo
     variant must take them (checked before anything trains). ``recipe`` (a recipe's text, whose
     settings are in ``grid.settings``) is saved in every run folder.
 
-    The spec is read once, here (:func:`crate_compose.language.loader.read`): every variant, check, run and probe
+    The spec is read once, here (:func:`crate_compose.spec_language.loader.read`): every variant, check, run and probe
     is resolved from that reading, so a file edited during a long grid changes none of them; the data set
     is loaded once for every variant and seed that reads it alike (:class:`crate_compose.training.preparation.Loaded`)."""
     base, loaded = _described(spec_ref, grid, init, freeze, recipe), Loaded()

@@ -32,7 +32,7 @@ from ..errors import WorkbenchError
 from ..files import write_together
 from ..interop.exchange import load_checkpoint
 from ..interop.reading import InteropError, read_checkpoint
-from ..language.zoo import presets
+from ..spec_language.zoo import presets
 from ..settings import settings_of
 from ..training import identity as run_records
 from ..training.checkpoint import latest_checkpoint

@@ -24,7 +24,7 @@ from torch import fx
 
 from ..errors import Location, Problem, SpecError
 from ..files import naming, save_tensors, staged_folder, write_atomic
-from ..language import loader
+from ..spec_language import loader
 from .builder import compile_spec, spec_of
 from .outputs import (  # noqa: F401 (the build folder's names, read from here too)
     BUILD_FILES, CODE_FILE, SPEC_FILE, SUMMARY_FILE, WEIGHTS_FILE, OutputExistsError, replaceable)

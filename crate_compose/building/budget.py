@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import Problem, SpecError
-from ..language.spec import Spec
+from ..spec_language.spec import Spec
 from ..memory import ENVIRONMENT, human, resolve_limit
 
 if TYPE_CHECKING:

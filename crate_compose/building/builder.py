@@ -29,8 +29,8 @@ import torch
 from torch import fx, nn
 
 from ..errors import Problem, SpecError
-from ..language import loader
-from ..language.spec import Spec
+from ..spec_language import loader
+from ..spec_language.spec import Spec
 from ..settings import DTYPE_NAMES
 from . import budget
 from .derivation import explicit

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from .. import registry
 from ..errors import Problem, SpecError
-from ..language.spec import Derive, Spec, Stack, Step
+from ..spec_language.spec import Derive, Spec, Stack, Step
 from .footprints import walk
 
 FORMS = ("code", "listing3")

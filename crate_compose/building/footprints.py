@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import registry
-from ..language.spec import Spec
+from ..spec_language.spec import Spec
 from ..registry import Context, Shape
 from .march import Marched, Unfit, Unsettled, candidates, march
 from .plan import PlannedStep, Tie

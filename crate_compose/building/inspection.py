@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from ..language.loader import load as load_spec
-from ..language.spec import Spec
+from ..spec_language.loader import load as load_spec
+from ..spec_language.spec import Spec
 from .derivation import explicit
 from .footprints import walk
 

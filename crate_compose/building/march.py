@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from .. import registry
 from ..errors import Problem, SpecError
-from ..language.spec import Spec, Step
+from ..spec_language.spec import Spec, Step
 from ..registry import Context, Footprint, Shape
 from .plan import PlannedStep, plan
 

@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_leaves
 
 from .. import registry
 from ..errors import Problem, SpecError
-from ..language.spec import Spec, Step
+from ..spec_language.spec import Spec, Step
 from ..modules.residual import Residual
 from ..seeds import step_seed
 from . import ties

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import registry
-from ..language.spec import Spec, Step
+from ..spec_language.spec import Spec, Step
 
 if TYPE_CHECKING:
     from ..registry import Args, Primitive

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from ..language.spec import Spec
+from ..spec_language.spec import Spec
 from .march import Marched
 from .plan import tied
 

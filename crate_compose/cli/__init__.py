@@ -36,7 +36,7 @@ from typing import Sequence
 import crate_compose as cc
 
 from ..errors import DiagramError, PluginError, SpecError, WorkbenchError
-from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec, train
+from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec_commands, train
 from .arguments import formulas_of, plugin_arguments, plugins_given, rank_zero
 
 EPILOG = """examples:
@@ -70,19 +70,19 @@ def parser() -> argparse.ArgumentParser:
     def command(name: str, **kwargs) -> argparse.ArgumentParser:  # every command takes --plugin
         return commands.add_parser(name, parents=[plugin], **kwargs)
 
-    for family in (spec, train, probe, generate, fill, evaluate, exchange, fetch, show, segment, ablate):  # in the order of --help
+    for family in (spec_commands, train, probe, generate, fill, evaluate, exchange, fetch, show, segment, ablate):  # in the order of --help
         family.add(command)
     return top
 
 
 COMMANDS = {
-    "build": spec.run_build,
-    "validate": spec.run_validate,
-    "inspect": spec.run_inspect,
-    "derive": spec.run_derive,
-    "render": spec.run_render,
-    "list": spec.run_list,
-    "schema": spec.run_schema,
+    "build": spec_commands.run_build,
+    "validate": spec_commands.run_validate,
+    "inspect": spec_commands.run_inspect,
+    "derive": spec_commands.run_derive,
+    "render": spec_commands.run_render,
+    "list": spec_commands.run_list,
+    "schema": spec_commands.run_schema,
     "train": train.run_train,
     "probe": probe.run_probe,
     "ablate": ablate.run_ablate,

@@ -51,7 +51,7 @@ def run_ablate(args: argparse.Namespace) -> int:
                    recipe=(args.config, recipe.overrides) if recipe else None)
     for note in grid.notes:
         print(f"note: {note}", file=sys.stderr)
-    from ..language.loader import read as read_spec
+    from ..spec_language.loader import read as read_spec
     from ..training import preflight
 
     try:

@@ -28,7 +28,7 @@ def add(command: Command) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..language.loader import read as read_spec
+    from ..spec_language.loader import read as read_spec
     from ..training import preflight
     from ..training.identity import read
     from ..training.recipes import read_recipe

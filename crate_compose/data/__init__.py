@@ -2,8 +2,8 @@
 
 * :mod:`.sets`: the named sets (``digits``, ``fashion-mnist``, ``mnist``, ``photos``, ``subspaces``, ``text``,
   ``folder:PATH``), what each holds, and :func:`~.sets.load_data`, which loads them;
-* :mod:`.registry`: the registry of data sets (a declaration each, a name read once into a choice, what a set
-  provides), torch-free; :mod:`.catalog` declares the built-in ones (``crate-compose list data``);
+* :mod:`.set_registry`: the registry of data sets (a declaration each, a name read once into a choice, what a set
+  provides), torch-free; :mod:`.builtin_sets` declares the built-in ones (``crate-compose list data``);
 * :mod:`.record`: the :class:`~.record.Data` record every set is, :class:`~.record.Tensors` and
   :func:`~.record.spec_overrides`;
 * :mod:`.shipped`: the image sets that ship in installed packages or the data cache (digits, fashion-mnist,

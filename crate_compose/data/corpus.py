@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataError
 from .record import Data
-from .registry import NEXT_BYTES
+from .set_registry import NEXT_BYTES
 
 VOCAB = 256  # bytes
 CORPUS_BYTES = 3_000_000  # read files until this many bytes

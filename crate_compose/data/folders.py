@@ -32,7 +32,7 @@ from torch.utils.data import Dataset
 from ..memory import human, resolve_limit
 from ..errors import DataError
 from .record import Data, check_size
-from .registry import LABELED_IMAGES
+from .set_registry import LABELED_IMAGES
 
 __all__ = ["FolderImages", "Limit", "check_memory", "image_header", "load_folder", "read_folder", "read_image",
            "read_rgb", "scan_classes", "stratified_split"]

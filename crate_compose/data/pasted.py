@@ -37,7 +37,7 @@ from ..memory import resolve_limit
 from ..errors import DataError
 from .folders import check_memory, stratified_split
 from .record import Data, Tensors, check_size
-from .registry import LABELED_IMAGES
+from .set_registry import LABELED_IMAGES
 from .shipped import channel_stats
 
 __all__ = ["Pasted", "load_pasted_digits", "paste"]

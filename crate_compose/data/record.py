@@ -46,7 +46,7 @@ class Data:
 
     ``train``/``test`` yield ``(input, target)``; ``input_shape`` is one input's shape (no batch
     axis); ``classes`` the number of classes (None when unlabeled); ``provides`` the kind of data it is, as
-    its set declares it (:data:`crate_compose.data.registry.PROVIDED`): "labeled-images", "images" (without
+    its set declares it (:data:`crate_compose.data.set_registry.PROVIDED`): "labeled-images", "images" (without
     labels), "token-groups" (token sets with group labels), "next-byte-text" (byte windows, target the next
     bytes), "tokenized-text" (BERT's ``[CLS] .. [SEP]`` windows of token ids, target the same ids: the task
     masks them) or "labeled-tokens" (token windows, target a class), what a task trains on

@@ -120,7 +120,7 @@ token ids for text).
 ``Data.spec_overrides(spec)`` gives the override strings that make a spec take the data (see
 there); ``crate-compose train SPEC --data digits`` uses it to size the spec's input.
 
-Every set is declared in :mod:`.catalog` and registered in :mod:`.registry`, which reads a name once
+Every set is declared in :mod:`.builtin_sets` and registered in :mod:`.set_registry`, which reads a name once
 (:func:`resolve`, a :class:`~.registry.DataChoice`), says what each set provides (``labeled-images``,
 ``images``, ``next-byte-text``, ``tokenized-text``, ``labeled-tokens``, ``token-groups``: what a task trains
 on) and takes sets of your own (:func:`.registry.register`); ``crate-compose list data`` lists them.
@@ -141,8 +141,8 @@ from .corpus import load_text
 from .folders import FolderImages, image_header, load_folder, read_image
 from .record import Data, Tensors, spec_overrides
 from .pasted import load_pasted_digits
-from .registry import DataChoice, resolve
-from .registry import names as registry_names
+from .set_registry import DataChoice, resolve
+from .set_registry import names as registry_names
 from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
 from .texts import load_modules, load_text_folder, load_tokens

@@ -20,7 +20,7 @@ from ..errors import DataError
 from .archives import archive, read_cache
 from .folders import Limit, check_memory, stratified_split
 from .record import Data, Tensors, check_size
-from .registry import IMAGES, LABELED_IMAGES
+from .set_registry import IMAGES, LABELED_IMAGES
 
 __all__ = ["load_archived", "load_digits", "load_fashion_mnist", "load_mnist", "load_photos"]
 

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import DataError
 from .record import Data, Tensors, declared_sizes
-from .registry import TOKEN_GROUPS
+from .set_registry import TOKEN_GROUPS
 
 __all__ = ["SUBSPACE_DEFAULTS", "load_subspaces", "random_subspaces", "sample_tokens"]
 

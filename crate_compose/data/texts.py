@@ -26,7 +26,7 @@ from ..errors import DataError
 from .corpus import HELD_OUT, stdlib_files, stdlib_source, unigram_loss
 from .folders import IMAGE_SUFFIXES
 from .record import Data, Tensors
-from .registry import LABELED_TOKENS, TOKENIZED_TEXT
+from .set_registry import LABELED_TOKENS, TOKENIZED_TEXT
 from .tokens import DEFAULT_VOCAB, Tokenizer, check_vocab, train_tokenizer
 
 __all__ = ["Framed", "corpus_tokenizer", "is_text_folder", "load_modules", "load_text_folder", "load_tokens",

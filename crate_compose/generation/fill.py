@@ -15,7 +15,7 @@ from pathlib import Path
 from ..assessment.run_probes import load_weights, run_weights
 from ..building.builder import compile_spec
 from ..errors import WorkbenchError
-from ..language import loader
+from ..spec_language import loader
 from ..training.identity import TOKENIZER_FILE
 
 

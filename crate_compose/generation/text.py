@@ -25,7 +25,7 @@ from typing import Iterable, NamedTuple
 from ..assessment.run_probes import load_weights
 from ..building.builder import compile_spec
 from ..errors import WorkbenchError
-from ..language import loader
+from ..spec_language import loader
 from ..training.preflight import check_language_model  # torch-free: the CLI refuses before torch loads
 from .decoding import encode_bytes, generate, ids_to_bytes
 

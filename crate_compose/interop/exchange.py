@@ -24,8 +24,8 @@ from ..building.derivation import explicit
 from ..building.plan import plan, tied
 from ..errors import did_you_mean
 from ..files import save_tensors, staged
-from ..language import loader
-from ..language.spec import Derive, Spec
+from ..spec_language import loader
+from ..spec_language.spec import Derive, Spec
 from .catalog import FAMILIES
 from .families import Family
 from .mapping import Pair, check, correspond, notes_on_arguments, to_ours, to_theirs

@@ -64,8 +64,8 @@ class Place:
 @functools.cache
 def _resolved_sizes(preset: str) -> dict[str, Any]:
     # imported on first use: importing the families parses no YAML
-    from ..language.loader import load
-    from ..language.zoo import presets
+    from ..spec_language.loader import load
+    from ..spec_language.zoo import presets
 
     return dict(load(presets()[preset]).sizes)
 

@@ -3,7 +3,7 @@
 :func:`segment` loads the spec, a data set with masks (``pasted-digits``) and the weights, gathers the class
 token's attention to the patches in the last encoder layer (or ``layer``) on the first ``samples`` test images,
 per head, with :func:`crate_compose.pictures.views.look` (the attention each step applies, recomputed from its
-input caught by a forward hook), scores it against the masks (:mod:`crate_compose.assessment.segmentation`:
+input caught by a forward hook), scores it against the masks (:mod:`crate_compose.assessment.mask_scores`:
 DINO's 60%-mass masks by their Jaccard index, the maps by their average precision), for the trained network and
 the untrained one of the same seed, and writes, all new or none, holding the folder's lock:
 
@@ -24,14 +24,14 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from ..assessment import segmentation as measure
+from ..assessment import mask_scores as measure
 from ..tasks.frozen_features import feature_site
 from ..assessment.run_probes import PROBE_SAMPLES, is_run, load_weights, resolve_subject, standardize
 from ..building.builder import compile_spec, spec_of
 from ..data.batches import normalization, renormalize
 from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
-from ..language import loader
+from ..spec_language import loader
 from ..training.locks import hold
 from ..training.preparation import HEADLESS, prepare
 from . import drawings

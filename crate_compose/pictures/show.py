@@ -28,7 +28,7 @@ from ..building.builder import compile_spec
 from ..data.batches import normalization, renormalize
 from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
-from ..language import loader
+from ..spec_language import loader
 from ..tasks.held_out import spread
 from ..training.locks import hold
 from ..training.preparation import HEADLESS, prepare

@@ -1,8 +1,8 @@
 """What a run learns: each task (classification, masked autoencoding, language modelling) is one declaration
 that owns its batch's loss, its test metrics and baselines, the metric that ranks an ablation's variants and the
-inputs the probes read (:mod:`.registry`). ``crate-compose list tasks`` lists them; ``--task NAME`` picks one.
+inputs the probes read (:mod:`.task_registry`). ``crate-compose list tasks`` lists them; ``--task NAME`` picks one.
 
-* :mod:`.registry`: the :class:`~.registry.Task` declaration and the registry (no torch);
+* :mod:`.task_registry`: the :class:`~.task_registry.Task` declaration and the registry (no torch);
 * :mod:`.classification`, :mod:`.masked_autoencoding`, :mod:`.language_modelling`, :mod:`.self_distillation`,
   :mod:`.masked_language_modelling`: the built-in tasks;
 * :mod:`.held_out`: what they share on the test split;
@@ -10,7 +10,7 @@ inputs the probes read (:mod:`.registry`). ``crate-compose list tasks`` lists th
   evaluation, and ``linear-probe``'s).
 """
 
-from .registry import (Session, Task, all_tasks, columns, get, logged, names, of, probe_inputs, settings_problems, task,
+from .task_registry import (Session, Task, all_tasks, columns, get, logged, names, of, probe_inputs, settings_problems, task,
     task_options)
 
 __all__ = ["Session", "Task", "all_tasks", "columns", "get", "logged", "names", "of", "probe_inputs",

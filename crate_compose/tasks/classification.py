@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.registry import IMAGES, LABELED_IMAGES, LABELED_TOKENS
+from ..data.set_registry import IMAGES, LABELED_IMAGES, LABELED_TOKENS
 from ..errors import TrainError
-from .registry import ExampleRun, Task, task
+from .task_registry import ExampleRun, Task, task
 
 
 @task

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.registry import NEXT_BYTES
+from ..data.set_registry import NEXT_BYTES
 from ..errors import TrainError
-from .registry import ExampleRun, Task, task
+from .task_registry import ExampleRun, Task, task
 
 EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the first ones, always the same)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..data.registry import IMAGES, LABELED_IMAGES
+from ..data.set_registry import IMAGES, LABELED_IMAGES
 from ..errors import TrainError
-from .registry import ExampleRun, Task, task
+from .task_registry import ExampleRun, Task, task
 
 if TYPE_CHECKING:
     import torch

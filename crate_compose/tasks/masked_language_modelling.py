@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..data.registry import TOKENIZED_TEXT
+from ..data.set_registry import TOKENIZED_TEXT
 from ..errors import TrainError
-from .registry import ExampleRun, Session, Task, task
+from .task_registry import ExampleRun, Session, Task, task
 
 if TYPE_CHECKING:
     import torch

@@ -29,10 +29,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..data.registry import IMAGES, LABELED_IMAGES
+from ..data.set_registry import IMAGES, LABELED_IMAGES
 from ..errors import TrainError
 from ..options import Option
-from .registry import ExampleRun, Session, Task, task
+from .task_registry import ExampleRun, Session, Task, task
 
 if TYPE_CHECKING:
     import torch

@@ -19,9 +19,9 @@ from typing import Any, Iterable
 from .. import tasks
 from ..data.sets import resolve as resolve_data
 from ..errors import TrainError
-from ..language import loader
-from ..language.reading import Source
-from ..language.spec import Spec
+from ..spec_language import loader
+from ..spec_language.source import Source
+from ..spec_language.spec import Spec
 from ..settings import Settings
 
 

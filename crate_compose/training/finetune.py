@@ -38,7 +38,7 @@ from ..building.plan import part_of, target, tied
 from ..building.ties import untie
 from ..errors import TrainError
 from ..files import sha256_of
-from ..language import loader
+from ..spec_language import loader
 from ..settings import FREEZES
 
 HEAD = "head."  # the module paths of the spec's head part

@@ -27,7 +27,7 @@ from ..data.sets import Data
 from ..data.sets import verify as verify_data
 from ..errors import TrainError
 from ..files import writable, write_atomic
-from ..language import loader
+from ..spec_language import loader
 from ..modules.residual import stochastic_depth
 from ..settings import Settings, flat
 from . import checkpoint, eventlog, finetune, identity, locks, preflight

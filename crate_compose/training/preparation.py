@@ -1,6 +1,6 @@
 """A run's spec and data, fitted to each other, and what is refused before anything is allocated.
 
-:func:`prepare` reads the spec once (:func:`crate_compose.language.loader.read`), loads the data it names
+:func:`prepare` reads the spec once (:func:`crate_compose.spec_language.loader.read`), loads the data it names
 and resolves the spec with the sizes the data fixes (input shape, classes, a text's context); the task
 (:mod:`crate_compose.tasks`) then says what of the spec and the data it cannot train.
 """
@@ -17,12 +17,12 @@ from .. import tasks
 from ..building import budget
 from ..data.batches import check as check_loading
 from ..data.batches import held_batches
-from ..data.registry import provided
+from ..data.set_registry import provided
 from ..data.sets import Data, load_data
 from ..data.sets import resolve as resolve_data
 from ..errors import TrainError
 from ..files import RUNS
-from ..language import loader
+from ..spec_language import loader
 from ..settings import AUGMENTATIONS, Settings
 from .optimizers import float32_copies
 
@@ -81,7 +81,7 @@ class Loaded:
     """The data sets one command has loaded, by what they were loaded with, and the specs fitted to them, so that
     a grid's variants and seeds, its checks and its probes share one loading and one fitting. A set that follows
     the spec (text: its context; synthetic tokens: its sizes) is loaded again for a spec whose input or sizes
-    differ; a set that draws from the seed, for each seed (:attr:`crate_compose.data.registry.DataChoice.takes`)."""
+    differ; a set that draws from the seed, for each seed (:attr:`crate_compose.data.set_registry.DataChoice.takes`)."""
 
     def __init__(self) -> None:
         self._sets: dict[tuple, Data] = {}
@@ -126,7 +126,7 @@ def prepare(spec_ref, data_name: Any, overrides: Iterable[str] = (), image_size:
             memory_limit: str | float | None = None, *, keep: Iterable[str] = (), loaded: Loaded | None = None):
     """The spec and the data, the spec's input size set from the data (text: windows of the spec's context);
     images over ``memory_limit`` are refused from their headers. Sizes named in ``keep`` stay the spec's
-    (:func:`fit`). ``spec_ref`` is read once (:func:`crate_compose.language.loader.read`; a reading already made
+    (:func:`fit`). ``spec_ref`` is read once (:func:`crate_compose.spec_language.loader.read`; a reading already made
     is used as it is, opening no file). ``loaded`` shares data sets already loaded by the same command."""
     source = loader.read(spec_ref)
     spec = loader.load(source, list(overrides))

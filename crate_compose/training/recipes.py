@@ -10,7 +10,7 @@ of the spec the recipe needs::
     weight_decay: 0.5
     label_smoothing: 0.1
 
-It is read like a spec (:func:`crate_compose.language.reading.read_file`: a regular file, bounded, plain
+It is read like a spec (:func:`crate_compose.spec_language.source.read_file`: a regular file, bounded, plain
 YAML values only) and checked as a whole: every unknown key and every value a run cannot use is
 reported together as ``file:line:column: key: message`` (the rules of
 :func:`crate_compose.tasks.settings_problems`, which the command line and the Python API share).
@@ -30,8 +30,8 @@ from typing import Any
 
 from .. import tasks
 from ..errors import Location, Problem, SpecError, did_you_mean
-from ..language.reading import Source, read_file
-from ..language.zoo import shipped_folder
+from ..spec_language.source import Source, read_file
+from ..spec_language.zoo import shipped_folder
 from ..settings import OPTIONS, settings_of
 
 OWN_KEYS = ("description", "source", "set")

@@ -79,7 +79,7 @@ def train(
     notes: Callable[[str], None] | None = None,
     recipe: str | None = None,
 ) -> Result:
-    """Train ``spec_ref`` (a spec file, a zoo preset, or a reading of one, :func:`crate_compose.language.loader.read`)
+    """Train ``spec_ref`` (a spec file, a zoo preset, or a reading of one, :func:`crate_compose.spec_language.loader.read`)
     as ``settings`` says; see the module docstring. The names are resolved once (:func:`.description.describe`),
     then :func:`train_described` trains the run.
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from .. import registry
 from ..errors import Problem, SpecError, did_you_mean, format_path, one_of
-from .reading import KeyPath, Source
+from .source import KeyPath, Source
 from .spec import MAX_STEPS, PARTS, Derive, Spec, Stack
 
 

@@ -1,8 +1,8 @@
-"""From YAML files and ``--set`` overrides to a validated :class:`~crate_compose.language.spec.Spec`.
+"""From YAML files and ``--set`` overrides to a validated :class:`~crate_compose.spec_language.spec.Spec`.
 
 The pipeline, each stage collecting problems rather than stopping at the first:
 
-1. read YAML keeping the file:line:column of every key (:mod:`.reading`);
+1. read YAML keeping the file:line:column of every key (:mod:`.source`);
 2. follow ``extends:`` (a path relative to the file, or a zoo preset) and merge: mappings merge
    key by key, lists and scalars replace, and a mapping keyed by step names patches those steps
    of a list of steps (``layer: {sparsify: {primitive: ista_soft}}``) (:mod:`.extends`);
@@ -31,7 +31,7 @@ from .dumping import spec_data
 from .extends import load_source
 from .naming import mark_variant_by_overrides
 from .overrides import apply_overrides
-from .reading import Source
+from .source import Source
 from .spec import Spec
 from .substitution import substitute, substitute_swap
 from .validation import validate

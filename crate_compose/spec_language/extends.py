@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import Location, Problem, SpecError, did_you_mean
 from . import zoo
 from .naming import mark_variant_of_parent
-from .reading import KeyPath, Source, Swap, is_steps, key_paths, read_file
+from .source import KeyPath, Source, Swap, is_steps, key_paths, read_file
 
 MAX_EXTENDS = 32  # files an extends chain may pass through
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..errors import Problem, did_you_mean
-from .reading import KeyPath, Source, Swap, key_values
+from .source import KeyPath, Source, Swap, key_values
 from .spec import REFERENCE
 
 MAX_TEXT = 10_000  # characters a ${reference} substitution may produce

@@ -57,7 +57,7 @@ class Task:
     summary: ClassVar[str]  # one line for `crate-compose list tasks`
     trains_on: ClassVar[str]  # the data it learns from, in words (list tasks, refusals)
     inputs: ClassVar[str] = "images"  # what the spec's input is: "images" or "tokens" (checked before torch loads)
-    data_kinds: ClassVar[tuple[str, ...]]  # what the data sets it trains on provide (Data.provides: data.registry)
+    data_kinds: ClassVar[tuple[str, ...]]  # what the data sets it trains on provide (Data.provides: data.set_registry)
     columns: ClassVar[tuple[str, ...]]  # the test metrics evaluate() reports, in order (metrics.csv's columns)
     metric: ClassVar[str]  # the test metric that ranks variants
     maximize: ClassVar[bool]  # whether a larger metric is better

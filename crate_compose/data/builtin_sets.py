@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ..errors import DataError
-from .registry import (IMAGES, LABELED_IMAGES, LABELED_TOKENS, NEXT_BYTES, TOKEN_GROUPS, TOKENIZED_TEXT, Parameter,
+from .set_registry import (IMAGES, LABELED_IMAGES, LABELED_TOKENS, NEXT_BYTES, TOKEN_GROUPS, TOKENIZED_TEXT, Parameter,
                        register, whole)
 from .tokens import DEFAULT_VOCAB, KINDS, check_vocab
 

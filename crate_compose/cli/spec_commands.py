@@ -155,10 +155,10 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _list_data() -> None:
-    """``list data``: a row per registered set (:mod:`crate_compose.data.registry`): its pattern, what it provides,
+    """``list data``: a row per registered set (:mod:`crate_compose.data.set_registry`): its pattern, what it provides,
     its train / test size, whether it is on this machine and its source; under it, what it is, how it is split
     and its parameters. Reads the declarations only: no torch, no data."""
-    from ..data import registry as data_registry
+    from ..data import set_registry as data_registry
 
     sets = data_registry.all_sets()
     rows = [HEADER, *((one.pattern, one.provides, one.size, one.availability(), one.source) for one in sets)]

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import SpecError
 from . import yamlread
 from .overrides import parse_key_path
-from .reading import Source
+from .source import Source
 
 COSMETIC = frozenset({"name", "description", "reference"})  # keys that do not change the network
 GENERIC_KEYS = frozenset({"sizes", "encoder", "decoder", "stacks", "layer", "pre", "post", "args", "primitive", "preprocess", "head"})

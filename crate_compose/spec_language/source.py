@@ -1,6 +1,6 @@
 """Reading a spec file: raw data and the file:line:column of every key, as a :class:`Source`.
 
-A spec is a YAML mapping, read by :mod:`crate_compose.language.yamlread` (plain values only,
+A spec is a YAML mapping, read by :mod:`crate_compose.spec_language.yamlread` (plain values only,
 bounded in size, nesting and alias expansion)::
 
     name: crate-tiny          # Source.data["name"] == "crate-tiny"
@@ -60,7 +60,7 @@ class Source:
 
 
 def read_yaml(text: str, source: str) -> Source:
-    """Parse YAML keeping the location of every key and list item (:mod:`crate_compose.language.yamlread`:
+    """Parse YAML keeping the location of every key and list item (:mod:`crate_compose.spec_language.yamlread`:
     plain values only, bounded in size, nesting and alias expansion); duplicate keys are problems."""
     parsed = yamlread.parse(text, source)
     if not isinstance(parsed.data, dict):

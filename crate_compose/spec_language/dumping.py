@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .reading import KeyPath
+from .source import KeyPath
 from .spec import Spec
 
 

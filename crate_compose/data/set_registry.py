@@ -24,7 +24,7 @@ registered whose pattern matches it as a whole), the loader keywords its paramet
 set is known by. :func:`crate_compose.data.sets.load_data` and :func:`~crate_compose.data.sets.takes` take a
 name or a choice. A name no declaration claims is refused naming every form (:func:`names`) and the closest.
 
-The built-in sets are declared in :mod:`.catalog` (registered before any other, so they come first in
+The built-in sets are declared in :mod:`.builtin_sets` (registered before any other, so they come first in
 :func:`all_sets` and claim their names first); a plug-in (``--plugin my_sets.py``) or any module adds its
 own with :func:`register` and no file of this package changes. Importing this module imports no torch
 (``crate-compose list data`` answers without it).
@@ -271,8 +271,8 @@ _SETS: dict[str, DataSet] = {}
 
 
 def _builtins() -> None:
-    """Register the built-in sets (:mod:`.catalog`) before any other: importing it registers them, once."""
-    import_module(f"{__package__}.catalog")
+    """Register the built-in sets (:mod:`.builtin_sets`) before any other: importing it registers them, once."""
+    import_module(f"{__package__}.builtin_sets")
 
 
 def _origin(loader: Any) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import Location, Problem, SpecError, did_you_mean
 from . import yamlread
-from .reading import KeyPath, Source, Swap, is_steps, key_paths
+from .source import KeyPath, Source, Swap, is_steps, key_paths
 from .spec import REFERENCE
 from .substitution import reference_paths
 
