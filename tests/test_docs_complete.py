@@ -124,3 +124,20 @@ def test_every_public_name_is_on_the_python_page(name):
 def test_every_workbench_command_is_a_function_of_the_package(name):
     """The command line is a thin layer over the package: each workbench command is a public function."""
     assert name in cc.__all__ and callable(getattr(cc, name))
+
+
+WORKBENCH = (ROOT / "docs" / "workbench.md").read_text(encoding="utf-8")
+
+
+def workbench_sets() -> list[str]:
+    """The names the data table of docs/workbench.md gives (its first column)."""
+    section = WORKBENCH.split("## Data, offline, by name", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([^`]+)` \|", section, re.M)
+
+
+def test_every_data_set_is_in_the_workbench_table_and_every_row_is_a_set():
+    from crate_compose.data import set_registry
+
+    listed = workbench_sets()
+    assert sorted(listed) == sorted(one.pattern for one in set_registry.all_sets())  # no set missing, none extra
+    assert "`crate-compose list data`" in README and "list data" in CLI
