@@ -136,3 +136,28 @@ def test_pasted_digits_n_names_the_set_with_n_training_images():
     for bad in ("pasted-digits:0", "pasted-digits:", "pasted-digits:1e3", "pasted-digits:2000000"):
         with pytest.raises(DataError, match="pasted-digits:N"):
             load_data(bad)
+
+
+def test_a_large_set_is_kept_once_made_checked_when_read_and_made_again_when_damaged(tmp_path, monkeypatch, capsys):
+    """pasted-digits:40000 takes a minute to make: from CACHE_FROM images on, a made split is kept in the data
+    cache and read back (the same tensors, nothing drawn again); a damaged file is said and made again."""
+    from crate_compose.data import pasted
+
+    monkeypatch.setenv("CRATE_COMPOSE_DATA", str(tmp_path))
+    monkeypatch.setattr(pasted, "CACHE_FROM", 1)
+    made = pasted.load_pasted_digits(train_count=20, test_count=10)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["pasted-digits-v1-0-32-test-10.safetensors", "pasted-digits-v1-0-32-train-20.safetensors"]
+    real = pasted._make
+    monkeypatch.setattr(pasted, "_make", lambda *a, **k: (_ for _ in ()).throw(AssertionError("drawn again")))
+    again = pasted.load_pasted_digits(train_count=20, test_count=10)
+    for a, b in ((made.train, again.train), (made.test, again.test)):
+        assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets) and torch.equal(a.masks, b.masks)
+    monkeypatch.setattr(pasted, "_make", real)
+    damaged = tmp_path / files[1]
+    damaged.write_bytes(damaged.read_bytes()[:200])  # truncated
+    capsys.readouterr()
+    remade = pasted.load_pasted_digits(train_count=20, test_count=10)
+    assert "does not hold the pasted-digits images" in capsys.readouterr().err
+    assert torch.equal(remade.train.inputs, made.train.inputs)
+    assert pasted._read_cache(damaged, 20, 32) is not None  # written whole again

@@ -173,7 +173,7 @@ def test_segment_writes_its_numbers_and_pictures_trained_beside_untrained(tmp_pa
     assert len(numbers) > 50 and all(0.0 <= n <= 1.0 for n in numbers)
     with Image.open(out / "segmentation-untrained.png") as picture:
         assert picture.format == "PNG"
-    assert "head 1" in printed and "best head" in printed and "mean of the heads" in printed
+    assert "head 1" in printed and "best head" in printed and "mean map (of the heads)" in printed
     assert f"wrote {out / 'segmentation.json'}" in printed
     # trained weights beside the untrained network of the same seed
     build = tmp_path / "net"

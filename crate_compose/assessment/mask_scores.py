@@ -29,7 +29,7 @@ numpy only: the attention is gathered by :mod:`crate_compose.pictures.segmentati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -122,11 +122,12 @@ class Scores:
     heads: int = 0
 
 
-def score(maps, masks, patch_size: int, threshold: float = THRESHOLD) -> Scores:
+def score(maps, masks, patch_size: int, threshold: float = THRESHOLD,
+          done: Callable[[int], Any] | None = None) -> Scores:
     """Score attention ``maps`` ``(N, K, rows, cols)`` (each head's attention to every patch) against the
     ground-truth ``masks`` ``(N, H, W)``: each head's and the mean map's 60%-mass mask (:func:`mass_mask`),
     upsampled to pixels, by its Jaccard index with the mask (cropped to the grid), and each map's pixels by
-    their average precision and AUROC for the mask."""
+    their average precision and AUROC for the mask. ``done(1)`` is called after each image (a progress bar)."""
     maps = np.asarray(maps, dtype=np.float64)
     masks = np.asarray(masks, dtype=bool)
     count, heads, rows, cols = maps.shape
@@ -154,6 +155,8 @@ def score(maps, masks, patch_size: int, threshold: float = THRESHOLD) -> Scores:
             values["average_precision"][i, k] = average_precision(np.r_[flat, flat], labels, weights)
             values["auroc"][i, k] = roc_auc(np.r_[flat, flat], labels, weights)
             values["kept"][i, k] = kept[i, k].mean()
+        if done is not None:
+            done(1)
     return Scores(values, kept, truth.reshape(count, -1).mean(1), heads)
 
 
@@ -202,5 +205,5 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
         lines.append(row(f"head {k + 1}", [f"{runs[n]['heads'][k][m]:.3f}" for m, n in columns]))
     best = [runs[n]["best_head"][f"by_{m}"] for m, n in columns]
     lines.append(row("best head", [f"(head {b['head']}) {b[m]:.3f}" for b, (m, _) in zip(best, columns)]))
-    lines.append(row("mean of the heads", [f"{runs[n]['mean_map'][m]:.3f}" for m, n in columns]))
+    lines.append(row("mean map (of the heads)", [f"{runs[n]['mean_map'][m]:.3f}" for m, n in columns]))
     return "\n".join(lines)

@@ -12,6 +12,7 @@ recorded, and writes beside the run (``runs/x/probes/final``), never into its bu
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from .. import tasks
 from ..building import outputs
 from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
 from ..building.builder import compile_spec, spec_of
+from ..building.derivation import explicit
 from ..building.plan import tied
 from ..data.batches import check_normalize, is_rgb
 from ..data.sets import Data
@@ -32,6 +34,7 @@ from ..errors import WorkbenchError
 from ..files import write_together
 from ..interop.exchange import load_checkpoint
 from ..interop.reading import InteropError, read_checkpoint
+from ..spec_language import loader
 from ..spec_language.zoo import presets
 from ..settings import settings_of
 from ..training import identity as run_records
@@ -66,6 +69,25 @@ def is_run(path: Any) -> bool:
     return isinstance(path, (str, Path)) and Path(path).is_dir() and (Path(path) / run_records.RUN_FILE).exists()
 
 
+def check_recorded_spec(run: Path, record: run_records.Record, weights: Path) -> None:
+    """Refuse a run whose ``spec.yaml`` is not the spec its record hashed, or whose weights' ``spec.yaml`` is not
+    that spec (its derived decoder written out, as a build saves it): either was edited after the run, and
+    another network with the same shapes (a swapped primitive) would be scored silently under the run's name."""
+    recorded, spec_file = record.identity["spec"]["sha256"], run / SPEC_FILE
+    try:
+        text = spec_file.read_text(encoding="utf-8")
+        built = (weights / SPEC_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise WorkbenchError(f"{run}: its spec cannot be read ({getattr(error, 'strerror', None) or error}); it is "
+                             "not the run its record describes") from None
+    if hashlib.sha256(text.encode()).hexdigest() != recorded:
+        raise WorkbenchError(f"{spec_file} is not the spec {run / run_records.RUN_FILE} recorded (its SHA-256 "
+                             f"differs from {recorded[:12]}...): it was changed after the run trained; restore it")
+    if loader.dump(explicit(loader.load(spec_file))) != built:
+        raise WorkbenchError(f"{weights / SPEC_FILE} is not the spec the run trained ({spec_file}, which its record "
+                             "hashed): the weights' spec was changed after the run; restore it")
+
+
 def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     """The weights of the run folder ``run`` and what it was trained on (:class:`RunWeights`);
     :class:`WorkbenchError` when it holds no weights yet, :class:`~crate_compose.training.identity.RunRecordError`
@@ -85,6 +107,7 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
             raise WorkbenchError(f"{run} holds no trained weights yet (no final/, no checkpoint): probe it once "
                                  "it has written a checkpoint")
         said = f"its latest checkpoint, {weights.name} (it has no final/: the run is not finished)"
+    check_recorded_spec(run, record, weights)
     data = record.identity["data"]["name"]
     image_size, seed, normalize = settings.image_size, settings.seed, settings.normalize
     size = f", image size {image_size}" if image_size else ""

@@ -11,6 +11,7 @@ prints as JSON.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -31,17 +32,31 @@ TOP_K = 5
 
 
 def _loaded(command: str, spec_ref, data_name: str | None, weights: str | Path | None, overrides: Iterable[str],
-            image_size: int | None, seed: int | None, normalize: str | None, keep: tuple[str, ...] = ()):
+            image_size: int | None, seed: int | None, normalize: str | None, keep: tuple[str, ...] = (),
+            untrained: bool = False):
     """The subject (a run folder resolved: :func:`crate_compose.assessment.run_probes.resolve_subject`), the
-    spec fitted to its data, the data, the model with its weights (none: untrained, of the seed) and how
-    its inputs are standardized (:func:`crate_compose.assessment.run_probes.standardize`)."""
-    subject = resolve_subject(command, spec_ref, weights, data_name, image_size, seed, normalize)
+    spec fitted to its data, the data, the model with its weights (none, or ``untrained``: the network as
+    the seed initializes it, the baseline of what training learned) and how its inputs are standardized
+    (:func:`crate_compose.assessment.run_probes.standardize`: as the weights were trained, the untrained
+    network alike)."""
+    said = (lambda note: print(f"note: {note}; untrained: its weights are not read", file=sys.stderr)) \
+        if untrained else None
+    subject = resolve_subject(command, spec_ref, weights, data_name, image_size, seed, normalize, say=said)
     spec, data = prepare(subject.spec, subject.data, list(overrides), subject.image_size, subject.seed, keep=keep)
     normalize = standardize(subject.weights, subject.normalize, data)
     model = compile_spec(spec, seed=subject.seed)
-    if subject.weights is not None:
+    if subject.weights is not None and not untrained:
         load_weights(model, subject.weights)
     return subject, spec, data, model, normalize
+
+
+def _weights_said(subject, untrained: bool) -> str | None:
+    """What the scores are of: the weights, or the untrained network of the seed (and the weights whose
+    spec, data and seed it shares)."""
+    if untrained:
+        beside = f" (the spec, data and seed of {subject.weights})" if subject.weights is not None else ""
+        return f"untrained, seed {subject.seed}{beside}"
+    return str(subject.weights) if subject.weights is not None else None
 
 
 def tensors_of(dataset, workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,18 +68,22 @@ def tensors_of(dataset, workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
                      overrides: Iterable[str] = (), task: str | None = None, image_size: int | None = None,
-                     seed: int | None = None, normalize: str | None = None, workers: int = 0) -> dict[str, Any]:
+                     seed: int | None = None, normalize: str | None = None, workers: int = 0,
+                     untrained: bool = False) -> dict[str, Any]:
     """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint; or an authors'
     checkpoint file) on ``data_name`` (default: digits), its images standardized as ``normalize`` says
     (default: as the weights were trained, :func:`crate_compose.assessment.run_probes.normalization_of`),
     the masks drawn from ``seed`` (default 0). A run folder as ``spec_ref`` or ``weights`` gives its
     final weights, spec, data, image size, seed and standardization: its own test metrics come back.
-    ``workers`` DataLoader processes decode a split read from files (the metrics are the same)."""
-    if weights is None and not is_run(spec_ref):
+    ``workers`` DataLoader processes decode a split read from files (the metrics are the same).
+    ``untrained``: the same scores of the network the seed initializes (of a run: its spec, data and seed),
+    the baseline beside which the trained scores mean something."""
+    if weights is None and not is_run(spec_ref) and not untrained:
         raise WorkbenchError("evaluate needs trained weights: --weights DIR (a run's final/ or a checkpoint, or "
-                             "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN")
+                             "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN (or "
+                             "--untrained, the network as its seed initializes it)")
     subject, spec, data, model, normalize = _loaded("evaluate", spec_ref, data_name, weights, overrides, image_size,
-                                                    seed, normalize)
+                                                    seed, normalize, untrained=untrained)
     chosen = tasks.of(task or subject.task, data)
     if chosen is None:
         raise WorkbenchError(f"data set '{data.name}' is for no task that evaluate scores ({', '.join(tasks.names())}); "
@@ -73,7 +92,7 @@ def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path
     settings = Settings(task=task, data=subject.data, seed=subject.seed, normalize=normalize, workers=workers)
     top_k = TOP_K if (data.classes or 0) > TOP_K else None  # a classifier's top-5 beside its top-1
     metrics = chosen.evaluate(model, data, settings, top_k=top_k)
-    return {"spec": spec.name, "data": subject.data, "weights": str(subject.weights), "task": task,
+    return {"spec": spec.name, "data": subject.data, "weights": _weights_said(subject, untrained), "task": task,
             "normalize": normalize, "examples": len(data.test), **metrics}
 
 
@@ -89,15 +108,16 @@ def _features_of(model, data: Data, split, normalize: str, workers: int, layer: 
 def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
                          overrides: Iterable[str] = (), layer: int | None = None, pool: str = "cls",
                          image_size: int | None = None, seed: int = 0, normalize: str | None = None,
-                         workers: int = 0) -> dict[str, Any]:
+                         workers: int = 0, untrained: bool = False) -> dict[str, Any]:
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
     network of ``seed``, a baseline; a run folder: its final weights, on its data) on ``data_name``'s
     splits (default: digits), standardized as ``normalize`` says (default: as the weights were
     trained). ``seed`` draws the validation split; ``workers`` DataLoader processes decode a split read
-    from files. The features are taken batch by batch: only they are held, never the images."""
+    from files. The features are taken batch by batch: only they are held, never the images. ``untrained``: the
+    features of the network the seed initializes, even of a run (its spec and data), the baseline."""
     subject, spec, data, model, normalize = _loaded("linear-probe", spec_ref, data_name, weights, overrides,
-                                                    image_size, seed, normalize, keep=HEADLESS)
-    data_name, weights = subject.data, subject.weights
+                                                    image_size, seed, normalize, keep=HEADLESS, untrained=untrained)
+    data_name = subject.data
     train_f, train_y = _features_of(model, data, data.train, normalize, workers, layer, pool)
     test_f, test_y = _features_of(model, data, data.test, normalize, workers, layer, pool)
     labels = "classes"
@@ -109,6 +129,6 @@ def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | 
         train_y, test_y, labels = data.train.crops[:, 0], data.test.crops[:, 0], "the photograph of each crop"
     result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
     result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
-    return {"spec": spec.name, "data": data_name, "weights": str(weights) if weights else None,
+    return {"spec": spec.name, "data": data_name, "weights": _weights_said(subject, untrained),
             "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, "normalize": normalize,
             **result.to_dict()}

@@ -32,6 +32,8 @@ def add(command: Command) -> None:
     evaluate.add_argument("--seed", type=SEED, default=None, help="seed of the evaluation's masks (default: a run's "
                           "own, else 0)")
     evaluate.add_argument("--out", type=Path, help="also write the JSON to this file")
+    evaluate.add_argument("--untrained", action="store_true", help="score the network as its seed initializes it "
+                          "(of a run: its spec, data and seed), the baseline beside the trained scores")
 
     probe_linear = command("linear-probe", help="logistic regression (C in 10^0..10^5) and k-NN on frozen "
                            "features, as JSON")
@@ -50,6 +52,8 @@ def add(command: Command) -> None:
     formulas_argument(probe_linear)
     probe_linear.add_argument("--seed", type=SEED, default=0, help="seed of the validation split (default: 0)")
     probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
+    probe_linear.add_argument("--untrained", action="store_true", help="the features of the network as its seed "
+                              "initializes it, even of a run (its spec and data): the baseline")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -59,7 +63,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     return _answer(evaluate_weights(args.spec, args.data, args.weights, overrides=args.overrides, task=args.task,
                                     image_size=args.image_size, seed=args.seed, normalize=args.normalize,
-                                    workers=args.workers), args.out)
+                                    workers=args.workers, untrained=args.untrained), args.out)
 
 
 def run_linear_probe(args: argparse.Namespace) -> int:
@@ -69,7 +73,7 @@ def run_linear_probe(args: argparse.Namespace) -> int:
 
     result = linear_probe_weights(args.spec, args.data, args.weights, overrides=args.overrides, layer=args.layer,
                                   pool=args.pool, image_size=args.image_size, seed=args.seed,
-                                  normalize=args.normalize, workers=args.workers)
+                                  normalize=args.normalize, workers=args.workers, untrained=args.untrained)
     if " tie " in result.get("choice", ""):
         print(f"note: {result['choice']}", file=sys.stderr)
     return _answer(result, args.out)

@@ -28,7 +28,9 @@ columns of :data:`COLUMNS`), so an image depends neither on the run's seed nor o
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -51,6 +53,9 @@ TEXTURES = BACKGROUNDS[:3]  # what a mix mixes
 CELLS, TRIES = (2, 5), 8  # a noise grid's sides; the digit's colour: the farthest of this many from the background's
 MAX_COUNT = 1_000_000
 CHUNK = 1024  # images made at once
+CACHE_FROM = 10_000  # images (train and test) from which a made set is kept in the cache folder: pasted-digits:40000
+# takes 30-90 s to make, and every run start, probe and segment of such a run would make it again
+CACHE_VERSION = 1  # in the cached files' names: raised whenever the drawing changes what an image is
 
 
 def _columns() -> dict[str, slice]:
@@ -208,10 +213,77 @@ def paste(split_seed: int, split: str, index: int, size: int = SIZE) -> Pasted:
                   int(one["left"]), tuple(float(c) for c in one["colour"]), one["background"])
 
 
+def _generate(split_seed: int, split: str, count: int, size: int, images: np.ndarray, labels: np.ndarray,
+              pool: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``count`` images of ``split`` (float32 in [0, 1]), their labels and masks, drawn a chunk at a time (the
+    same images, less memory), with a progress bar on a terminal when there are many."""
+    from tqdm import tqdm
+
+    inputs, masks = torch.empty(count, 3, size, size), torch.empty(count, size, size, dtype=torch.bool)
+    targets = torch.empty(count, dtype=torch.int64)
+    with tqdm(total=count, desc=f"{NAME}: making the {split} images", unit="image", leave=False,
+              disable=None if count > 4 * CHUNK else True) as bar:
+        for start in range(0, count, CHUNK):
+            chunk = min(CHUNK, count - start)
+            image, mask, drawn = _make(_uniforms(split_seed, split, chunk, start), size, images, labels, pool)
+            inputs[start:start + chunk] = torch.from_numpy(image)
+            masks[start:start + chunk] = torch.from_numpy(mask)
+            targets[start:start + chunk] = torch.from_numpy(drawn["label"])
+            bar.update(chunk)
+    return inputs, targets, masks
+
+
+def cache_file(split_seed: int, size: int, split: str, count: int) -> Path:
+    """Where a made split is kept (:data:`CACHE_FROM`): in the data sets' cache folder
+    (:func:`crate_compose.data.archives.data_home`), named by everything that fixes its images."""
+    from .archives import data_home
+
+    return data_home() / f"{NAME}-v{CACHE_VERSION}-{split_seed}-{size}-{split}-{count}.safetensors"
+
+
+def _read_cache(path: Path, count: int, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """A split kept at ``path``, checked whole (its tensors, shapes, dtypes, labels and pixel range); None when
+    there is none. A damaged one is said and made again (it is this package's own, made from the seed)."""
+    if not path.is_file():
+        return None
+    from safetensors.torch import load_file
+
+    expected = {"inputs": ((count, 3, size, size), torch.float32), "targets": ((count,), torch.int64),
+                "masks": ((count, size, size), torch.bool)}
+    try:
+        found = load_file(str(path))
+        problem = next((f"{key}: {tuple(found[key].shape) if key in found else 'missing'}"
+                        for key, (shape, dtype) in expected.items()
+                        if key not in found or tuple(found[key].shape) != shape or found[key].dtype != dtype), None)
+        if problem is None and not (0 <= int(found["targets"].min()) and int(found["targets"].max()) < 10
+                                    and bool(((found["inputs"] >= 0) & (found["inputs"] <= 1)).all())):
+            problem = "labels or pixels out of range"
+    except Exception as error:  # safetensors' own errors: a truncated or foreign file
+        problem = f"not a safetensors file ({' '.join(str(error).split())[:80]})"
+    if problem is not None:
+        print(f"note: {path} does not hold the {NAME} images it is named for ({problem}); made again",
+              file=sys.stderr)
+        return None
+    return found["inputs"], found["targets"], found["masks"]
+
+
+def _write_cache(path: Path, inputs: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor) -> None:
+    """Keep a made split (atomically); a cache folder that cannot take it only costs the time to make it again."""
+    from ..files import save_tensors
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_tensors({"inputs": inputs, "targets": targets, "masks": masks}, path)
+    except OSError as error:
+        print(f"note: the {NAME} images are not kept in {path.parent} ({error.strerror or error}); they are made "
+              "again at the next start", file=sys.stderr)
+
+
 def load_pasted_digits(*, image_size: int | None = None, split_seed: int = 0, train_count: int = 4000,
                        test_count: int = 1000, memory_limit: str | float | None = None) -> Data:
     """``train_count`` / ``test_count`` images of scikit-learn's digits pasted on textured backgrounds, with
-    their masks (see the module docstring); every image is fixed by ``split_seed`` (never the run's seed)."""
+    their masks (see the module docstring); every image is fixed by ``split_seed`` (never the run's seed). A set
+    of :data:`CACHE_FROM` images or more is kept once made (:func:`cache_file`) and read back, checked, after."""
     size = SIZE if image_size is None else image_size
     check_size(size, NAME)
     if size < SMALLEST:
@@ -229,16 +301,15 @@ def load_pasted_digits(*, image_size: int | None = None, split_seed: int = 0, tr
     images, labels = _digits()
     pools = _pools(labels, split_seed)
     splits = []
+    cached = total >= CACHE_FROM
     for split, count, pool in zip(SPLITS, (train_count, test_count), pools):
-        inputs, masks = torch.empty(count, 3, size, size), torch.empty(count, size, size, dtype=torch.bool)
-        targets = torch.empty(count, dtype=torch.int64)
-        for start in range(0, count, CHUNK):  # drawn a chunk at a time: the same images, less memory
-            chunk = min(CHUNK, count - start)
-            image, mask, drawn = _make(_uniforms(split_seed, split, chunk, start), size, images, labels, pool)
-            inputs[start:start + chunk] = torch.from_numpy(image)
-            masks[start:start + chunk] = torch.from_numpy(mask)
-            targets[start:start + chunk] = torch.from_numpy(drawn["label"])
-        splits.append((inputs, targets, masks))
+        path = cache_file(split_seed, size, split, count)
+        found = _read_cache(path, count, size) if cached else None
+        if found is None:
+            found = _generate(split_seed, split, count, size, images, labels, pool)
+            if cached:
+                _write_cache(path, *found)
+        splits.append(found)
     mean, std = channel_stats(splits[0][0])
     for inputs, _, _ in splits:  # standardized in place
         inputs.sub_(mean.view(1, -1, 1, 1)).div_(std.view(1, -1, 1, 1))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import textwrap
+from pathlib import Path
 
 import torch
 
@@ -175,3 +176,15 @@ def reconstruction_png(pictures: dict[str, torch.Tensor], *, title: str, labels:
         axes[0][j].set_title(name, fontsize=7)
     row_labels(axes, labels)
     return png_bytes(figure)
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as a figure's title names it: relative to the working folder when it lies inside it, else its last
+    two parts (``crate-supervised/final``): a picture never shows the folders of the machine it was made on."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-2:]))

@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..assessment import mask_scores as measure
 from ..tasks.frozen_features import feature_site
@@ -107,7 +108,7 @@ def _attention_steps(model, layer: int | None) -> tuple[int, bool, list]:
 
 
 def class_attention(model, inputs: torch.Tensor, layer: int | None = None,
-                    notes: list[str] | None = None) -> ClassTokenMaps:
+                    notes: list[str] | None = None, done: Callable[[int], Any] | None = None) -> ClassTokenMaps:
     """The class token's attention to every patch, per head, at the last attention step of encoder layer
     ``layer`` (default: the last), on ``inputs`` ``(N, C, H, W)``, gathered by
     :func:`crate_compose.pictures.views.look` ``CHUNK`` images at a time. Refused (:class:`SpecError`): a layer
@@ -132,6 +133,8 @@ def class_attention(model, inputs: torch.Tensor, layer: int | None = None,
                 ("preprocess",), spec.locate(("preprocess",)))])
         parts.append(view.maps(views.grid, 0))
         size = views.patch_size
+        if done is not None:
+            done(len(inputs[start:start + CHUNK]))
     return ClassTokenMaps(name, str(step.meta.get("primitive")), chosen, last, torch.cat(parts), size)
 
 
@@ -233,9 +236,12 @@ def segment(spec_ref, data_name: str | None = None, *, weights: str | Path | Non
         networks["trained"] = trained
     networks["untrained"] = untrained
     gathered, scored = {}, {}
-    for name, model in networks.items():
-        gathered[name] = class_attention(model, inputs, layer, notes if not gathered else None)
-        scored[name] = measure.score(gathered[name].maps.numpy(), truth, gathered[name].patch_size, threshold)
+    with tqdm(total=2 * count * len(networks), desc=f"segment: attention and scores of {count:,} images",
+              unit="image", leave=False, disable=None if count > 64 else True) as bar:
+        for name, model in networks.items():  # a bar on a terminal: 1,000 images take minutes on a CPU
+            gathered[name] = class_attention(model, inputs, layer, notes if not gathered else None, done=bar.update)
+            scored[name] = measure.score(gathered[name].maps.numpy(), truth, gathered[name].patch_size, threshold,
+                                         done=bar.update)
     runs = {name: measure.summarize(s) for name, s in scored.items()}
     step = next(iter(gathered.values()))
     result = {
@@ -253,7 +259,7 @@ def segment(spec_ref, data_name: str | None = None, *, weights: str | Path | Non
         f"every number: Jaccard index of the {threshold:.0%}-mass masks, average precision and AUROC of the maps, "
         "per head, best head, mean map, per image; the protocol"))}
     for name in networks:
-        who = f"weights {subject.weights}" if name == "trained" else f"untrained (seed {subject.seed})"
+        who = f"weights {drawings.shown(subject.weights)}" if name == "trained" else f"untrained (seed {subject.seed})"
         title = (f"{spec.name} on {subject.data}, {who}: class-token attention at {step.module} ({step.primitive}), "
                  f"encoder layer {step.layer}; green: the mask, cyan: the patches holding {threshold:.0%} of the mass")
         files[f"segmentation-{name}.png"] = (figure_png(pictures, gathered[name], scored[name], truth[:shown],

@@ -142,7 +142,7 @@ def show(spec_ref, data_name: str | None = None, *, weights: str | Path | None =
     scale = normalization(data, normalize)  # how the inputs turn back into pixels
     mean, std = (scale[0].tolist(), scale[1].tolist()) if scale is not None else (None, None)
     views = look(model, inputs, layer=layer, patch=patch, mean=mean, std=std, seed=seed)
-    trained = f"untrained (seed {seed})" if weights is None else f"weights {weights}"
+    trained = f"untrained (seed {seed})" if weights is None else f"weights {drawings.shown(weights)}"
     figures = draw(views, f"{spec.name} on {data_name}, {trained}", [f"test image {i}" for i in chosen])
     paths = {folder / name: content for name, (content, _) in figures.items()}
     for path in paths:

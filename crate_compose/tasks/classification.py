@@ -30,6 +30,15 @@ class Classification(Task):
         if data.provides == IMAGES and not data.classes:  # images without labels
             raise TrainError(f"data set '{data.name}' has no labels to classify; use --task mae")
         super().check(spec, data)
+        from ..building.inspection import inspect
+
+        shape = inspect(spec).output_shape  # from the footprints: no weights
+        if len(shape) != 2:
+            masks = any(step.primitive == "mask" for step in spec.preprocess)
+            hint = "; a spec with a mask step trains with --task mae" if masks else " (crate-compose list tasks)"
+            raise TrainError(f"spec '{spec.name}' outputs {list(shape)} (a batch of "
+                             f"{'x'.join(map(str, shape[1:]))}), not one score per class ([B, classes]): task "
+                             f"classify trains a network whose head ends in a classifier{hint}")
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
         import torch.nn.functional as F

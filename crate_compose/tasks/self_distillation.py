@@ -42,6 +42,8 @@ CENTER_MOMENTUM = 0.9
 WEIGHT_DECAY_END = 0.4  # DINO's --weight_decay_end
 FREEZE_LAST_LAYER_EPOCHS = 1  # DINO's --freeze_last_layer
 LOCAL_CROPS = 8  # DINO's --local_crops_number
+MIN_TEMP = 1e-3  # the coldest teacher: its logits are within +-g (a weight-normalized layer of unit vectors; g = 1
+# unless norm_last_layer is off), so dividing by 1e-3 stays finite in float32 with room to spare; DINO: 0.04-0.07
 KNN_TRAIN = 10_000  # training examples whose features the k-NN votes with (evenly spaced, always the same)
 
 
@@ -59,10 +61,10 @@ class SelfDistillation(Task):
     options = (  # DINO's --local_crops_number, --teacher_temp, --warmup_teacher_temp, --warmup_teacher_temp_epochs
         Option(int, LOCAL_CROPS, f"local crops per image (default: {LOCAL_CROPS}, DINO's)", low=0, high=64,
                name="local_crops"),
-        Option(float, 0.04, "the teacher's temperature (default: 0.04, DINO's)", low=0, low_open=True,
-               name="teacher_temp"),
-        Option(float, 0.04, "the teacher's temperature at step 0, rising linearly to --teacher-temp (default: 0.04)",
-               low=0, low_open=True, name="warmup_teacher_temp"),
+        Option(float, 0.04, "the teacher's temperature, at least 0.001: colder, (logits - center) / T overflows "
+               "and the loss is not finite (default: 0.04, DINO's)", low=MIN_TEMP, name="teacher_temp"),
+        Option(float, 0.04, "the teacher's temperature at step 0, rising linearly to --teacher-temp, at least 0.001 "
+               "(default: 0.04)", low=MIN_TEMP, name="warmup_teacher_temp"),
         Option(int, 0, "over this many epochs (default: 0)", low=0, name="warmup_teacher_temp_epochs"),
     )
     example = ExampleRun("crate-dino-digits", "digits", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
@@ -98,9 +100,18 @@ class SelfDistillation(Task):
         from .frozen_features import features, knn
         from .held_out import evaluating, test_batches
 
-        with evaluating(model, settings.seed) as device:
-            train = [(features(model, x), y) for x, y in _batches(data.train, data, settings, device, KNN_TRAIN)]
-            test = [(features(model, x), y) for x, y in test_batches(data, settings, device)]
+        from tqdm import tqdm
+
+        count = min(len(data.train), KNN_TRAIN) + len(data.test)
+        with evaluating(model, settings.seed) as device, \
+                tqdm(total=count, desc=f"k-NN: the features of {count:,} images", unit="image", leave=False,
+                     disable=None if count > 2048 else True) as bar:  # minutes on a CPU, after the last step
+            def of(x, y):
+                bar.update(len(x))
+                return features(model, x), y
+
+            train = [of(x, y) for x, y in _batches(data.train, data, settings, device, KNN_TRAIN)]
+            test = [of(x, y) for x, y in test_batches(data, settings, device)]
         cat = torch.cat
         return {"test_knn_accuracy": knn(cat([f for f, _ in train]), cat([y for _, y in train]).cpu(),
                                          cat([f for f, _ in test]), cat([y for _, y in test]).cpu())}
