@@ -108,5 +108,18 @@ class TrainError(WorkbenchError):
     """A run that cannot start (bad task, data or resume request); the CLI prints it in one line."""
 
 
+class Stopped(WorkbenchError):
+    """A run stopped by a signal (SIGTERM) at a step's start, its checkpoints intact: ``state`` says after which
+    step and the last checkpoint kept, ``advice`` how to continue; the message is both. The CLI prints it in
+    one line and exits with status 128 + the signal's number (143 for SIGTERM), as a process the signal ended
+    would."""
+
+    def __init__(self, state: str, advice: str, *, signal: int = 15) -> None:
+        super().__init__(f"{state}; {advice}")
+        self.state, self.advice = state, advice
+        self.signal = int(signal)
+        self.exit_status = 128 + self.signal
+
+
 class DataError(WorkbenchError):
     """A data set that cannot be loaded; the message is one line naming the data set, path or file."""

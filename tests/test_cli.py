@@ -401,6 +401,17 @@ def test_inspect_a_preset_by_name(capsys):
     assert "parameters: 6,090,856 total" in out and "this build: exact" in out
 
 
+def test_inspect_in_python_shows_the_table_the_command_prints(capsys):
+    """``cc.inspect()`` in a REPL or printed: the table of ``crate-compose inspect``, not a dataclass's one-line
+    repr of every row; its fields stay."""
+    code, out, _ = run(capsys, "inspect", "crate-tiny", *SETS)
+    summary = cc.inspect("crate-tiny", SMALL)
+    assert code == 0 and repr(summary) == str(summary) == summary.table() == out.rstrip("\n")
+    assert repr(summary).splitlines()[0] == "crate-tiny: input (B, 3, 32, 32) -> output (B, 10)"
+    assert summary.name == "crate-tiny" and summary.params_total == summary.to_dict()["params_total"]
+    assert [row.module for row in summary.steps] == STEPS
+
+
 def test_validate_ok(capsys):
     code, out, err = run(capsys, "validate", "crate-tiny", *SETS)
     assert (code, out) == (0, "crate-tiny: ok (crate-tiny)\n") and only_notes(err)

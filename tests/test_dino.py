@@ -265,3 +265,55 @@ def test_the_hue_shift_is_torchvisions_adjust_hue_per_image():
     shift = torch.linspace(-0.1, 0.1, 16).view(-1, 1, 1, 1)
     expected = torch.stack([TF.adjust_hue(images[i], float(shift[i])) for i in range(16)])
     assert (hue_shift(images, shift) - expected).abs().max() < 1e-5
+
+
+def test_the_progress_shows_the_collapse_measures_and_the_student_and_the_teacher(tmp_path, capsys):
+    """A DINO run's progress lines show the teacher's entropy and KL to uniform beside each step's loss (the
+    values metrics.jsonl logs at that step); the evaluation line and the summary say the k-NN accuracy of the
+    student and of the teacher; metrics.jsonl and result.json keep their keys."""
+    from crate_compose import cli
+
+    out = tmp_path / "run"
+    sets = [arg for override in EXAMPLE.overrides for arg in ("--set", override)]
+    args = ["train", EXAMPLE.spec, *sets, "--task", "dino", "--data", "digits", "--steps", "4", "--batch-size", "8",
+            "--ema", "0.996", "--local-crops", "2", "--log-every", "1", "--logger", "none", "--out", str(out)]
+    assert cli.main(args) == 0
+    printed, err = capsys.readouterr()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_rows = {row["step"]: row for row in rows if row["kind"] == "train"}
+    lines = [line for line in err.splitlines() if line.startswith("step ") and "/4 (" in line]
+    assert lines, err
+    for line in lines:
+        row = train_rows[int(line.split()[1].split("/")[0])]
+        assert (f", loss {row['loss']:.4f}, teacher_entropy {row['teacher_entropy']:.3f}, "
+                f"teacher_kl_uniform {row['teacher_kl_uniform']:.3f}, ") in line, (line, row)
+    evaluation = next(row for row in rows if row["kind"] == "eval")
+    said = (f"student test_knn_accuracy {evaluation['test_knn_accuracy']:.4f}, "
+            f"teacher {evaluation['ema_test_knn_accuracy']:.4f}")
+    assert f"step 4: {said}" in err.splitlines(), err
+    summary = next(line for line in printed.splitlines() if line.startswith("trained "))
+    assert summary.endswith(f": last batch's train loss {train_rows[4]['loss']:.4f}, {said}"), summary
+    assert set(json.loads((out / "result.json").read_text())["metrics"]) == {"test_knn_accuracy",
+                                                                              "ema_test_knn_accuracy"}
+
+
+def test_a_diverged_dino_run_names_its_own_settings(tmp_path, monkeypatch):
+    """A loss that is not finite stops the run, and the message names the task's own options with the run's
+    values beside --lr and --warmup (the teacher's temperatures can make the loss diverge)."""
+    from crate_compose.tasks.self_distillation import DinoSession
+
+    real = DinoSession.loss
+
+    def diverging(self, net, model, x, y, step, ema=None):
+        loss, output = real(self, net, model, x, y, step, ema)
+        return (loss * float("nan") if step == 2 else loss), output
+
+    monkeypatch.setattr(DinoSession, "loss", diverging)
+    settings = _settings(options={"local_crops": 2, "teacher_temp": 0.05})
+    with pytest.raises(TrainError) as caught:
+        train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "run", progress=False)
+    message = str(caught.value)
+    assert message.startswith("the loss is nan at step 2: the run diverged"), message
+    assert ("lower --lr or raise --warmup, or check task dino's --local-crops 2, --teacher-temp 0.05, "
+            "--warmup-teacher-temp 0.04, --warmup-teacher-temp-epochs 0, and start a new run with another --out"
+            ) in message

@@ -189,7 +189,7 @@ head:
                  sets=[], steps=2)
     assert f"note: head.classify (4 tensors) is not in {mae}: left newly initialized" in err
     decoder = sum(1 for name in _weights(mae) if name.startswith("decoder."))
-    assert f"note: {decoder + 1} tensors of {mae} not used by spec 'crate-mae-classifier.classes-3': " \
+    assert f"note: {decoder + 1} tensors of {mae} not used by spec 'crate-mae-classifier': " \
            f"decoder.* ({decoder} tensors), preprocess.mask (1 tensor)" in err
     final, init = _weights(tmp_path / "run" / "final"), _weights(mae)
     encoder = [name for name in final if not name.startswith("head.")]

@@ -290,6 +290,35 @@ def test_a_tensorboard_folder_that_stops_taking_writes_stops_the_logging_not_the
     assert (run / "final").is_dir() and (run / "result.json").is_file()
 
 
+def test_a_tensorboard_folder_that_takes_no_write_from_the_start_stops_the_logging_not_the_run(tmp_path, capsys,
+                                                                                               monkeypatch):
+    """The event file cannot be written at all (a read-only folder: the writer opens the file for each write, so
+    the first one fails; injected where the writer's thread meets it, as root ignores modes). That first write
+    happens in the writer's own thread while it is made, before the writer's records can be guarded: it is one
+    note all the same, never a traceback from that thread, and the run finishes (exit 0) with its metrics."""
+    import errno
+    import threading
+
+    from tensorboard.summary.writer import record_writer
+
+    def denied(self, data):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    raised = []
+    monkeypatch.setattr(record_writer.RecordWriter, "write", denied)
+    monkeypatch.setattr(threading, "excepthook", lambda info: raised.append(info.exc_value))
+    run = tmp_path / "run"
+    assert cli.main(_args(run, 4, "--log-every", "1", "--logger", "tensorboard")) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err and raised == [], (err, raised)
+    notes = [line for line in err.splitlines() if "TensorBoard" in line]
+    assert notes == [f"note: TensorBoard logging stopped: {run / eventlog.FOLDER} cannot be written ([Errno 13] "
+                     "Permission denied); the run goes on, its metrics in metrics.jsonl and metrics.csv"], err
+    assert [row["step"] for row in _rows(run) if row["kind"] == "train"] == [1, 2, 3, 4]
+    assert (run / "final").is_dir() and (run / "result.json").is_file()
+    assert not [t for t in threading.enumerate() if type(t).__module__.startswith("tensorboard.")]  # none left
+
+
 def test_probe_curves_that_cannot_be_written_are_one_error_and_no_half_file(tmp_path, capsys, monkeypatch):
     from tensorboard.summary.writer import record_writer
 

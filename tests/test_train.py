@@ -196,3 +196,100 @@ def test_a_run_with_the_formulas_as_written_records_them_and_a_resume_with_other
     assert cli.main(_run_args(tmp_path / "from-environment", 1)) == 0 and written
     record = json.loads((tmp_path / "from-environment" / "run.json").read_text())
     assert record["identity"]["settings"]["formulas"] == "written"
+
+
+def test_each_progress_line_shows_its_own_steps_loss(tmp_path, capsys):
+    """Without a terminal, a plain line at every tenth of the run: each line's loss is the loss of the step it
+    counts (metrics.jsonl's), not the step's before, so the last line's is the summary's."""
+    out = tmp_path / "run"
+    assert cli.main([arg for arg in _run_args(out, 20) if arg != "--no-progress"]) == 0
+    printed, err = capsys.readouterr()
+    losses = _losses(out)
+    lines = [line for line in err.splitlines() if line.startswith("step ") and "/20 (" in line]
+    steps = [int(line.split()[1].split("/")[0]) for line in lines]
+    assert steps == list(range(2, 21, 2)), err
+    for step, line in zip(steps, lines):
+        assert f", loss {losses[step]:.4f}," in line, (step, line, losses[step])
+    summary = next(line for line in printed.splitlines() if line.startswith("trained "))
+    assert f" train loss {losses[20]:.4f}, " in summary
+
+
+def test_the_summary_says_its_train_loss_is_the_last_batchs(tmp_path, capsys):
+    """The summary's train loss is the last batch's alone, and says so; result.json keeps its keys, its
+    train_loss the same value."""
+    out = tmp_path / "run"
+    assert cli.main(_run_args(out, 5)) == 0
+    losses = _losses(out)
+    summary = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("trained "))
+    assert f"steps in " in summary and f": last batch's train loss {losses[5]:.4f}, test_accuracy " in summary
+    result = json.loads((out / "result.json").read_text())
+    assert set(result) == {"run", "steps", "train_loss", "metrics", "params", "seconds", "trainable"}
+    assert result["train_loss"] == pytest.approx(losses[5])
+
+
+def test_a_run_stopped_by_sigterm_says_where_and_resumes(tmp_path):
+    """SIGTERM mid-run: the run stops at the next step's start with one line naming the step, the last
+    checkpoint kept and --resume, exit status 143, no traceback, nothing half written; --resume continues from
+    that checkpoint (and is stopped the same way)."""
+    run, steps = tmp_path / "run", 100_000
+    args = [*CLI, *_run_args(run, steps, "--checkpoint-every", "5", "--logger", "none")]
+
+    def stopped_after(checkpoint: str, *extra: str) -> tuple[str, int]:
+        process = subprocess.Popen([*args, *extra], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / checkpoint).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 143, err
+        assert "Traceback" not in err, err
+        kept = max(int(p.name[5:]) for p in (run / "checkpoints").iterdir())
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \
+            [f"step-{s:06d}" for s in range(5, kept + 1, 5)]  # nothing half written beside them
+        line = err.strip().splitlines()[-1]
+        assert line.startswith("stopped by SIGTERM after step "), err
+        after = int(line.split()[5].replace(",", ""))
+        assert kept <= after < steps and kept >= int(checkpoint[5:])
+        assert line == (f"stopped by SIGTERM after step {after:,} of {steps:,}: the last checkpoint kept is step "
+                        f"{kept:,} ({run / 'checkpoints'}/step-{kept:06d}); crate-compose train ... --out {run} "
+                        "--resume continues from it")
+        assert max(_losses(run)) == after  # every step up to the stop was logged, none after
+        return err, kept
+
+    _, first = stopped_after("step-000010")
+    assert not (run / "final").exists() and not (run / "result.json").exists()
+    err, second = stopped_after(f"step-{first + 10:06d}", "--resume")
+    assert f"resumed at step {first:,} of {steps:,}" in err and second > first
+
+
+def test_the_sizes_the_data_fixes_do_not_rename_the_network(tmp_path, capsys):
+    """The data's input (images resized to 16) refits the spec: its name stays the one written with the user's
+    own --sets, in the run's spec.yaml, its record and its final build, as in the default run folder."""
+    out = tmp_path / "run"
+    assert cli.main(_run_args(out, 2, "--image-size", "16")) == 0
+    name = cc.load_spec(DIGITS, TINY).name
+    spec = cc.load_spec(out / "spec.yaml")
+    assert spec.name == name and spec.input.shape == [1, 16, 16]
+    assert cc.spec_of(cc.load_build(out / "final")).name == name
+    assert json.loads((out / "run.json").read_text())["identity"]["spec"]["name"] == name
+
+
+def test_a_run_recorded_when_the_data_renamed_the_spec_resumes_under_its_own_name(tmp_path, capsys, monkeypatch):
+    """A run recorded before the data's overrides stopped renaming the spec (its spec.yaml and run.json named
+    ``...shape-...image_size-16``) resumes: under that name, from its checkpoint, to the end."""
+    from crate_compose.training import preparation
+
+    fit, out = preparation.fit, tmp_path / "run"
+    with monkeypatch.context() as before:  # the naming of runs recorded before
+        before.setattr(preparation, "fit", lambda *args, **kwargs: fit(*args, **{**kwargs, "renamed": True}))
+        assert cli.main(_run_args(out, 4, "--image-size", "16", "--checkpoint-every", "2")) == 0
+    old = cc.load_spec(out / "spec.yaml").name
+    assert old != cc.load_spec(DIGITS, TINY).name and "16" in old  # the data's overrides named it
+    capsys.readouterr()
+    assert cli.main(_run_args(out, 6, "--image-size", "16", "--checkpoint-every", "2", "--resume")) == 0
+    err = capsys.readouterr().err
+    assert "resumed at step 4 of 6" in err, err
+    assert cc.load_spec(out / "spec.yaml").name == old == cc.spec_of(cc.load_build(out / "final")).name
+    assert json.loads((out / "run.json").read_text())["identity"]["spec"]["name"] == old
+    assert sorted(_losses(out)) == list(range(1, 7))

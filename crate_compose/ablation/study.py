@@ -43,7 +43,7 @@ from ..assessment.timelines import spread_rows
 from ..building.artifacts import load_build
 from ..building.builder import compile_spec, spec_of
 from ..building.inspection import validate
-from ..errors import Location, Problem, SpecError, WorkbenchError
+from ..errors import Location, Problem, SpecError, Stopped, WorkbenchError
 from ..files import ABLATIONS, write_atomic
 from ..spec_language import loader
 from ..spec_language.naming import GENERIC_KEYS, safe_name
@@ -276,8 +276,12 @@ def _train_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, prog
         for seed in range(grid.seeds):
             done += 1
             run = out / _folder(label) / f"seed-{seed}"
-            result = train_described(described.seeded(seed), out=run, device=device, progress=progress,
-                                     memory_limit=memory_limit, resume=(run / RUN_FILE).is_file(), loaded=loaded)
+            try:
+                result = train_described(described.seeded(seed), out=run, device=device, progress=progress,
+                                         memory_limit=memory_limit, resume=(run / RUN_FILE).is_file(), loaded=loaded)
+            except Stopped as stopped:  # SIGTERM: the ablation, not the one run, is what --resume continues
+                raise Stopped(f"{label}, seed {seed}: {stopped.state}", f"crate-compose ablate ... --out {out} --resume "
+                              "continues the ablation from there", signal=stopped.signal) from None
             value = result.metrics.get(task.metric, float("nan"))
             said = "finished before, kept" if result.already_finished else f"{result.seconds:.0f} s"
             print(f"[{done}/{total}] {label}, seed {seed}: {task.metric} {value:.4f} ({said})", flush=True)

@@ -35,6 +35,9 @@ class StepRow:
 
 @dataclass
 class Summary:
+    """A spec's steps (a :class:`StepRow` each) and totals; shown (``repr``, ``str``, ``print``) as the table
+    ``crate-compose inspect`` prints (:meth:`table`)."""
+
     name: str
     input_shape: list[int | str]
     output_shape: list[int | str]
@@ -46,6 +49,12 @@ class Summary:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def __repr__(self) -> str:
+        """The table ``crate-compose inspect`` prints (:meth:`table`): what a REPL or ``print`` shows."""
+        return self.table()
+
+    __str__ = __repr__
 
     def by_role(self) -> dict[str, int]:
         """Parameters per role (preprocess, encoder, decoder, head)."""

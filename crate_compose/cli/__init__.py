@@ -35,7 +35,7 @@ from typing import Sequence
 
 import crate_compose as cc
 
-from ..errors import DiagramError, PluginError, SpecError, WorkbenchError
+from ..errors import DiagramError, PluginError, SpecError, Stopped, WorkbenchError
 from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec_commands, train
 from .arguments import formulas_of, plugin_arguments, plugins_given, rank_zero
 
@@ -108,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with formulas_of(args):
             return COMMANDS[args.command](args)
+    except Stopped as error:  # SIGTERM during train: not an error of the input, one line saying where it stopped
+        return _refuse(f"{error}", error.exit_status)
     except (SpecError, PluginError, WorkbenchError) as error:  # bad input, a refused run: located, one per line
         return _refuse(f"error: {error}", getattr(error, "exit_status", 2))
     except DiagramError as error:

@@ -54,14 +54,17 @@ def run_train(args: argparse.Namespace) -> int:
                    memory_limit=args.memory_limit, init=init, freeze=freeze, recipe=recipe.text if recipe else None)
     if not rank_zero():
         return 0
-    scores = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, (int, float)))
+    from ..tasks import get as get_task
+    from ..training.metrics import said
+
+    scores = said(result.metrics, get_task(settings.task))  # DINO: the student's and the teacher's
     if result.already_finished:
         print(f"{result.run} is finished: {result.steps:,} steps" + (f", {scores}" if scores else "") +
               f". Nothing was changed; pass --steps N (more than {result.steps:,}) to train it longer")
         return 0
     count = f"{result.trainable:,} of {result.params:,}" if freeze != "none" else f"{result.params:,}"
     print(f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
-          f"train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
+          f"last batch's train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
     extra = "".join(f", {name}" for name in ("final-ema/", "recipe.yaml", "tokenizer.json", "tensorboard/")
                     if (Path(result.run) / name).exists())
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")

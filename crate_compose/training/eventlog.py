@@ -21,8 +21,8 @@ already showing the earlier files drops their later points), and removes the ear
 new one holds their points. The folder then holds one file with each step once, for TensorBoard's
 Python loader and for its Rust data server alike (which ignores purges), just as metrics.jsonl keeps
 only the rows written before the checkpoint. Points are flushed to disk as each row is added; a
-folder that stops taking them during the run (a full disk) stops the logging with one note, and the
-run goes on with metrics.jsonl (:class:`Board`).
+folder that cannot take them, from the start (read-only) or during the run (a full disk), stops the
+logging with one note, and the run goes on with metrics.jsonl (:class:`Board`).
 
 Probes (:func:`write_probe_curves`): ``probe`` writes the curves of ``probes.png`` beside it, one
 scalar per measure and run (``probes/coding_rate/trained``, ``probes/l0_density/untrained``; with
@@ -98,8 +98,9 @@ class Board:
     TensorBoard's writer writes from a thread of its own. When the folder stops taking its writes
     during the run (a full disk, a folder made read-only), the logging stops with one note to
     ``notes`` (default: printed on stderr) naming the folder and the reason, and the run goes on with
-    metrics.jsonl and metrics.csv: no traceback from the writer's thread, no run lost to its logs.
-    The folder that cannot be written when the board opens is refused (an ``OSError``, exit status 1)."""
+    metrics.jsonl and metrics.csv: no traceback from the writer's thread, no run lost to its logs. So
+    does a folder that cannot be written when the board opens (a read-only folder, a file in its place):
+    its earlier event files are left as they were."""
 
     def __init__(self, folder: str | Path, *, upto: int, batch_size: int,
                  notes: Callable[[str], None] | None = None) -> None:
@@ -110,17 +111,24 @@ class Board:
         self.notes = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
         self.stopped: str | None = None  # why the logging stopped
         self.previous = (upto, 0.0)  # the last train row's step and seconds (counted from this process's start)
+        self.writer: Any = None
+        self.guard: _Guard | None = None
+        self.path = self.folder
         earlier = event_files(self.folder)
         kept = [point for point in _points(earlier) if point[1] <= upto]
-        with naming(self.folder):
-            self.writer = SummaryWriter(str(self.folder), purge_step=0, max_queue=100)
-        self.guard = _guard(self.writer)  # the writer thread's failures kept, never raised in the thread
-        self.path = next((p for p in event_files(self.folder) if p not in earlier), self.folder)
-        with naming(self.path):
-            for wall_time, step, tag, value in kept:
-                self.writer.add_scalar(tag, value, step, walltime=wall_time)
-            self.writer.flush()
-            self._raise_failure()
+        try:
+            with naming(self.folder), _quiet_writer_threads():  # its first write, before the guard: raised here
+                self.writer = SummaryWriter(str(self.folder), purge_step=0, max_queue=100)
+            self.guard = _guard(self.writer)  # the writer thread's failures kept, never raised in the thread
+            self.path = next((p for p in event_files(self.folder) if p not in earlier), self.folder)
+            with naming(self.path):
+                for wall_time, step, tag, value in kept:
+                    self.writer.add_scalar(tag, value, step, walltime=wall_time)
+                self.writer.flush()
+                self._raise_failure()
+        except Exception as error:  # noqa: BLE001 (the writer's, or its thread's, whatever it is)
+            self._stop(error)  # the earlier files stay as they were
+            return
         for path in earlier:  # their points are in the new file now
             path.unlink(missing_ok=True)
 
@@ -167,8 +175,9 @@ class Board:
         self.stopped = _reason(error)
         if self.guard is not None:
             self.guard.error = self.guard.error or error  # the thread drops what is still queued
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        if self.writer is not None:
+            with contextlib.suppress(Exception), _quiet_writer_threads():
+                self.writer.close()
         self.notes(f"TensorBoard logging stopped: {self.folder} cannot be written ({self.stopped}); the run goes on, "
                    "its metrics in metrics.jsonl and metrics.csv")
 
@@ -207,6 +216,37 @@ class _Guard:
             self.inner.close()
         except Exception as error:  # noqa: BLE001
             self.error = self.error or error
+
+
+@contextlib.contextmanager
+def _quiet_writer_threads():
+    """While entered, an exception that ends one of TensorBoard's writer threads is not printed by the thread
+    (``threading.excepthook``): the thread keeps it (its ``exception``), and the writer raises it in the
+    calling thread at its next flush or close, where :class:`Board` makes it one note. Other threads' are
+    printed as before. On leaving, the writer threads that failed are waited for (they end at once), so that
+    none prints after the hook is restored."""
+    import threading
+
+    before = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if not _writer_thread(args.thread) or getattr(args.thread, "exception", None) is not args.exc_value:
+            before(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and _writer_thread(thread) and \
+                    getattr(thread, "exception", None) is not None:
+                thread.join(timeout=5.0)
+        threading.excepthook = before
+
+
+def _writer_thread(thread: Any) -> bool:
+    """Whether ``thread`` is a TensorBoard event writer's (which keeps the exception that ends it)."""
+    return type(thread).__module__.startswith("tensorboard.") and hasattr(thread, "exception")
 
 
 def _guard(writer: Any) -> _Guard | None:

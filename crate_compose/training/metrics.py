@@ -85,6 +85,24 @@ def read_metrics(run: Path) -> str:
     return path.read_text(errors="replace") if path.is_file() else ""
 
 
+def said(evaluation: dict[str, Any], task: tasks.Task | None = None) -> str:
+    """An evaluation as the progress lines and ``train``'s summary say it: ``test_accuracy 0.9700, test_loss
+    0.1000``. For a task whose evaluations read the weights' average (``task.weights`` is ``final-ema``: DINO's
+    teacher), each measure of the weights is the student's and its ``ema_`` twin the teacher's:
+    ``student test_knn_accuracy 0.6100, teacher 0.6300``. Only the words change: the keys of metrics.jsonl
+    and result.json stay ``test_knn_accuracy`` and ``ema_test_knn_accuracy``."""
+    numbers = {k: v for k, v in evaluation.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if task is None or task.weights != "final-ema":
+        return ", ".join(f"{k} {v:.4f}" for k, v in numbers.items())
+    parts = []
+    for name, value in numbers.items():
+        if name.startswith("ema_") and name[len("ema_"):] in numbers:
+            continue  # said beside the student's
+        teacher = numbers.get(f"ema_{name}")
+        parts.append(f"student {name} {value:.4f}" + (f", teacher {teacher:.4f}" if teacher is not None else ""))
+    return ", ".join(parts)
+
+
 def finite(value: Any) -> Any:
     """JSON has no NaN: a value that is not finite is written as null."""
     if isinstance(value, float) and not math.isfinite(value):

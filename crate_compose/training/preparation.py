@@ -8,6 +8,7 @@ and resolves the spec with the sizes the data fixes (input shape, classes, a tex
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -24,6 +25,7 @@ from ..errors import TrainError
 from ..files import RUNS
 from ..spec_language import loader
 from ..settings import AUGMENTATIONS, Settings
+from . import identity
 from .optimizers import float32_copies
 
 
@@ -114,12 +116,40 @@ class Loaded:
         return self._fitted[key], data
 
 
-def fit(source: Any, spec: Any, overrides: Iterable[str], data: Data, keep: Iterable[str] = ()) -> Any:
+def fit(source: Any, spec: Any, overrides: Iterable[str], data: Data, keep: Iterable[str] = (), *,
+        renamed: bool = False) -> Any:
     """``spec`` (``source`` resolved with ``overrides``) with the sizes ``data`` fixes (input shape, classes, a
     text's context), resolved again from the same reading when it fixes any; sizes named in ``keep`` stay the
-    spec's (``classes`` for a linear probe: the head is not used, the weights' fits)."""
+    spec's (``classes`` for a linear probe: the head is not used, the weights' fits).
+
+    The fitted spec keeps ``spec``'s name (the name as written with the user's own overrides): what the data
+    fixes does not rename the network. ``renamed=True`` gives the name the data's overrides made before
+    (``crate-mini.shape-_3_32_32.channels-3.image_size-32``), which runs recorded then carry
+    (:func:`as_recorded`)."""
     fixed = [o for o in data.spec_overrides(spec) if not o.startswith(tuple(f"sizes.{k}=" for k in keep))]
-    return loader.load(source, [*fixed, *overrides]) if fixed else spec
+    if not fixed:
+        return spec
+    named = [] if renamed else [f"name={json.dumps(spec.name)}"]  # a JSON string is a YAML string, quoted
+    return loader.load(source, [*fixed, *overrides, *named])
+
+
+def as_recorded(spec: Any, described: Any, data: Data, run: Path) -> Any:
+    """The fitted ``spec`` of the run ``described``, under the name the run recorded in ``run`` carries when
+    that run was recorded before fitting kept the spec's name (its name has the data's overrides in it,
+    :func:`fit` with ``renamed=True``), so that a run recorded then resumes as itself; else ``spec``. Only the
+    name is chosen here: whether the run may be resumed is checked when its folder is opened."""
+    if not (run / identity.RUN_FILE).is_file():
+        return spec
+    try:
+        record = identity.read(run)
+    except identity.RunRecordError:
+        return spec  # said when the run folder is opened
+    recorded = record.identity.get("spec") if record is not None else None
+    name = recorded.get("name") if isinstance(recorded, dict) else None
+    if not isinstance(name, str) or name == spec.name:
+        return spec
+    former = fit(described.source, described.spec, described.overrides, data, renamed=True)
+    return former if former.name == name else spec
 
 
 def prepare(spec_ref, data_name: Any, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,

@@ -39,7 +39,9 @@ class Lines:
             self.last_line = now
             self._line(now)
 
-    def set_postfix(self, **values: Any) -> None:
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+        """What the next line says after the count (the loss of the step the next :meth:`update` counts);
+        ``refresh`` is tqdm's (a line is printed by :meth:`update` only)."""
         self.postfix = ", ".join(f"{k} {v}" for k, v in values.items())
 
     def write(self, text: str) -> None:
@@ -72,7 +74,7 @@ class Silent:
     def update(self, count: int = 1) -> None:
         pass
 
-    def set_postfix(self, **values: Any) -> None:
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
         pass
 
     def write(self, text: str) -> None:

@@ -32,7 +32,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import signal
 import sys
+import threading
 import time
 import warnings
 from dataclasses import replace
@@ -46,17 +48,17 @@ from ..building.artifacts import save as save_build
 from ..seeds import step_seed
 from ..data.batches import batches
 from ..data.sets import Data
-from ..errors import TrainError
+from ..errors import Stopped, TrainError
 from ..files import write_atomic
 from ..modules.paths import use_formulas
 from ..settings import Settings, flat
 from . import checkpoint, eventlog, finetune
 from .distributed import Distributed
-from .metrics import Metrics, Result, finite, read_metrics, rows_of
+from .metrics import Metrics, Result, finite, read_metrics, rows_of, said
 from .opening import Opening, Plan
 from .optimizers import autocast, lr_at, scaler_for
 from .description import RunDescription, describe
-from .preparation import Loaded, check_run, check_run_memory, default_run
+from .preparation import Loaded, as_recorded, check_run, check_run_memory, default_run
 from .progress import bar as progress_bar
 
 EMA_FOLDER = "final-ema"  # the run's averaged weights (--ema), a build folder beside final/
@@ -111,7 +113,9 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
     the run recorded there only when nothing that defines it differs, from a checkpoint that
     :func:`crate_compose.training.checkpoint.verify` passes. A finished run resumed with the same steps is
-    returned as it is (``Result.already_finished``), nothing written.
+    returned as it is (``Result.already_finished``), nothing written. A SIGTERM while the steps run (in the
+    main thread) stops the run at the next step's start and raises :class:`~crate_compose.errors.Stopped`
+    naming the last checkpoint kept (the CLI's exit status 143).
     """
     settings, task = described.settings, described.task
     if settings.logger == "tensorboard":  # logging: a missing package is said before anything is written
@@ -128,6 +132,8 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     dist = Distributed()
     dist.check_batch(settings.batch_size)
     run = Path(out) if out is not None else default_run(described.spec)
+    if resume or resume_from is not None:  # a run recorded when the data's overrides renamed the spec keeps its name
+        spec = as_recorded(spec, described, data, run)
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
     check_run_memory(spec, settings, max(1, settings.batch_size // dist.world), device, memory_limit)
     dist.start(device)
@@ -197,31 +203,39 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
                                                               elapsed=before)))
     began, loss_value, evaluation, constant = time.perf_counter() - before, float("nan"), {}, 0
     loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
+    stop = stack.enter_context(Termination())  # SIGTERM: the run stops at the next step's start
     for step in range(plan.start + 1, settings.steps + 1):
+        if stop.agreed(dist, device):
+            raise _stopped(run, step - 1, settings.steps, stop.signal)
         x, y = next(loading)  # decoded and augmented, seeded per step (in --workers processes)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss, same = _update(net, model, optimizer, scaler, ema, x, y, step, settings, session, dist.rank, device)
         loss_value = dist.mean(loss)
         if not math.isfinite(loss_value):
-            raise _diverged(run, step, loss_value)
+            raise _diverged(run, step, loss_value, task, settings)
         constant = constant + 1 if dist.mean(same) == 1.0 else 0  # steps in a row, on every process
         if constant >= COLLAPSED:
             raise _collapsed(run, step - constant + 1, step, loss_value)
+        logs = session.logs()  # DINO: the teacher's entropy and its KL to uniform, watched for collapse
         if step % settings.log_every == 0 or step == settings.steps:
             metrics.add({"step": step, "kind": "train", "loss": loss_value, "lr": lr_at(step, settings),
-                         "seconds": round(time.perf_counter() - began, 3), **session.logs()})
+                         "seconds": round(time.perf_counter() - began, 3), **logs})
         if writer and settings.compile and step == plan.start + 1:
             notes(f"compiled, and took the first step, in {time.perf_counter() - began - before:,.0f} s")
+        # this step's loss (and measures) first: the line the update draws is this step's
+        bar.set_postfix(loss=f"{loss_value:.4f}", **{k: f"{v:.3f}" for k, v in logs.items()}, refresh=False)
         bar.update(1)
-        bar.set_postfix(loss=f"{loss_value:.4f}")
         last = step == settings.steps
         if writer and (last or (settings.eval_every and step % settings.eval_every == 0)):
             evaluation = _evaluate(model, ema, data, settings, task)
             metrics.add({"step": step, "kind": "eval", **evaluation})
-            bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
+            bar.write(f"step {step}: " + said(evaluation, task))
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
             checkpoint.save_checkpoint(run, step, model, optimizer, flat(settings), run_hash=plan.record.hash,
                                        metrics_rows=metrics.count, ema=ema, scaler=scaler, task_state=session.state)
+    if stop.agreed(dist, device):  # after the last step's checkpoint: final/ and result.json are left to --resume
+        raise _stopped(run, settings.steps, settings.steps, stop.signal)
+    stop.restore()  # the handler SIGTERM had before the loop, from here on
     if plan.start == settings.steps:  # its last checkpoint, but result.json or final/ was lost: finish it again
         loss_value = next((r["loss"] for r in reversed(rows_of(read_metrics(run))) if r.get("kind") == "train"),
                           float("nan"))
@@ -308,9 +322,82 @@ def _kept(run: Path, step: int) -> str:
     return f"its checkpoints up to step {max(found):,} are intact" if found else "no checkpoint was written"
 
 
-def _diverged(run: Path, step: int, loss: float) -> TrainError:
+def _diverged(run: Path, step: int, loss: float, task: tasks.Task, settings: Settings) -> TrainError:
     error = TrainError(f"the loss is {loss} at step {step:,}: the run diverged and was stopped ({_kept(run, step)}); "
-                       "lower --lr or raise --warmup, and start a new run with another --out")
+                       f"lower --lr or raise --warmup{_own_options(task, settings)}, and start a new run with another "
+                       "--out")
+    error.shared = True
+    return error
+
+
+def _own_options(task: tasks.Task, settings: Settings) -> str:
+    """``, or check task dino's --teacher-temp 0.04, ...``: the task's own options with the run's values (they
+    can make a loss diverge too); nothing for a task that declares none."""
+    if not task.options:
+        return ""
+    values = ", ".join(f"{one.flag} {_value(task.option(settings, one.name))}" for one in task.options)
+    return f", or check task {task.name}'s {values}"
+
+
+def _value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class Termination:
+    """SIGTERM during the training loop, as a request to stop: while entered (in the main thread; elsewhere a
+    signal cannot be caught, and nothing changes), the first SIGTERM is noted (:attr:`signal`) and the loop
+    stops at the start of its next step (:meth:`agreed`), the checkpoints written so far intact; a second
+    SIGTERM meets the handler the process had before (by default: the process ends at once). The handler is
+    restored on exit, or earlier by :meth:`restore`."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self.previous = None
+        self.installed = False
+
+    def __enter__(self) -> "Termination":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._note)
+            self.installed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def _note(self, number: int, frame) -> None:
+        self.signal = number
+        signal.signal(signal.SIGTERM, self._previous())  # a second SIGTERM: what it did before
+
+    def _previous(self):
+        return self.previous if self.previous is not None else signal.SIG_DFL  # None: a handler not set from Python
+
+    def restore(self) -> None:
+        """The handler SIGTERM had before (once; again on exit, nothing)."""
+        if self.installed:
+            self.installed = False
+            signal.signal(signal.SIGTERM, self._previous())
+
+    def agreed(self, dist: Distributed, device: torch.device) -> bool:
+        """Whether the run stops here: under torchrun, when any process got SIGTERM (every process asks at the
+        same step, so all stop together)."""
+        asked = self.signal is not None
+        if dist.active:
+            asked = dist.mean(torch.tensor(float(asked), device=device)) > 0
+        return asked
+
+
+def _stopped(run: Path, step: int, steps: int, number: int | None) -> Stopped:
+    """The run stopped by a signal after ``step``: the last checkpoint kept, and how to continue."""
+    found = [s for s in checkpoint.checkpoints(run) if s <= step]
+    name = signal.Signals(number).name if number is not None else "SIGTERM"
+    state = f"stopped by {name} after step {step:,} of {steps:,}"
+    if found:
+        state += f": the last checkpoint kept is step {max(found):,} ({run / 'checkpoints'}/step-{max(found):06d})"
+        advice = f"crate-compose train ... --out {run} --resume continues from it"
+    else:
+        state += ": no checkpoint was written yet"
+        advice = f"crate-compose train ... --out {run} --resume starts the run again from step 0"
+    error = Stopped(state, advice, signal=number or signal.SIGTERM)
     error.shared = True
     return error
 
@@ -324,5 +411,3 @@ def _collapsed(run: Path, since: int, step: int, loss: float) -> TrainError:
                        f"({_kept(run, step + 1)}; {last}); lower --lr or raise --warmup, and start a new run with another --out")
     error.shared = True
     return error
-
-
