@@ -15,6 +15,12 @@ A write that fails (a full disk, ENOSPC; a read-only folder, EROFS; EACCES) rais
 that names the output, not the temporary name (:func:`naming`; safetensors' own error type is
 turned into the ``OSError`` it reports), after removing the temporary file or folder: the old
 output is left as it was.
+
+Every input file a command reads whole (a tarball, a data cache, a run's ``tokenizer.json``, a hub's
+``config.json``) is read by :func:`read_input` or :func:`read_json`: a regular file (never a FIFO, a
+device or a folder, refused before it is opened), at most a given size, JSON nested at most a given
+depth; a file that fails a check raises the caller's error class (a ``WorkbenchError``: exit status 2)
+with a message naming what the file is and its path.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import ctypes
 import ctypes.util
 import errno
 import functools
+import json
 import os
 import re
 import shutil
@@ -31,7 +38,9 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+
+from .errors import DataError, WorkbenchError
 
 # the default output folders, each under the working directory and named after the spec: a run's (train),
 # an ablation's (ablate) and a build's (build, import, fetch)
@@ -261,3 +270,92 @@ def sha256_of(path: str | Path) -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- reading an input file
+
+MAX_JSON_DEPTH = 64  # nesting of a JSON input file (a tokenizer's is 5 deep, a hub's config.json 3 or 4)
+
+
+def read_input(path: str | Path, *, limit: int, what: str, error: type[WorkbenchError] = DataError) -> bytes:
+    """The bytes of the input file ``path``, read by one guarded way: a regular file (a FIFO, a device, a
+    folder or a link to nothing is refused before it is opened, so nothing blocks or reads forever) of at
+    most ``limit`` bytes (refused from its size, and read no further than ``limit`` bytes whatever it says).
+    A file that fails is raised as ``error`` (a :class:`WorkbenchError`), its message
+    ``WHAT PATH: PROBLEM``, ``what`` saying what the file is (``the run's tokenizer``)."""
+    path = Path(path)
+    where = f"{what} {path}"
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise error(f"{where}: a link to nothing ({os.readlink(path)})") from None
+        raise error(f"{where}: no such file") from None
+    except OSError as failure:
+        raise error(f"{where}: cannot be read ({failure.strerror or failure})") from None
+    _check_input(found, where, limit, error)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        handle = os.open(path, flags)
+    except OSError as failure:
+        raise error(f"{where}: cannot be read ({failure.strerror or failure})") from None
+    try:
+        _check_input(os.fstat(handle), where, limit, error)  # the file opened is the one checked
+        blocks, count = [], 0
+        while count <= limit:
+            block = os.read(handle, min(1 << 20, limit + 1 - count))
+            if not block:
+                break
+            blocks.append(block)
+            count += len(block)
+    except OSError as failure:
+        raise error(f"{where}: cannot be read ({failure.strerror or failure})") from None
+    finally:
+        os.close(handle)
+    if count > limit:  # a file that says it is smaller than it is (/proc)
+        raise error(f"{where}: more than the {limit:,} bytes it may hold")
+    return b"".join(blocks)
+
+
+def _check_input(found: os.stat_result, where: str, limit: int, error: type[WorkbenchError]) -> None:
+    if not stat.S_ISREG(found.st_mode):
+        kind = KINDS.get(stat.S_IFMT(found.st_mode), "not a regular file")
+        raise error(f"{where}: {kind}, not a file")
+    if found.st_size > limit:
+        raise error(f"{where}: {found.st_size:,} bytes, more than the {limit:,} it may hold")
+
+
+def read_json(path: str | Path, *, limit: int, what: str, depth: int = MAX_JSON_DEPTH,
+              error: type[WorkbenchError] = DataError) -> Any:
+    """The JSON value of the input file ``path`` (:func:`read_input`), which must be UTF-8 and nested at most
+    ``depth`` arrays or objects deep (a deeper file, which would exhaust the decoder's recursion, is
+    refused). Every refusal is raised as ``error``, naming ``what`` and ``path``."""
+    data = read_input(path, limit=limit, what=what, error=error)
+    where = f"{what} {path}"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as failure:
+        raise error(f"{where}: not UTF-8 (byte 0x{data[failure.start]:02x} at offset {failure.start:,})") from None
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise error(f"{where}: nested too deeply to read (more than {depth} levels)") from None
+    except ValueError as failure:
+        raise error(f"{where}: not JSON ({failure})") from None
+    if json_depth(value) > depth:
+        raise error(f"{where}: nested {json_depth(value)} levels deep, more than {depth}")
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How many arrays or objects deep ``value`` nests (0 for a number or a string), counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in item if isinstance(child, (dict, list)))
+    return deepest

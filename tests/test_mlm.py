@@ -139,8 +139,10 @@ def test_fill_prints_the_top_k_tokens_at_every_mask(mlm_run, capsys):
     out, _ = mlm_run
     assert main(["fill", str(out), "a[MASK]c [MASK]", "--top-k", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("[MASK] 1 (token 2): ") and lines[1].startswith("[MASK] 2 (token 5): ")
+    assert lines[0].startswith("[MASK] 1 (token 2 of the text's 5): ")
+    assert lines[1].startswith("[MASK] 2 (token 5 of the text's 5): ")
     assert lines[0].count(",") == 2 and "[MASK]" not in lines[2]
+    assert lines[2].startswith("a") and "c " in lines[2]  # the text as written, each mask replaced
     assert main(["fill", str(out), "no mask here"]) == 2
     assert "has no [MASK]" in capsys.readouterr().err
 

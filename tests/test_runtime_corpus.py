@@ -49,7 +49,8 @@ def test_the_corpus_is_whole():
     assert len(ids) >= 100 and len(set(ids)) == len(ids) and ids == sorted(ids)
     categories = {case.category for case in cases.CASES}
     assert categories == {"checkpoint", "resume", "folder", "fault", "data", "grid", "generate", "plugin",
-                          "torchrun", "log", "lock"}
+                          "torchrun", "log", "lock", "setname", "fetch", "cache", "tokenizer", "infill", "hub",
+                          "textdir"}
     for category in categories:
         strays = [case.name for case in cases.CASES if category in case.name and case.category != category]
         assert not strays, f"-k {category} would also select {strays}"
@@ -118,12 +119,15 @@ def run_case(case, resources, tmp_path, monkeypatch, capfd) -> tuple[list[str], 
 
 
 def _report(case, wrong, result) -> str:
+    """The failure's report, every character UTF-8 (a case's text of surrogate escapes would otherwise stop pytest-xdist
+    from sending it)."""
     argv = "  argv: " + " ".join(map(str, result.extra.get("argv") or [])) if result.extra.get("argv") else ""
-    return (f"{case.name} ({case.why}): expected exit {'/'.join(map(str, case.expect))}; {'; '.join(wrong)}\n"
-            f"  exit {result.status}, {result.wall:.1f} s"
-            + (f", {result.peak_mb:.0f} MB peak" if result.peak_mb is not None else "")
-            + f"; first lines: {harness.first_lines(result.err or result.out)}\n{argv}\n"
-            f"--- output (last 3000 characters) ---\n{result.output[-3000:]}")
+    report = (f"{case.name} ({case.why}): expected exit {'/'.join(map(str, case.expect))}; {'; '.join(wrong)}\n"
+              f"  exit {result.status}, {result.wall:.1f} s"
+              + (f", {result.peak_mb:.0f} MB peak" if result.peak_mb is not None else "")
+              + f"; first lines: {harness.first_lines(result.err or result.out)}\n{argv}\n"
+              f"--- output (last 3000 characters) ---\n{result.output[-3000:]}")
+    return report.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @pytest.mark.parametrize("case", CORPUS)

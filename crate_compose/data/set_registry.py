@@ -98,11 +98,14 @@ class Parameter:
 
 def whole(low: int, high: int | Callable[[], int]) -> Callable[[str], int]:
     """A :attr:`Parameter.read` of a whole number from ``low`` to ``high``: a number, or a function giving it
-    (called when a name is read, so a bound a loader module keeps is not imported to declare the set)."""
+    (called when a name is read, so a bound a loader module keeps is not imported to declare the set). The
+    number is written in the digits 0-9 only: other characters Python counts as digits (``²``, ``٣``, ``𝟚``),
+    a sign, spaces and a number of more digits than ``high`` has (never converted: ``int`` refuses a string
+    of over 4,300 digits) are refused as out of range, with the set's own message."""
 
     def read(text: str) -> int:
         top = high() if callable(high) else high
-        if not re.fullmatch("[0-9]+", text) or not low <= int(text) <= top:
+        if not re.fullmatch("[0-9]+", text) or len(text.lstrip("0")) > len(str(top)) or not low <= int(text) <= top:
             raise ValueError(f"from {low} to {top:,}")
         return int(text)
 

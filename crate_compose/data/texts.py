@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataError
+from ..files import read_input
 from .corpus import HELD_OUT, stdlib_files, stdlib_source, unigram_loss
 from .folders import IMAGE_SUFFIXES
 from .record import Data, Tensors
@@ -33,6 +34,7 @@ __all__ = ["Framed", "corpus_tokenizer", "is_text_folder", "load_modules", "load
            "module_files", "text_files"]
 
 TEXT_SUFFIXES = (".txt", ".md", ".py")
+MAX_TEXT_BYTES = 256 << 20  # of a text folder's files together (the text set's corpus is 3 MB)
 MODULES = 10  # classes of the modules set
 MODULES_HELD_OUT = 0.2  # the last 20% of each module's snippets
 
@@ -172,17 +174,24 @@ def is_text_folder(root: str | Path) -> bool:
 
 def _read_split(root: Path) -> tuple[bytes, int]:
     """The text files of ``root`` concatenated and the byte offset where the held-out files begin: the
-    last whole files holding about 10% of the bytes (as :func:`~.corpus.stdlib_source` splits)."""
+    last whole files holding about 10% of the bytes (as :func:`~.corpus.stdlib_source` splits). Each file is
+    read by :func:`crate_compose.files.read_input` (a regular file); more than :data:`MAX_TEXT_BYTES` in all
+    is refused from the files' sizes, before any is read."""
     files = text_files(root)
     if not files:
         raise DataError(f"{root}: no text files (looked for {', '.join('*' + s for s in TEXT_SUFFIXES)} "
                         "under it, recursively)")
-    parts = []
+    try:
+        total = sum(path.stat().st_size for path in files)
+    except OSError as error:
+        raise DataError(f"{error.filename}: cannot read it ({error.strerror or error})") from None
+    if total > MAX_TEXT_BYTES:
+        raise DataError(f"{root}: its text files hold {total:,} bytes, more than the {MAX_TEXT_BYTES:,} a text "
+                        "folder may hold")
+    parts, left = [], MAX_TEXT_BYTES
     for path in files:
-        try:
-            parts.append(path.read_bytes())
-        except OSError as error:
-            raise DataError(f"{path}: cannot read it ({error})") from None
+        parts.append(read_input(path, limit=left, what="a text file"))
+        left -= len(parts[-1])
     boundaries = [0]
     for part in parts:
         boundaries.append(boundaries[-1] + len(part))

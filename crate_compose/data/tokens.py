@@ -17,7 +17,16 @@ same algorithm through the BPE trainer on words whose non-initial characters are
 private-use code points, every piece of the alphabet given up front, numbered in code point order), then
 turns the marked pieces back into "##" pieces: the vocabulary HF's WordPiece trainer learns, numbered
 reproducibly. A tokenizer is stored as JSON (:meth:`Tokenizer.to_json`), read back by
-:meth:`Tokenizer.from_json`, which parses JSON only (``tokenizers.Tokenizer.from_str`` for trained ones).
+:meth:`Tokenizer.from_json` (or from a file by :meth:`Tokenizer.read`, through
+:func:`crate_compose.files.read_json`: a regular file of at most :data:`MAX_TOKENIZER_BYTES`, nested at most
+:data:`~crate_compose.files.MAX_JSON_DEPTH` deep), which parses JSON only (``tokenizers.Tokenizer.from_str``
+for trained ones); every refusal names the file.
+
+What training sees is capped, so that no text makes it slow: a word longer than :data:`MAX_WORD` characters
+(a base64 blob, a minified line, a run of one letter) is left out of WordPiece training (WordPiece encodes
+such a word as ``[UNK]``, so no piece learned from it would be used) and is cut into pieces of
+:data:`MAX_WORD` characters for byte-level BPE (a pre-token of the ByteLevel pre-tokenizer, whitespace runs
+included). Text without such words (the standard library's longest is 80 characters) trains as before.
 
 The text sets built on them are in :mod:`.texts`.
 """
@@ -31,6 +40,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import DataError
+from ..files import MAX_JSON_DEPTH, json_depth, read_json
 
 if TYPE_CHECKING:  # imported where ids become tensors: the constants and check_vocab name the data sets torch-free
     import torch
@@ -44,10 +54,14 @@ MIN_VOCAB = {"wordpiece": 64, "bpe": 256 + len(SPECIALS)}  # bpe: every byte and
 MAX_VOCAB = 1 << 18
 FORMAT = "crate-compose-tokenizer"
 CHUNK = 1 << 16  # characters per piece of text the Rust side encodes in parallel
+MAX_WORD = 100  # characters of a word tokenizer training sees (WordPiece's max_input_chars_per_word)
+MAX_TOKENIZER_BYTES = 64 << 20  # a stored tokenizer (one of MAX_VOCAB pieces and its merges is about 10 MB)
 
 _SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS) + ")")
 # a line break between two non-space characters: both pre-tokenizers end a pre-token there
 _BREAK = re.compile(r"(?<=\S)\n(?=\S)")
+# where a byte-level pre-token may be longer than MAX_WORD: a run of MAX_WORD non-space or whitespace characters
+_LONG = re.compile(rf"\S{{{MAX_WORD},}}|\s{{{MAX_WORD},}}")
 # supplementary private use area A: a word's non-initial characters while a WordPiece vocabulary is learned
 _MARK = 0xF0000
 
@@ -61,12 +75,12 @@ class Tokenizer:
     ``encode`` turns the special strings in the text ("[MASK]") into their ids and adds nothing around it;
     ``decode`` writes the specials back as their strings; ``token`` is a readable piece for display."""
 
-    def __init__(self, kind: str, backend: Any = None) -> None:
+    def __init__(self, kind: str, backend: Any = None, *, where: str = "tokenizer") -> None:
         if kind not in KINDS:
-            raise DataError(f"tokenizer: unknown kind '{kind}'; expected one of {', '.join(KINDS)}")
+            raise DataError(f"{where}: unknown kind '{kind}'; expected one of {', '.join(KINDS)}")
         if (kind == "bytes") != (backend is None):
             needs = "takes no" if kind == "bytes" else "needs a"
-            raise DataError(f"tokenizer: a {kind} tokenizer {needs} trained vocabulary")
+            raise DataError(f"{where}: a {kind} tokenizer {needs} trained vocabulary")
         self.kind, self._backend = kind, backend
         if backend is None:
             self.size = 256 + len(SPECIALS)
@@ -77,7 +91,7 @@ class Tokenizer:
             found = [backend.encode(s, add_special_tokens=False).ids for s in SPECIALS]
             pieces = [backend.id_to_token(i) for i in range(len(SPECIALS))]
             if ids != list(range(len(SPECIALS))) or found != [[i] for i in ids] or pieces != list(SPECIALS):
-                raise DataError(f"tokenizer: the special tokens {', '.join(SPECIALS)} must be the ids 0..4, each "
+                raise DataError(f"{where}: the special tokens {', '.join(SPECIALS)} must be the ids 0..4, each "
                                 f"found in text; got {ids}, encoded as {found}")
         self.pad, self.unk, self.cls, self.sep, self.mask = ids
         self.specials = frozenset(ids)
@@ -139,6 +153,18 @@ class Tokenizer:
             piece = bytes(table[c] for c in piece).decode("utf-8", errors="backslashreplace")
         return _printable(piece)
 
+    def text_of(self, id: int) -> str:
+        """The text ``id`` stands for, written into a text in place of a ``[MASK]``: a WordPiece piece without
+        its "##", a byte-level BPE piece's characters (its leading space too), a byte as its character (U+FFFD
+        when it is part of a longer one), a special as its string."""
+        (id,) = self._checked([id])
+        if id in self.specials:
+            return SPECIALS[id - self.pad]
+        if self.kind == "wordpiece":
+            piece = self._backend.id_to_token(id)
+            return piece[2:] if piece.startswith("##") else piece
+        return self.decode([id])
+
     def _checked(self, ids: Iterable[int] | torch.Tensor) -> list[int]:
         import torch
 
@@ -164,46 +190,65 @@ class Tokenizer:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Tokenizer":
+    def from_json(cls, text: str | bytes, where: str = "tokenizer") -> "Tokenizer":
         """The tokenizer :meth:`to_json` wrote. JSON is only parsed (a trained vocabulary by
-        ``tokenizers.Tokenizer.from_str``): nothing in the file runs. A malformed file is a DataError."""
+        ``tokenizers.Tokenizer.from_str``): nothing in the file runs. A malformed file is a DataError whose
+        message begins with ``where`` (the file)."""
         try:
             stored = json.loads(text)
         except (ValueError, TypeError, RecursionError) as error:
-            raise DataError(f"tokenizer: not JSON ({error})") from None
+            raise DataError(f"{where}: not JSON ({error})") from None
+        if json_depth(stored) > MAX_JSON_DEPTH:
+            raise DataError(f"{where}: nested {json_depth(stored)} levels deep, more than {MAX_JSON_DEPTH}")
+        return cls.from_stored(stored, where)
+
+    @classmethod
+    def read(cls, path: Any) -> "Tokenizer":
+        """The tokenizer stored in the file ``path`` (a run's ``tokenizer.json``), read by
+        :func:`crate_compose.files.read_json` (a regular file, its size and nesting bounded); every refusal is a
+        DataError naming the file."""
+        what = "the tokenizer"
+        return cls.from_stored(read_json(path, limit=MAX_TOKENIZER_BYTES, what=what), f"{what} {path}")
+
+    @classmethod
+    def from_stored(cls, stored: Any, where: str = "tokenizer") -> "Tokenizer":
+        """The tokenizer of :meth:`to_json`'s JSON, parsed (``stored``); a DataError beginning with ``where``
+        when it is not one."""
         if not isinstance(stored, dict) or stored.get("format") != FORMAT:
-            raise DataError(f"tokenizer: not a tokenizer file (expected a JSON object with \"format\": \"{FORMAT}\")")
+            raise DataError(f"{where}: not a tokenizer file (expected a JSON object with \"format\": \"{FORMAT}\")")
         kind, body = stored.get("kind"), stored.get("tokenizer")
         if kind not in KINDS:
-            raise DataError(f"tokenizer: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+            raise DataError(f"{where}: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
         if stored.get("specials") != list(SPECIALS):
-            raise DataError(f"tokenizer: the specials must be {list(SPECIALS)}; got {stored.get('specials')!r}")
+            raise DataError(f"{where}: the specials must be {list(SPECIALS)}; got {stored.get('specials')!r}")
         if kind == "bytes":
             if body is not None:
-                raise DataError("tokenizer: a bytes tokenizer has no trained vocabulary (\"tokenizer\": null)")
-            made = cls("bytes")
+                raise DataError(f"{where}: a bytes tokenizer has no trained vocabulary (\"tokenizer\": null)")
+            made = cls("bytes", where=where)
         else:
-            made = cls(kind, _backend_from(kind, body))
+            made = cls(kind, _backend_from(kind, body, where), where=where)
         if stored.get("size") != made.size:
-            raise DataError(f"tokenizer: the file says size {stored.get('size')!r}, its vocabulary holds {made.size}")
+            raise DataError(f"{where}: the file says size {stored.get('size')!r}, its vocabulary holds {made.size}")
+        if made.size > MAX_VOCAB:
+            raise DataError(f"{where}: a vocabulary of {made.size:,} tokens, more than {MAX_VOCAB:,}")
         return made
 
 
-def _backend_from(kind: str, body: Any) -> Any:
+def _backend_from(kind: str, body: Any, where: str = "tokenizer") -> Any:
     """Hugging Face's tokenizer from its JSON (``body``, parsed), checked to be the ``kind`` stored."""
     from tokenizers import Tokenizer as Backend
 
     model = body.get("model") if isinstance(body, dict) else None
     expected = {"wordpiece": "WordPiece", "bpe": "BPE"}[kind]
     if not isinstance(model, dict) or model.get("type") != expected:
-        raise DataError(f"tokenizer: a {kind} tokenizer needs a {expected} model under \"tokenizer\"")
+        raise DataError(f"{where}: a {kind} tokenizer needs a {expected} model under \"tokenizer\"")
     try:
         backend = Backend.from_str(json.dumps(body))
     except Exception as error:  # tokenizers raises its own Exception subclass for every malformed field
-        raise DataError(f"tokenizer: the {kind} vocabulary cannot be read ({error})") from None
+        raise DataError(f"{where}: the {kind} vocabulary cannot be read ({error})") from None
     ids = sorted(backend.get_vocab(with_added_tokens=True).values())
     if ids != list(range(len(ids))):
-        raise DataError(f"tokenizer: the {kind} vocabulary's ids are not 0..{len(ids) - 1}")
+        raise DataError(f"{where}: the {kind} vocabulary's ids are not 0..{len(ids) - 1}")
     return backend
 
 
@@ -285,8 +330,29 @@ def _train_bpe(vocab: int, pieces: list[str]) -> Any:
     backend.decoder = tk.decoders.ByteLevel()
     trainer = tk.trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIALS), show_progress=False,
                                      initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
-    backend.train_from_iterator(pieces, trainer)
+    backend.train_from_iterator(_capped(pieces, backend.pre_tokenizer), trainer)
     return backend
+
+
+def _capped(pieces: Iterable[str], pre_tokenizer: Any) -> Iterator[str]:
+    """``pieces`` as the BPE trainer sees them: a piece holding a pre-token longer than :data:`MAX_WORD`
+    characters is given in parts (the trainer pre-tokenizes each part alone): the text between such
+    pre-tokens as it is, and each of them cut into parts of :data:`MAX_WORD` characters. Every other piece
+    is given unchanged."""
+    for piece in pieces:
+        if not _LONG.search(piece):
+            yield piece
+            continue
+        start = 0
+        for _, (begin, end) in pre_tokenizer.pre_tokenize_str(piece):  # offsets in characters of the piece
+            if end - begin <= MAX_WORD:
+                continue
+            if begin > start:
+                yield piece[start:begin]
+            yield from (piece[cut : min(cut + MAX_WORD, end)] for cut in range(begin, end, MAX_WORD))
+            start = end
+        if start < len(piece):
+            yield piece[start:]
 
 
 def _bert_parts(tk: Any) -> tuple[Any, Any]:
@@ -301,7 +367,8 @@ def _train_wordpiece(vocab: int, pieces: list[str]) -> Any:
     """HF's WordPiece training (BPE merges over words, "##" on non-initial pieces), made deterministic:
     see the module docstring. The alphabet is the ``(vocab - 5) // 4`` most frequent characters (ties by
     code point), each as a word's first piece and as a "##" piece, so merges fill at least half of the
-    vocabulary; words with another character are left out of training (WordPiece encodes them [UNK])."""
+    vocabulary; words with another character, and words longer than :data:`MAX_WORD` characters, are left
+    out of training (WordPiece encodes them [UNK])."""
     from collections import Counter
 
     tk = _require_tokenizers()
@@ -312,7 +379,8 @@ def _train_wordpiece(vocab: int, pieces: list[str]) -> Any:
     words: Counter[str] = Counter()
     for chunk, count in chunks.items():
         for word, _ in pre_tokenizer.pre_tokenize_str(chunk):
-            words[word] += count
+            if len(word) <= MAX_WORD:
+                words[word] += count
     letters: Counter[str] = Counter()
     for word, count in words.items():
         for c in word:
@@ -349,7 +417,7 @@ def _train_wordpiece(vocab: int, pieces: list[str]) -> Any:
     if len(table) != learner.get_vocab_size(with_added_tokens=True):  # never: "##" pieces and first pieces differ
         raise DataError(f"wordpiece: two pieces of the learned vocabulary became one ({len(table)} pieces)")
     backend = tk.Tokenizer(tk.models.WordPiece(vocab=table, unk_token="[UNK]", continuing_subword_prefix="##",
-                                               max_input_chars_per_word=100))
+                                               max_input_chars_per_word=MAX_WORD))
     backend.normalizer, backend.pre_tokenizer = normalizer, pre_tokenizer
     backend.decoder = tk.decoders.WordPiece(prefix="##")
     backend.add_special_tokens([tk.AddedToken(s, special=True, normalized=False) for s in SPECIALS])

@@ -23,7 +23,7 @@ sizes of the network come from what the checkpoint says rather than from a guess
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import pickle
 import warnings
 from dataclasses import dataclass, field
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from ..errors import WorkbenchError
-from ..files import sha256_of
+from ..files import read_json, sha256_of
 
 # where training scripts keep the weights, in the order they are looked for
 NESTING = ("state_dict", "model", "model_state_dict", "net", "module", "params")
@@ -43,6 +43,7 @@ SAFETENSORS_SUFFIXES = (".safetensors",)
 # what training scripts record beside the weights: nanoGPT, CRATE's main.py, DeiT/MAE, transformers' config
 RECORDED = ("model_args", "arch", "args", "config")
 HUB_CONFIG = "config.json"  # a hub's model folder: model.safetensors beside its config.json
+MAX_HUB_CONFIG = 16 << 20  # bytes of a config.json (the hubs' are a few kB)
 
 
 class InteropError(WorkbenchError):
@@ -117,14 +118,13 @@ def _recorded(loaded: dict) -> dict[str, Any]:
 
 def _hub_config(path: Path, notes: list[str]) -> dict[str, Any]:
     """``{"config": ...}`` from the ``config.json`` beside a safetensors file (timm's and transformers' hubs
-    keep a model so); JSON, so nothing in it runs."""
+    keep a model so); JSON, so nothing in it runs. Read by :func:`crate_compose.files.read_json`: one that is
+    there but is no regular file (a folder, a FIFO, a link to nothing), is larger than :data:`MAX_HUB_CONFIG`,
+    is not UTF-8 JSON or nests deeper than the decoder could follow is refused, naming it."""
     config = path.with_name(HUB_CONFIG)
-    if not config.is_file():
+    if not os.path.lexists(config):
         return {}
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InteropError(f"{config}: not a readable JSON file ({type(error).__name__}: {error})") from None
+    data = read_json(config, limit=MAX_HUB_CONFIG, what="the hub's config", error=InteropError)
     if not isinstance(data, dict):
         raise InteropError(f"{config}: expected a JSON object, found a {type(data).__name__}")
     notes.append(f"the model's arguments read from {config}")

@@ -16,6 +16,7 @@ does not take are dropped with a note rather than refused.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import Location, Problem, SpecError, did_you_mean
@@ -110,12 +111,13 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
 
 
 def _list_index(items: list, part: str, path: KeyPath, where: Location) -> int:
-    """A list item by position (``1``) or, for lists of steps, by step name (``sparsify``)."""
-    if part.lstrip("-").isdigit():
-        position = int(part)
-        if -len(items) <= position < len(items):
-            return position % len(items)
-        raise SpecError([Problem(f"index {position} is out of range: the list has {len(items)} items", path, where)])
+    """A list item by position (``1``, written in the digits 0-9: ``²`` is a name) or, for lists of steps, by
+    step name (``sparsify``)."""
+    if re.fullmatch("-?[0-9]+", part):
+        if len(part) <= 18 and -len(items) <= int(part) < len(items):  # a longer number is out of any list
+            return int(part) % len(items)
+        shown = part if len(part) <= 24 else f"{part[:12]}...({len(part)} digits)"
+        raise SpecError([Problem(f"index {shown} is out of range: the list has {len(items)} items", path, where)])
     names = [item.get("name") for item in items if isinstance(item, dict)]
     if part in names:
         return names.index(part)

@@ -50,7 +50,7 @@ STATE_FILE, OPTIMIZER_FILE, EMA_FILE = "state.json", "optimizer.safetensors", "e
 TASK_FILE = "task.safetensors"  # what a task keeps from step to step (DINO's center), when it keeps anything
 RNG_KEY = "rng.torch"
 MAX_STATE_BYTES = 1_000_000  # state.json is a few kB
-_STEP = re.compile(r"^step-(\d{6,})$")
+_STEP = re.compile(r"^step-([0-9]{6,18})$")  # digits 0-9 only (int() reads "٣" too), never too many for int()
 
 
 class CheckpointError(WorkbenchError):

