@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import tasks
+from ..data import set_registry
 from ..options import number
 from ..settings import (FORMULAS, FORMULAS_VARIABLE, FREEZES, MAX_IMAGE_SIZE, MAX_SEED, MAX_WORKERS, NORMALIZATIONS,
     OPTIONS, Settings, formulas_from_environment, settings_of)
@@ -154,8 +155,8 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=None, choices=tasks.names(), help="what the run learns: " + ", ".join(
         f"{one.name} ({one.summary.split(';')[0].replace('%', '%%')})" for one in tasks.all_tasks()) +
         f" (default: {default.task}; crate-compose list tasks)")
-    parser.add_argument("--data", default=None, help="digits, fashion-mnist, mnist (after make data), photos, "
-                        "pasted-digits[:N], subspaces, text or folder:PATH (default: digits; crate-compose list data)")
+    parser.add_argument("--data", default=None, help="the data set: " + ", ".join(
+        one.pattern for one in set_registry.all_sets()) + f" (default: {default.data}; crate-compose list data)")
     for option in (*OPTIONS.values(), *tasks.task_options().values()):
         if option.flagged and option.name not in ("task", "data"):
             option.add_to(parser)
