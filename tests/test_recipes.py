@@ -30,6 +30,8 @@ RUNS = {
                                                                  "sizes.depth=1"]),
     "crate-dino": ("zoo/crate-dino-digits.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
                                                            "sizes.depth=1", "sizes.prototypes=32"]),
+    "simdino": ("zoo/crate-simdino-digits.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
+                                                            "sizes.depth=1", "sizes.features=16"]),
     "tost": ("zoo/tost-tiny.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.depth=1", "sizes.class_depth=1",
                                               "sizes.patch_size=8", "sizes.image_size=16"]),
 }

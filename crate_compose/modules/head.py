@@ -1,4 +1,5 @@
-"""The modules of :mod:`crate_compose.primitives.head`: the classification head and DINO's projection head.
+"""The modules of :mod:`crate_compose.primitives.head`: the classification head, DINO's and SimDINO's projection
+heads.
 
 Their arguments, equations and footprints are declared there; each class's docstring gives
 the update it computes.
@@ -59,19 +60,18 @@ class WeightNormLinear(nn.Module):
         return F.linear(x, weight.to(x.dtype))
 
 
-class DinoHead(Pooled):
-    """DINO's projection head (Caron et al. 2021, Sec. 3.1, ``DINOHead``): pool the tokens (class token
-    or mean) and ``LN``, then ``h = MLP(z)`` (``layers`` Linear layers, GELU between them, optionally
-    BatchNorm1d after each hidden one), ``ĥ = h / ‖h‖₂``, and ``(g ⊙ V/‖V‖_row) ĥ``: K = ``out_dim``
-    prototype scores. Parameter names follow DINO's checkpoints (``mlp.0.weight``, ...,
-    ``last_layer.weight_g``, ``last_layer.weight_v``)."""
+class SimDinoHead(Pooled):
+    """SimDINO's projection head (Wu et al. 2025, Sec. 3; ``vision_transformer.py``'s ``DINOHead`` with its
+    last layer removed): pool the tokens (class token or mean) and ``LN`` to ``p``, then ``z = h / ‖h‖₂`` with
+    ``h = MLP(p)`` (``layers`` Linear layers, GELU between them, optionally BatchNorm1d after each hidden one):
+    the unit feature whose views task simdino aligns and whose coding rate it expands. Parameter names follow the authors' checkpoints
+    (``mlp.0.weight``, ...)."""
 
-    def __init__(self, dim: int, out_dim: int, *, hidden: int = 2048, bottleneck: int = 256, layers: int = 3,
-                 norm_last_layer: bool = True, batch_norm: bool = False, pool: str = "cls", norm: bool = True,
-                 eps: float = 1e-5) -> None:
+    def __init__(self, dim: int, out_dim: int, *, hidden: int = 2048, layers: int = 3, batch_norm: bool = False,
+                 pool: str = "cls", norm: bool = True, eps: float = 1e-5) -> None:
         super().__init__(dim, pool=pool, norm=norm, eps=eps)
         if layers == 1:
-            self.mlp: nn.Module = nn.Linear(dim, bottleneck)
+            self.mlp: nn.Module = nn.Linear(dim, out_dim)
         else:
             steps: list[nn.Module] = []
             for width in [dim] + [hidden] * (layers - 2):
@@ -79,19 +79,35 @@ class DinoHead(Pooled):
                 if batch_norm:
                     steps.append(nn.BatchNorm1d(hidden))
                 steps.append(nn.GELU())
-            steps.append(nn.Linear(hidden, bottleneck))
+            steps.append(nn.Linear(hidden, out_dim))
             self.mlp = nn.Sequential(*steps)
         for module in self.mlp.modules():  # DINO's _init_weights: the MLP's Linear layers only
             if isinstance(module, nn.Linear):
                 nn.init.trunc_normal_(module.weight, std=0.02)
                 nn.init.zeros_(module.bias)
-        self.last_layer = WeightNormLinear(bottleneck, out_dim, freeze_g=norm_last_layer)
 
     def bottleneck(self, x: torch.Tensor) -> torch.Tensor:
-        """The L2-normalized bottleneck ``ĥ`` ``(B, bottleneck)`` of tokens ``(B, n, d)`` (in float32 for a
-        half build's norm, returned in the tokens' dtype)."""
+        """The L2-normalized ``h / ‖h‖₂`` ``(B, out)`` of tokens ``(B, n, d)`` (in float32 for a half build's
+        norm, returned in the tokens' dtype)."""
         h = self.mlp(self.pooled(x))
         return F.normalize(float32(h), dim=-1, p=2).to(h.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bottleneck(x)
+
+
+class DinoHead(SimDinoHead):
+    """DINO's projection head (Caron et al. 2021, Sec. 3.1, ``DINOHead``): SimDINO's head to a bottleneck
+    ``ĥ = h / ‖h‖₂`` (:class:`SimDinoHead`), then ``(g ⊙ V/‖V‖_row) ĥ``: K = ``out_dim`` prototype scores.
+    Parameter names follow DINO's checkpoints (``mlp.0.weight``, ..., ``last_layer.weight_g``,
+    ``last_layer.weight_v``)."""
+
+    def __init__(self, dim: int, out_dim: int, *, hidden: int = 2048, bottleneck: int = 256, layers: int = 3,
+                 norm_last_layer: bool = True, batch_norm: bool = False, pool: str = "cls", norm: bool = True,
+                 eps: float = 1e-5) -> None:
+        super().__init__(dim, bottleneck, hidden=hidden, layers=layers, batch_norm=batch_norm, pool=pool, norm=norm,
+                         eps=eps)
+        self.last_layer = WeightNormLinear(bottleneck, out_dim, freeze_g=norm_last_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.last_layer(self.bottleneck(x))

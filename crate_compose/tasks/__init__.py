@@ -3,8 +3,8 @@ that owns its batch's loss, its test metrics and baselines, the metric that rank
 inputs the probes read (:mod:`.task_registry`). ``crate-compose list tasks`` lists them; ``--task NAME`` picks one.
 
 * :mod:`.task_registry`: the :class:`~.task_registry.Task` declaration and the registry (no torch);
-* :mod:`.classification`, :mod:`.masked_autoencoding`, :mod:`.language_modelling`, :mod:`.self_distillation`,
-  :mod:`.masked_language_modelling`: the built-in tasks;
+* :mod:`.classification`, :mod:`.masked_autoencoding`, :mod:`.language_modelling`, :mod:`.self_distillation`
+  (DINO), :mod:`.masked_language_modelling`, :mod:`.coding_rate_distillation` (SimDINO): the built-in tasks;
 * :mod:`.held_out`: what they share on the test split;
 * :mod:`.frozen_features`: a network's frozen features, the linear probe and k-nearest neighbours (DINO's
   evaluation, and ``linear-probe``'s).

@@ -27,7 +27,7 @@ against those of the training split, for the student and (``ema_``) the teacher;
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..data.set_registry import IMAGES, LABELED_IMAGES
 from ..errors import TrainError
@@ -45,6 +45,8 @@ LOCAL_CROPS = 8  # DINO's --local_crops_number
 MIN_TEMP = 1e-3  # the coldest teacher: its logits are within +-g (a weight-normalized layer of unit vectors; g = 1
 # unless norm_last_layer is off), so dividing by 1e-3 stays finite in float32 with room to spare; DINO: 0.04-0.07
 KNN_TRAIN = 10_000  # training examples whose features the k-NN votes with (evenly spaced, always the same)
+LOCAL_CROPS_OPTION = Option(int, LOCAL_CROPS, f"local crops per image (default: {LOCAL_CROPS}, DINO's)", low=0,
+                            high=64, name="local_crops")  # DINO's and SimDINO's
 
 
 @task
@@ -58,9 +60,11 @@ class SelfDistillation(Task):
     maximize = True
     logged = ("teacher_entropy", "teacher_kl_uniform")
     weights = "final-ema"  # the teacher, as DINO's evaluations read it
+    head_primitive: ClassVar[str] = "dino_head"  # the head the spec must have
+    head_spec: ClassVar[str] = "specs/crate-dino.yaml"  # a spec with it, named in the refusal
+    recipe: ClassVar[str] = "crate-dino"  # the recipe that sets what the task needs (--ema), named in the refusal
     options = (  # DINO's --local_crops_number, --teacher_temp, --warmup_teacher_temp, --warmup_teacher_temp_epochs
-        Option(int, LOCAL_CROPS, f"local crops per image (default: {LOCAL_CROPS}, DINO's)", low=0, high=64,
-               name="local_crops"),
+        LOCAL_CROPS_OPTION,
         Option(float, 0.04, "the teacher's temperature, at least 0.001: colder, (logits - center) / T overflows "
                "and the loss is not finite (default: 0.04, DINO's)", low=MIN_TEMP, name="teacher_temp"),
         Option(float, 0.04, "the teacher's temperature at step 0, rising linearly to --teacher-temp, at least 0.001 "
@@ -73,23 +77,24 @@ class SelfDistillation(Task):
 
     def check(self, spec: Any, data) -> None:
         super().check(spec, data)
-        if not any(step.primitive == "dino_head" for step in spec.head):
-            raise TrainError(f"spec '{spec.name}' has no dino_head: task dino trains a network whose head is "
-                             "DINO's projection head (see specs/crate-dino.yaml)")
+        if not any(step.primitive == self.head_primitive for step in spec.head):
+            raise TrainError(f"spec '{spec.name}' has no {self.head_primitive}: task {self.name} trains a network "
+                             f"whose head is a {self.head_primitive} (see {self.head_spec})")
         if not any(step.primitive == "positions" and step.args.get("interpolate") for step in spec.preprocess):
             raise TrainError(f"spec '{spec.name}' cannot take DINO's local crops: its positions step needs "
                              "interpolate: true (--set preprocess[positions].args.interpolate=true)")
         if len(data.input_shape) != 3 or data.input_shape[1] != data.input_shape[2]:
-            raise TrainError(f"task dino crops square images; data set '{data.name}' holds {list(data.input_shape)}")
+            raise TrainError(f"task {self.name} crops square images; data set '{data.name}' holds "
+                             f"{list(data.input_shape)}")
 
     def session(self, model: Any, settings, data) -> Session:
         if not settings.ema:
-            raise TrainError("task dino needs the teacher's momentum: --ema 0.996 (DINO's; it rises to 1 over the "
-                             "run), or --config crate-dino")
+            raise TrainError(f"task {self.name} needs the teacher's momentum: --ema 0.996 (DINO's; it rises to 1 over "
+                             f"the run), or --config {self.recipe}")
         return DinoSession(self, model, settings, data)
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
-        raise TrainError("task dino's loss needs a teacher: it is computed by its session over a run")
+        raise TrainError(f"task {self.name}'s loss needs a teacher: it is computed by its session over a run")
 
     def evaluate(self, model, data, settings, *, top_k=None):
         """The k-NN accuracy of the class-token features on the test split (none for unlabeled data)."""
@@ -168,14 +173,12 @@ def cosine(step: int, steps: int, start: float, end: float) -> float:
     return end + (start - end) * (1 + math.cos(math.pi * step / steps)) / 2
 
 
-class DinoSession(Session):
-    """A DINO run: its views, the teacher's forward (the weights' average swapped in), the center."""
-
-    logged = SelfDistillation.logged
+class Distillation(Session):
+    """What DINO and SimDINO keep over a run: the views of every image, the teacher's forward (the weights'
+    average swapped in), DINO's schedules of the weight decay and the teacher's momentum, and a last layer
+    (DINO's head's; SimDINO's has none) held still for the first epoch."""
 
     def __init__(self, task: Task, model: Any, settings, data) -> None:
-        import torch
-
         from ..data.batches import normalization
         from .masked_autoencoding import patch_size_of
         from .multicrop import MultiCrop, local_size
@@ -183,16 +186,16 @@ class DinoSession(Session):
         super().__init__(task, model, settings, data)
         mean, std = normalization(data, settings.normalize)  # how the batches are standardized: undone for the views
         self.mean, self.std = (s.view(1, -1, 1, 1).to(next(model.parameters()).device) for s in (mean, std))
-        head = next(step for step in _spec(model).head if step.primitive == "dino_head")
-        prototypes = int(head.args["out_dim"])
+        self.head = next(step for step in _spec(model).head if step.primitive == task.head_primitive)
         size = int(_spec(model).input.shape[-1])
         self.crop = MultiCrop(size, local_size(size, patch_size_of(model)), self.task.option(settings, "local_crops"))
-        device = next(model.parameters()).device
-        self.state = {"center": torch.zeros(1, prototypes, device=device)}
-        self.last_layer = [name for name, _ in model.named_parameters() if name.startswith(f"head.{head.name}.last_layer")]
+        self.last_layer = [name for name, _ in model.named_parameters()
+                           if name.startswith(f"head.{self.head.name}.last_layer")]
         self.measured: dict[str, float] = {}
 
-    def loss(self, net, model, x, y, step, ema=None):
+    def forwards(self, net, model, x, step, ema) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """The student's outputs for every view of the batch ``x`` ``(views * B, out)``, the two global views
+        first, and the teacher's for the global views ``(2 * B, out)``, in float32."""
         import torch
 
         from .multicrop import views
@@ -204,20 +207,7 @@ class DinoSession(Session):
         with torch.no_grad(), ema.swapped_in(model):  # first: swapping weights after the student's forward
             teacher = model(torch.cat(crops[:2]))["output"].float()  # would change what its backward needs
         student = torch.cat([net(torch.cat(crops[:2]))["output"], *[net(c)["output"] for c in _locals(crops)]])
-        temperature = teacher_temperature(step - 1, self.per_epoch, self.settings)
-        loss = dino_loss(student, teacher, self.state["center"], self.crop.views, temperature)
-        self._update_center(teacher, temperature)
-        return loss, student
-
-    def _update_center(self, teacher: "torch.Tensor", temperature: float) -> None:
-        import torch.distributed as dist
-
-        batch = teacher.sum(0, keepdim=True)
-        count = teacher.new_tensor(float(len(teacher)))
-        if dist.is_available() and dist.is_initialized():  # every process's share of the batch
-            dist.all_reduce(batch), dist.all_reduce(count)
-        self.measured = _collapse(teacher, self.state["center"], temperature)
-        self.state["center"].mul_(CENTER_MOMENTUM).add_(batch / count, alpha=1 - CENTER_MOMENTUM)
+        return student, teacher
 
     def before_update(self, model, optimizer, step: int) -> None:
         decay = cosine(step - 1, self.settings.steps, self.settings.weight_decay, WEIGHT_DECAY_END)
@@ -241,6 +231,36 @@ class DinoSession(Session):
 
     def logs(self) -> dict[str, float]:
         return dict(self.measured)
+
+
+class DinoSession(Distillation):
+    """A DINO run: :class:`Distillation`, and the center of the teacher's outputs."""
+
+    logged = SelfDistillation.logged
+
+    def __init__(self, task: Task, model: Any, settings, data) -> None:
+        import torch
+
+        super().__init__(task, model, settings, data)
+        device = next(model.parameters()).device
+        self.state = {"center": torch.zeros(1, int(self.head.args["out_dim"]), device=device)}
+
+    def loss(self, net, model, x, y, step, ema=None):
+        student, teacher = self.forwards(net, model, x, step, ema)
+        temperature = teacher_temperature(step - 1, self.per_epoch, self.settings)
+        loss = dino_loss(student, teacher, self.state["center"], self.crop.views, temperature)
+        self._update_center(teacher, temperature)
+        return loss, student
+
+    def _update_center(self, teacher: "torch.Tensor", temperature: float) -> None:
+        import torch.distributed as dist
+
+        batch = teacher.sum(0, keepdim=True)
+        count = teacher.new_tensor(float(len(teacher)))
+        if dist.is_available() and dist.is_initialized():  # every process's share of the batch
+            dist.all_reduce(batch), dist.all_reduce(count)
+        self.measured = _collapse(teacher, self.state["center"], temperature)
+        self.state["center"].mul_(CENTER_MOMENTUM).add_(batch / count, alpha=1 - CENTER_MOMENTUM)
 
 
 def _collapse(teacher: "torch.Tensor", center: "torch.Tensor", temperature: float) -> dict[str, float]:

@@ -13,8 +13,8 @@ a masked autoencoder or a language model:
 Declaring a task imports no torch (as declaring a primitive does not): what needs torch is imported inside
 the methods that use it, so ``crate-compose list tasks``, ``validate`` and a grid file's settings are read
 without it. The built-in tasks are :mod:`.classification`, :mod:`.masked_autoencoding`,
-:mod:`.language_modelling`, :mod:`.self_distillation` and :mod:`.masked_language_modelling`;
-``docs/architecture.md`` says how to add one.
+:mod:`.language_modelling`, :mod:`.self_distillation`, :mod:`.masked_language_modelling` and
+:mod:`.coding_rate_distillation`; ``docs/architecture.md`` says how to add one.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def settings_problems(settings: "Settings", task: Task | None = None) -> list[tu
 
 
 BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation",  # modules of this
-           "masked_language_modelling")  # package, in this order
+           "masked_language_modelling", "coding_rate_distillation")  # package, in this order
 
 
 def _builtins() -> None:
