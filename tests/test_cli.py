@@ -76,6 +76,11 @@ ZOO_PARAMS = {
     "crate-dino-mini": 1_132_928,  # crate-mini 607,754 - head 1,546 + 256 + 66,048 + 262,656 + 65,664 + 131,072 + 1,024
     "vit-dino-mini": 2_914_688,  # vit-mini 2,389,514 - head 1,546 + the same head 526,720
     "crate-dino-digits": 167_552,  # crate-digits without head 51,904 + 128 + 16,640 + 65,792 + 16,448 + 16,384 + 256
+    "crate-simdino-small": 18_441_920,  # CRATE-S/16 13,116,328 - head 578,152 + 1,152 + 1,181,696 + 4,196,352 + 524,544
+    "vit-simdino-small": 27_175_040,  # timm's ViT-S/16 without classifier 21,665,664 + SimDINO's head 5,509,376
+    "crate-simdino-mini": 1_000_832,  # crate-mini 607,754 - head 1,546 + 256 + 66,048 + 262,656 + 65,664
+    "vit-simdino-mini": 2_782_592,  # vit-mini 2,389,514 - head 1,546 + the same head 394,624
+    "crate-simdino-digits": 150_912,  # crate-digits without head 51,904 + 128 + 16,640 + 65,792 + 16,448
 }
 
 

@@ -13,7 +13,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from crate_compose.cli import main
-from crate_compose.data import pasted, sets
+from crate_compose.data import generated, pasted, sets
 from crate_compose.errors import DataError
 from crate_compose.settings import Settings
 from crate_compose.training.run import train
@@ -160,4 +160,4 @@ def test_a_large_set_is_kept_once_made_checked_when_read_and_made_again_when_dam
     remade = pasted.load_pasted_digits(train_count=20, test_count=10)
     assert "does not hold the pasted-digits images" in capsys.readouterr().err
     assert torch.equal(remade.train.inputs, made.train.inputs)
-    assert pasted._read_cache(damaged, 20, 32) is not None  # written whole again
+    assert generated.read_cache(pasted.NAME, damaged, 20, 32, 10) is not None  # written whole again

@@ -69,6 +69,14 @@ def is_run(path: Any) -> bool:
     return isinstance(path, (str, Path)) and Path(path).is_dir() and (Path(path) / run_records.RUN_FILE).exists()
 
 
+def run_of(weights: str | Path) -> Path | None:
+    """The run folder whose build ``weights`` is (``RUN/final``, ``RUN/final-ema``, ``RUN/checkpoints/step-N``); None
+    for a folder of no run (a build of its own, an imported checkpoint)."""
+    weights = Path(weights)
+    run = weights.parent.parent if weights.parent.name == "checkpoints" else weights.parent
+    return run if is_run(run) else None
+
+
 def check_recorded_spec(run: Path, record: run_records.Record, weights: Path) -> None:
     """Refuse a run whose ``spec.yaml`` is not the spec its record hashed, or whose weights' ``spec.yaml`` is not
     that spec (its derived decoder written out, as a build saves it): either was edited after the run, and
@@ -132,8 +140,8 @@ def normalization_of(weights: str | Path | None, given: str | None = None) -> tu
     weights = Path(weights)
     if weights.is_file():
         return "imagenet", f"--normalize imagenet: {AUTHORS} (give --normalize data to use the data's own)"
-    run = weights.parent.parent if weights.parent.name == "checkpoints" else weights.parent
-    if is_run(run):  # RUN/final, RUN/final-ema, RUN/checkpoints/step-N
+    run = run_of(weights)
+    if run is not None:
         record = run_records.read(run)
         chosen = record.settings().get("normalize", "data") if record is not None else "data"
         return chosen, (f"--normalize {chosen}: as the run {run} was trained" if chosen != "data" else None)
@@ -260,7 +268,8 @@ def probe_run(
     spec_ref, weights, data_name, image_size, normalize = (subject.spec, subject.weights, subject.data,
                                                            subject.image_size, subject.normalize)
     seed = subject.seed
-    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS)  # heads are not probed
+    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS,  # heads are not probed
+                         task=subject.task)
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     normalize = standardize(weights, normalize, data, say)
     inputs, extra = tasks.probe_inputs(subject.task, data, samples, normalize)
@@ -297,7 +306,7 @@ def probe_over_training(run: str | Path, *, out: str | Path | None = None, sampl
     found = run_weights(run)
     say(f"{found.run}: probing every checkpoint and the untrained network of seed {found.seed}, with the run's "
         f"spec, on {found.data}, as the run recorded")
-    spec, data = prepare(found.spec, found.data, (), found.image_size, found.seed, keep=HEADLESS)
+    spec, data = prepare(found.spec, found.data, (), found.image_size, found.seed, keep=HEADLESS, task=found.task)
     folder = probe_folder(None, spec.name, out if out is not None else found.run / "probes" / "over-training")
     inputs, extra = tasks.probe_inputs(found.task, data, samples, found.normalize)
     weights = {step: path for step, path in checkpoints(found.run).items() if (path / WEIGHTS_FILE).is_file()}

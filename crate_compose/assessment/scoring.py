@@ -33,16 +33,17 @@ TOP_K = 5
 
 def _loaded(command: str, spec_ref, data_name: str | None, weights: str | Path | None, overrides: Iterable[str],
             image_size: int | None, seed: int | None, normalize: str | None, keep: tuple[str, ...] = (),
-            untrained: bool = False):
+            untrained: bool = False, task: str | None = None):
     """The subject (a run folder resolved: :func:`crate_compose.assessment.run_probes.resolve_subject`), the
     spec fitted to its data, the data, the model with its weights (none, or ``untrained``: the network as
     the seed initializes it, the baseline of what training learned) and how its inputs are standardized
     (:func:`crate_compose.assessment.run_probes.standardize`: as the weights were trained, the untrained
-    network alike)."""
+    network alike). The data is in the form ``task`` (default: the run's) trains on."""
     said = (lambda note: print(f"note: {note}; untrained: its weights are not read", file=sys.stderr)) \
         if untrained else None
     subject = resolve_subject(command, spec_ref, weights, data_name, image_size, seed, normalize, say=said)
-    spec, data = prepare(subject.spec, subject.data, list(overrides), subject.image_size, subject.seed, keep=keep)
+    spec, data = prepare(subject.spec, subject.data, list(overrides), subject.image_size, subject.seed, keep=keep,
+                         task=task or subject.task)
     normalize = standardize(subject.weights, subject.normalize, data)
     model = compile_spec(spec, seed=subject.seed)
     if subject.weights is not None and not untrained:
@@ -83,7 +84,7 @@ def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path
                              "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN (or "
                              "--untrained, the network as its seed initializes it)")
     subject, spec, data, model, normalize = _loaded("evaluate", spec_ref, data_name, weights, overrides, image_size,
-                                                    seed, normalize, untrained=untrained)
+                                                    seed, normalize, untrained=untrained, task=task)
     chosen = tasks.of(task or subject.task, data)
     if chosen is None:
         raise WorkbenchError(f"data set '{data.name}' is for no task that evaluate scores ({', '.join(tasks.names())}); "

@@ -1,4 +1,4 @@
-"""``crate-compose generate``: a text prompt continued by a byte-level language model."""
+"""``crate-compose generate``: a text prompt continued by a language model (bytes, or its run's vocabulary)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ from .arguments import COUNT, NONNEGATIVE, SEED, Command, device, formulas_argum
 
 def add(command: Command) -> None:
     """Add the command generate."""
-    generate = command("generate", help="continue a text prompt with a byte-level language model (cached decoding)")
+    generate = command("generate", help="continue a text prompt with a language model (cached decoding)")
     spec_arguments(generate)
     generate.add_argument("--weights", type=Path, help="trained weights: a run's final/ or a checkpoint folder "
                           "(without: the untrained network)")
-    generate.add_argument("--prompt", required=True, help="the text to continue: its bytes are the tokens (UTF-8, or the bytes as typed when they are not)")
+    generate.add_argument("--prompt", required=True,
+                          help="the text to continue: read in the vocabulary of the --weights' run when it trained on "
+                          "tokenized text (RUN/tokenizer.json), else its bytes are the tokens (UTF-8, or the bytes as "
+                          "typed when they are not)")
     generate.add_argument("--tokens", type=COUNT, default=None,
-                          help="new tokens (bytes) to sample (default: as many as the context has room for)")
+                          help="new tokens (bytes of a byte-level model) to sample (default: as many as the context "
+                          "has room for)")
     generate.add_argument("--temperature", type=number(float, 0, what="a number"), default=0.8, help="sampling temperature; 0: greedy (0.8)")
     generate.add_argument("--top-k", type=NONNEGATIVE, default=40, help="sample among the k most likely (default: 40; 0: all)")
     generate.add_argument("--seed", type=SEED, default=0, help="seed of the draws (and of untrained weights)")

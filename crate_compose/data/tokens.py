@@ -1,13 +1,15 @@
 """Tokenizers made without a download, and the text sets for masked language modelling built on them.
 
-A :class:`Tokenizer` is one of three kinds, each with the five special tokens of :data:`SPECIALS`:
+A :class:`Tokenizer` is one of four kinds, each with the five special tokens of :data:`SPECIALS`:
 
 * ``bytes``: ids 0..255 are the bytes of the UTF-8 text, the specials 256..260 (261 ids); nothing to train;
 * ``wordpiece``: BERT's WordPiece (a "##" continuing prefix, BERT's pre-tokenizer splitting on whitespace
   and punctuation, BERT's normalizer with NO lowercasing and no accent stripping: the corpus is code), its
   vocabulary learned by :func:`train_tokenizer` from the texts given;
 * ``bpe``: byte-level BPE (GPT-2's: the ByteLevel pre-tokenizer and decoder, so whitespace round-trips and
-  no text is ever unknown).
+  no text is ever unknown);
+* ``gpt2``: GPT-2's own byte-level BPE, its 50,257 ids exactly (0..50,256), the specials after them
+  (50,257..50,261); nothing to train: its files are fetched once by ``make data`` (:mod:`.gpt2_vocabulary`).
 
 Trained vocabularies come from Hugging Face's ``tokenizers`` (Rust, offline). Training is deterministic:
 the same texts give the same vocabulary and ids, whatever the thread count. Its byte-level BPE trainer
@@ -41,14 +43,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import DataError
 from ..files import MAX_JSON_DEPTH, json_depth, read_json
+from .byte_level import SPECIALS, byte_level_bytes
 
 if TYPE_CHECKING:  # imported where ids become tensors: the constants and check_vocab name the data sets torch-free
     import torch
 
-__all__ = ["DEFAULT_VOCAB", "KINDS", "SPECIALS", "Tokenizer", "check_vocab", "train_tokenizer"]
+__all__ = ["DEFAULT_VOCAB", "KINDS", "SPECIALS", "Tokenizer", "byte_level_bytes", "check_vocab", "gpt2_tokenizer",
+           "train_tokenizer"]
 
-SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-KINDS = ("bytes", "wordpiece", "bpe")
+KINDS = ("bytes", "wordpiece", "bpe", "gpt2")
+FIXED = {"bytes": "its ids are the 256 bytes and 5 specials",  # the kinds that learn no vocabulary: no V
+         "gpt2": "its ids are GPT-2's 50,257 and 5 specials"}
+SPECIALS_LAST = ("bytes", "gpt2")  # the kinds whose specials follow the ids of text (the others': ids 0..4)
 DEFAULT_VOCAB = 8192
 MIN_VOCAB = {"wordpiece": 64, "bpe": 256 + len(SPECIALS)}  # bpe: every byte and the specials
 MAX_VOCAB = 1 << 18
@@ -73,7 +79,8 @@ class Tokenizer:
     """A tokenizer of one of :data:`KINDS`; ids 0..size-1, the specials among them (see the module docstring).
 
     ``encode`` turns the special strings in the text ("[MASK]") into their ids and adds nothing around it;
-    ``decode`` writes the specials back as their strings; ``token`` is a readable piece for display."""
+    ``decode`` writes the specials back as their strings; ``token`` is a readable piece for display.
+    ``text_size``: the ids text may encode to lie below it (bytes: 256, gpt2: 50,257; the others: ``size``)."""
 
     def __init__(self, kind: str, backend: Any = None, *, where: str = "tokenizer") -> None:
         if kind not in KINDS:
@@ -87,15 +94,19 @@ class Tokenizer:
             ids = list(range(256, 256 + len(SPECIALS)))
         else:
             self.size = backend.get_vocab_size(with_added_tokens=True)
+            first = self.size - len(SPECIALS) if kind in SPECIALS_LAST else 0
             ids = [backend.token_to_id(s) for s in SPECIALS]
             found = [backend.encode(s, add_special_tokens=False).ids for s in SPECIALS]
-            pieces = [backend.id_to_token(i) for i in range(len(SPECIALS))]
-            if ids != list(range(len(SPECIALS))) or found != [[i] for i in ids] or pieces != list(SPECIALS):
-                raise DataError(f"{where}: the special tokens {', '.join(SPECIALS)} must be the ids 0..4, each "
-                                f"found in text; got {ids}, encoded as {found}")
+            pieces = [backend.id_to_token(i) for i in range(first, first + len(SPECIALS))]
+            expected = list(range(first, first + len(SPECIALS)))
+            if ids != expected or found != [[i] for i in ids] or pieces != list(SPECIALS):
+                raise DataError(f"{where}: the special tokens {', '.join(SPECIALS)} must be the ids {first}.."
+                                f"{first + 4}, each found in text; got {ids}, encoded as {found}")
         self.pad, self.unk, self.cls, self.sep, self.mask = ids
+        self.text_size = self.size - len(SPECIALS) if kind in SPECIALS_LAST else self.size
         self.specials = frozenset(ids)
         self._json: str | None = None
+        self._lengths: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.kind}, size {self.size}, sha256 {self.sha256[:12]})"
@@ -148,8 +159,8 @@ class Tokenizer:
         if self._backend is None:
             return _printable(bytes([id]).decode("utf-8", errors="backslashreplace"))
         piece = self._backend.id_to_token(id)
-        table = _byte_level_bytes()
-        if self.kind == "bpe" and all(c in table for c in piece):
+        table = byte_level_bytes()
+        if self.kind in ("bpe", "gpt2") and all(c in table for c in piece):
             piece = bytes(table[c] for c in piece).decode("utf-8", errors="backslashreplace")
         return _printable(piece)
 
@@ -164,6 +175,24 @@ class Tokenizer:
             piece = self._backend.id_to_token(id)
             return piece[2:] if piece.startswith("##") else piece
         return self.decode([id])
+
+    def lengths(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """How much text each id stands for, as two int64 tensors of ``size``: its UTF-8 bytes and its characters
+        (the leading bytes among them: a character split over two ids counts in the one holding its first byte), a
+        special as its string; so summed over a stream they are exactly the bytes and characters of the text it
+        decodes to. For the byte-level kinds (bytes, bpe, gpt2); None for wordpiece, whose ids do not keep the
+        whitespace between words."""
+        import torch
+
+        if self.kind == "wordpiece":
+            return None
+        if self._lengths is None:
+            table = byte_level_bytes()
+            pieces = [SPECIALS[i - self.pad].encode() if i in self.specials else bytes([i]) if self._backend is None
+                      else bytes(table[c] for c in self._backend.id_to_token(i)) for i in range(self.size)]
+            self._lengths = (torch.tensor([len(p) for p in pieces], dtype=torch.long),
+                             torch.tensor([sum((b & 0xC0) != 0x80 for b in p) for p in pieces], dtype=torch.long))
+        return self._lengths
 
     def _checked(self, ids: Iterable[int] | torch.Tensor) -> list[int]:
         import torch
@@ -239,7 +268,7 @@ def _backend_from(kind: str, body: Any, where: str = "tokenizer") -> Any:
     from tokenizers import Tokenizer as Backend
 
     model = body.get("model") if isinstance(body, dict) else None
-    expected = {"wordpiece": "WordPiece", "bpe": "BPE"}[kind]
+    expected = {"wordpiece": "WordPiece", "bpe": "BPE", "gpt2": "BPE"}[kind]
     if not isinstance(model, dict) or model.get("type") != expected:
         raise DataError(f"{where}: a {kind} tokenizer needs a {expected} model under \"tokenizer\"")
     try:
@@ -254,20 +283,6 @@ def _backend_from(kind: str, body: Any, where: str = "tokenizer") -> Any:
 
 def _printable(piece: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in piece)
-
-
-@functools.lru_cache(maxsize=1)
-def _byte_level_bytes() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the character standing for each byte -> the byte."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[chr(b)] = b
-        else:
-            table[chr(256 + extra)] = b
-            extra += 1
-    return table
 
 
 def _pieces(text: str, size: int = CHUNK) -> Iterator[str]:
@@ -297,11 +312,10 @@ def _require_tokenizers() -> Any:
 
 
 def check_vocab(kind: str, vocab: int | None) -> None:
-    """Refuse a vocabulary ``kind`` cannot have (bytes takes none; bpe at least 261, wordpiece 64)."""
-    if kind == "bytes":
+    """Refuse a vocabulary ``kind`` cannot have (bytes and gpt2 take none; bpe at least 261, wordpiece 64)."""
+    if kind in FIXED:
         if vocab is not None:
-            raise DataError("bytes: the vocabulary is the 256 bytes and the 5 specials; give no size "
-                            "(bytes:..., not bytes-N:...)")
+            raise DataError(f"{kind}: {FIXED[kind]}; give no size ({kind}:..., not {kind}-N:...)")
         return
     if kind not in KINDS:
         raise DataError(f"tokenizer: unknown kind '{kind}'; expected one of {', '.join(KINDS)}")
@@ -312,15 +326,27 @@ def check_vocab(kind: str, vocab: int | None) -> None:
 
 def train_tokenizer(kind: str, vocab: int | None, texts: Iterable[str]) -> Tokenizer:
     """A tokenizer of ``kind`` whose vocabulary (at most ``vocab`` ids, the 5 specials first, 0..4) is
-    learned from ``texts`` (documents); deterministic. ``bytes`` learns nothing (``vocab`` None).
+    learned from ``texts`` (documents); deterministic. ``bytes`` and ``gpt2`` learn nothing (``vocab`` None):
+    gpt2 is GPT-2's fetched vocabulary (:func:`gpt2_tokenizer`).
     The trainer stops below ``vocab`` when the texts hold no more merges; ``size`` is the real one."""
     check_vocab(kind, vocab)
     if kind == "bytes":
         return Tokenizer("bytes")
+    if kind == "gpt2":
+        return gpt2_tokenizer()
     pieces = [piece for text in texts for piece in _pieces(text)]
     if not any(pieces):
         raise DataError(f"{kind}: no text to learn a vocabulary from")
     return Tokenizer(kind, (_train_wordpiece if kind == "wordpiece" else _train_bpe)(vocab, pieces))
+
+
+def gpt2_tokenizer(home: Any = None) -> Tokenizer:
+    """The ``gpt2`` tokenizer: GPT-2's vocabulary and merges as ``make data`` cached them (under ``home``, else the
+    data folder; :func:`.gpt2_vocabulary.gpt2_backend`)."""
+    from .gpt2_vocabulary import gpt2_backend
+
+    backend, where = gpt2_backend(home)
+    return Tokenizer("gpt2", backend, where=where)
 
 
 def _train_bpe(vocab: int, pieces: list[str]) -> Any:

