@@ -6,6 +6,7 @@ training with its exact resume on that device; the default is the CPU."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,3 +48,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """A fresh, empty data home (``$CRATE_COMPOSE_DATA``) for the tests of fetched sets and their caches."""
+    folder = tmp_path / "data-home"
+    monkeypatch.setenv("CRATE_COMPOSE_DATA", str(folder))
+    return folder

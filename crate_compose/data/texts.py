@@ -28,7 +28,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataError
 from ..files import read_input
-from .corpus import HELD_OUT, Windows, stdlib_files, stdlib_source, unigram_loss
+from .corpus import HELD_OUT, next_token_windows, stdlib_files, stdlib_source, unigram_loss
 from .folders import IMAGE_SUFFIXES
 from .record import Data, Tensors
 from .set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
@@ -132,17 +132,7 @@ def next_token_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: 
                             f"({context}), so it holds no window and its next token")
     specials = int(max(train.max(), test.max())) >= tokenizer.text_size
     vocab = tokenizer.size if specials else tokenizer.text_size
-    return Data(
-        name=name,
-        train=Windows(train, context),
-        test=Windows(test, context),
-        input_shape=(context,),
-        classes=None,
-        provides=NEXT_BYTES,
-        sizes={"vocab": vocab, "context": context},
-        unigram_loss=unigram_loss(train, test[1:], vocab),
-        tokenizer=tokenizer,
-    )
+    return next_token_windows(name, train, test, context, vocab, tokenizer)
 
 
 def load_tokens(kind: str, vocab: int | None, *, spec: Any = None, context: int | None = None) -> Data:
