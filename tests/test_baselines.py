@@ -45,6 +45,21 @@ def test_the_untrained_network_of_a_run_is_scored_in_one_command(run, capsys):
         cc.evaluate("crate-digits", "digits")
 
 
+def test_the_untrained_network_of_a_run_of_another_seed_is_that_seeds(tmp_path):
+    """linear-probe --untrained of a run of seed 1 probes the network seed 1 initializes, as evaluate does (its
+    --seed used to default to 0, which also chose the untrained network: every seed's baseline was seed 0's)."""
+    out = tmp_path / "seed1"
+    cc.train("crate-digits", Settings(steps=2, batch_size=16, seed=1, logger="none"), overrides=TINY, out=out,
+             progress=False)
+    probe = cc.linear_probe(out, untrained=True)
+    assert probe["weights"].startswith("untrained, seed 1")
+    by_hand = cc.linear_probe(out / "spec.yaml", "digits", untrained=True, seed=1)
+    seed0 = cc.linear_probe(out / "spec.yaml", "digits", untrained=True, seed=0)
+    assert probe["knn_accuracy"] == by_hand["knn_accuracy"] and probe["test_accuracy"] == by_hand["test_accuracy"]
+    assert (probe["knn_accuracy"], probe["test_accuracy"]) != (seed0["knn_accuracy"], seed0["test_accuracy"])
+    assert cc.evaluate(out, untrained=True)["weights"].startswith("untrained, seed 1")
+
+
 @pytest.mark.parametrize("edited", ["spec.yaml", "final/spec.yaml", "both"])
 def test_a_run_whose_spec_was_edited_after_it_trained_is_refused(run, tmp_path, capsys, edited):
     """Another network with the same shapes (ista swapped for ista_soft) would load the run's weights and be

@@ -108,12 +108,12 @@ def _features_of(model, data: Data, split, normalize: str, workers: int, layer: 
 
 def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
                          overrides: Iterable[str] = (), layer: int | None = None, pool: str = "cls",
-                         image_size: int | None = None, seed: int = 0, normalize: str | None = None,
+                         image_size: int | None = None, seed: int | None = None, normalize: str | None = None,
                          workers: int = 0, untrained: bool = False) -> dict[str, Any]:
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
     network of ``seed``, a baseline; a run folder: its final weights, on its data) on ``data_name``'s
     splits (default: digits), standardized as ``normalize`` says (default: as the weights were
-    trained). ``seed`` draws the validation split; ``workers`` DataLoader processes decode a split read
+    trained). ``seed`` (default: a run's, else 0) initializes the untrained network and draws the validation split; ``workers`` DataLoader processes decode a split read
     from files. The features are taken batch by batch: only they are held, never the images. ``untrained``: the
     features of the network the seed initializes, even of a run (its spec and data), the baseline."""
     subject, spec, data, model, normalize = _loaded("linear-probe", spec_ref, data_name, weights, overrides,
@@ -128,7 +128,7 @@ def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | 
         # crops of photographs: the class of a crop is the photograph it was cut from (train crops from
         # each photo's left 75%, test crops from its right 25%)
         train_y, test_y, labels = data.train.crops[:, 0], data.test.crops[:, 0], "the photograph of each crop"
-    result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=seed)
+    result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=subject.seed)
     result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
     return {"spec": spec.name, "data": data_name, "weights": _weights_said(subject, untrained),
             "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, "normalize": normalize,

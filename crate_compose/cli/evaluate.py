@@ -50,7 +50,8 @@ def add(command: Command) -> None:
     normalize_argument(probe_linear)
     workers_argument(probe_linear)
     formulas_argument(probe_linear)
-    probe_linear.add_argument("--seed", type=SEED, default=0, help="seed of the validation split (default: 0)")
+    probe_linear.add_argument("--seed", type=SEED, default=None, help="seed of the untrained network and of the "
+                              "validation split (default: a run's, else 0)")
     probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
     probe_linear.add_argument("--untrained", action="store_true", help="the features of the network as its seed "
                               "initializes it, even of a run (its spec and data): the baseline")
