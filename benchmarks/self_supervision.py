@@ -5,7 +5,8 @@ batch, peak learning rate, warm-up and seeds, then measures every run and the sa
 project's own commands: ``linear-probe`` (logistic regression and k-NN of the class token; a self-supervised
 run's teacher) and ``segment`` (the class token's attention: Jaccard of DINO's 60%-mass masks and average
 precision against the ground-truth masks). ``--sweep`` adds, for CRATE-DINO and CRATE-SimDINO at the first
-seed, the learning rate halved and doubled and DINO's teacher temperature or SimDINO's eps at its other
+seed, the learning rate doubled (halving it, the issue's other half, did not fit the CPU budget of the runs
+in docs/self-supervision.md; add it to SWEEP) and DINO's teacher temperature or SimDINO's eps at its other
 published value (0.07, DINO's longer runs'; 0.5, the SimDINO code's default), and counts the runs that
 collapse or diverge.
 
@@ -49,9 +50,9 @@ MODELS = {
 }
 # the stability sweep: model -> variant -> its change of the run's arguments (a function of the peak rate)
 SWEEP = {
-    "crate-dino": {"lr/2": lambda lr: ["--lr", f"{lr / 2:g}"], "lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
+    "crate-dino": {"lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
                    "teacher-temp 0.07": lambda lr: ["--teacher-temp", "0.07"]},  # DINO's longer runs' value
-    "crate-simdino": {"lr/2": lambda lr: ["--lr", f"{lr / 2:g}"], "lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
+    "crate-simdino": {"lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
                       "eps 0.5": lambda lr: ["--eps", "0.5"]},  # the authors' code's default
 }
 
@@ -68,7 +69,7 @@ def _runs(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
         for name, variants in SWEEP.items():
             preset, objective = MODELS[name]
             for variant, change in variants.items():
-                label = variant.replace(" ", "-").replace("/", "-half").replace("*", "-twice")
+                label = variant.replace(" ", "-").replace("/2", "-half").replace("*2", "-x2")
                 runs[f"{name}-{label}-seed{seed}"] = (name, [*_command(preset, objective, seed, args),
                                                              *change(args.lr)])
     return runs
@@ -113,7 +114,7 @@ def train(args: argparse.Namespace) -> int:
 def _stability(run: Path, log: Path) -> str:
     """``diverged``, ``collapsed`` or ``stable`` (the module docstring)."""
     if not (run / "result.json").is_file():
-        return "diverged" if "diverged" in log.read_text(errors="replace") else "unfinished"
+        return "diverged" if log.is_file() and "diverged" in log.read_text(errors="replace") else "unfinished"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     trained = [row for row in rows if row["kind"] == "train"]
     first, last = trained[0], trained[-1]
@@ -217,9 +218,10 @@ def tables(summary: dict, seeds: list[int]) -> str:
 
         accuracy = _spread([r["metrics"]["test_accuracy"] for r in measured if "test_accuracy" in r["metrics"]])
         stable = sum(r["stability"] == "stable" for r in runs)
+        ended = sum(r["stability"] != "unfinished" for r in runs)
         lines.append(f"| {model} | {accuracy} | {pair('linear_probe')} | {pair('knn')} | "
                      f"{pair('best_head_jaccard')} | {pair('mean_map_jaccard')} | {pair('mean_map_ap')} | "
-                     f"{stable} of {len(runs)} |")
+                     f"{stable} of {ended} |")
     sweep = [(name, run) for name, run in summary["runs"].items() if name not in main]
     if sweep:
         lines += ["", "| sweep run | outcome | teacher's k-NN, its own evaluation (untrained) |", "| --- | --- | --- |"]
@@ -245,7 +247,7 @@ def _figures(summary: dict, args: argparse.Namespace) -> None:
             continue
         names.append(model)
         models.append({f"{which}_{key}": statistics.mean(r[which][key] for r in runs)
-                       for which in ("trained", "untrained") for key in runs[0]["trained"]})
+                       for which in ("trained", "untrained") for key in runs[0]["trained"] if key != "chance_ap"})
     panels = [("k-NN accuracy", [("trained", "trained_knn"), ("untrained", "untrained_knn")]),
               ("linear probe accuracy", [("trained", "trained_linear_probe"), ("untrained", "untrained_linear_probe")]),
               ("Jaccard of the 60%-mass masks, best head", [("trained", "trained_best_head_jaccard"),
