@@ -73,7 +73,7 @@ class CodingRateDistillation(SelfDistillation):
                          settings=(("ema", 0.996),))
 
     def session(self, model: Any, settings, data) -> Session:
-        super().session(model, settings, data)  # its refusals
+        self.check_teacher(settings)
         return SimDinoSession(self, model, settings, data)
 
 

@@ -88,10 +88,14 @@ class SelfDistillation(Task):
                              f"{list(data.input_shape)}")
 
     def session(self, model: Any, settings, data) -> Session:
+        self.check_teacher(settings)
+        return DinoSession(self, model, settings, data)
+
+    def check_teacher(self, settings) -> None:
+        """Refuse a run without the teacher's momentum (``--ema``): the teacher is the weights' average."""
         if not settings.ema:
             raise TrainError(f"task {self.name} needs the teacher's momentum: --ema 0.996 (DINO's; it rises to 1 over "
                              f"the run), or --config {self.recipe}")
-        return DinoSession(self, model, settings, data)
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
         raise TrainError(f"task {self.name}'s loss needs a teacher: it is computed by its session over a run")
