@@ -162,3 +162,9 @@ def field_problems(settings: Settings) -> list[tuple[str, str]]:
     if not isinstance(settings.options, dict):
         problems.append(("options", f"{settings.options!r} is not a mapping of the task's options"))
     return problems
+
+
+def cuda_devices(count: int) -> str:
+    """What a CUDA device index beyond the machine's is told: ``this machine has 1 CUDA device (cuda:0)``."""
+    named = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+    return f"this machine has {count} CUDA device{'s' if count != 1 else ''} ({named})"

@@ -265,14 +265,28 @@ def test_an_out_that_cannot_take_the_output_exits_1_for_every_command_that_write
     assert afile.read_text() == "mine\n"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA takes --device cuda")
-def test_device_cuda_without_cuda_is_an_argument_error_before_anything_is_read(tmp_path, capsys):
+def test_device_cuda_without_cuda_is_an_argument_error_before_anything_is_read(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this machine, or one without CUDA
     for argv in (["build", "crate-tiny", "--device", "cuda"],
                  ["train", "crate-tiny", "--device", "cuda", "--data", f"folder:{tmp_path / 'nowhere'}"]):
         with pytest.raises(SystemExit) as stop:
             cli.main(argv)
         err = capsys.readouterr().err
         assert stop.value.code == 2 and "--device" in err and "no CUDA device is available" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cuda_index_beyond_the_machine_is_an_argument_error_naming_its_devices(tmp_path, capsys, monkeypatch):
+    """A machine with one GPU (as the lent ones): ``--device cuda:99`` is refused before anything is read,
+    and the Python API refuses it with a located error rather than CUDA's traceback."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["build", "crate-tiny", "--device", "cuda:99", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--device" in err and "cuda:99: this machine has 1 CUDA device (cuda:0)" in err, err
+    with pytest.raises(SpecError, match=r"device 'cuda:3': this machine has 1 CUDA device \(cuda:0\)"):
+        cc.build("crate-tiny", device="cuda:3")
     assert list(tmp_path.iterdir()) == []
 
 

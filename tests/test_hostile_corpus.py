@@ -225,8 +225,8 @@ def _measure_baselines(work: Path) -> dict:
     digits = str(survey.DIGITS)
     commands = {
         "spec": [str(survey.PYTHON), "-c", survey.PLACED],  # placed on meta, as a spec may need to be
-        "build": [str(survey.CLI), "build", digits, "--out", str(work / "out")],
-        "train": [str(survey.CLI), "train", digits, "--steps", "1", "--eval-every", "0", "--no-progress",
+        "build": [*survey.CLI, "build", digits, "--out", str(work / "out")],
+        "train": [*survey.CLI, "train", digits, "--steps", "1", "--eval-every", "0", "--no-progress",
                   "--out", str(work / "run")],
     }
     with futures.ThreadPoolExecutor(max_workers=2) as pool:

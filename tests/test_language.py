@@ -387,15 +387,13 @@ def test_generate_refuses_a_spec_that_is_no_language_model(capsys):
 def test_a_prompt_that_is_not_utf8_keeps_its_bytes(tmp_path):
     """A real process: argv holds the bytes 0xff 0xfe, which Python decodes with surrogateescape."""
     import subprocess
-    import sys
-    from pathlib import Path
 
     from crate_compose.generation.text import generate_text
 
     result = generate_text("causal-crate-bytes", "\udcff\udcfe", overrides=TINY[1::2], tokens=3)
     assert result.prompt == b"\xff\xfe" and len(result.continuation) == 3 and result.text.startswith("\ufffd\ufffd")
-    exe = str(Path(sys.executable).with_name("crate-compose"))
-    run = subprocess.run([exe, "generate", "causal-crate-bytes", "--prompt", b"\xff\xfe", "--tokens", "3", *TINY],
+    from commands import CLI
+    run = subprocess.run([*CLI, "generate", "causal-crate-bytes", "--prompt", b"\xff\xfe", "--tokens", "3", *TINY],
                          capture_output=True, timeout=120)
     assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr
     assert run.stdout.startswith("\ufffd\ufffd".encode()) and run.stdout.endswith(b"\n")  # stdout is a pipe here

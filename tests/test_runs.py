@@ -193,6 +193,9 @@ CHECKPOINT_DAMAGE = {
     "rng of another dtype": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/optimizer.safetensors",
                                                          lambda t: t.__setitem__("rng.torch", t["rng.torch"].float())),
                              "rng.torch"),
+    "cuda rng of another dtype": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/optimizer.safetensors",
+                                                              lambda t: t.__setitem__("rng.cuda", torch.zeros(3))),
+                                  "rng.cuda is torch.float32 (3,)"),
     "spec edited": (lambda run: (run / "checkpoints/step-000002/spec.yaml").write_text(
         (run / "checkpoints/step-000002/spec.yaml").read_text().replace("lambd: 0.1", "lambd: 0.5")),
         "not the run's spec"),

@@ -10,7 +10,6 @@ Line numbers below are counted in the YAML written by each test (first line is 1
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -672,10 +671,10 @@ def test_build_dir_that_is_not_a_build(tmp_path, capsys):
 def test_command_line_exits_2_without_a_traceback(tmp_path):
     """Two real processes (run side by side: each pays for importing torch)."""
     bad = write(tmp_path, MULTI)
-    exe = str(Path(sys.executable).with_name("crate-compose"))
+    from commands import CLI
     runs = [
-        subprocess.Popen([exe, "validate", str(bad)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-        subprocess.Popen([exe, "build", "crate-tiny", "--set", "sizes.d", "--out", str(tmp_path / "out")],
+        subprocess.Popen([*CLI, "validate", str(bad)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        subprocess.Popen([*CLI, "build", "crate-tiny", "--set", "sizes.d", "--out", str(tmp_path / "out")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
     ]
     (out1, err1), (out2, err2) = (run.communicate(timeout=60) for run in runs)

@@ -31,7 +31,7 @@ from torch import fx, nn
 from ..errors import Problem, SpecError
 from ..spec_language import loader
 from ..spec_language.spec import Spec
-from ..settings import DTYPE_NAMES
+from ..settings import DTYPE_NAMES, cuda_devices
 from . import budget
 from .derivation import explicit
 from .placement import place
@@ -72,6 +72,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SpecError([Problem("device 'cuda' was asked for, but no CUDA device is available", ("device",))])
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise SpecError([Problem(f"device '{device}': {cuda_devices(torch.cuda.device_count())}", ("device",))])
     return device
 
 

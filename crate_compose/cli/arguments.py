@@ -17,7 +17,7 @@ from .. import tasks
 from ..data import set_registry
 from ..options import number
 from ..settings import (FORMULAS, FORMULAS_VARIABLE, FREEZES, MAX_IMAGE_SIZE, MAX_SEED, MAX_WORKERS, NORMALIZATIONS,
-    OPTIONS, Settings, formulas_from_environment, settings_of)
+    OPTIONS, Settings, cuda_devices, formulas_from_environment, settings_of)
 
 Command = Callable[..., argparse.ArgumentParser]  # command(name, help=...): a subcommand that takes --plugin
 
@@ -42,6 +42,8 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError("meta holds no weights (use inspect for shapes and counts); give cpu or cuda")
     if parsed.type == "cuda" and not torch.cuda.is_available():  # before any data is read or weights built
         raise argparse.ArgumentTypeError(f"{text}: no CUDA device is available to this torch; give cpu")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text}: {cuda_devices(torch.cuda.device_count())}")
     return text
 
 

@@ -49,6 +49,7 @@ from .optimizers import EMA, state_keys
 STATE_FILE, OPTIMIZER_FILE, EMA_FILE = "state.json", "optimizer.safetensors", "ema.safetensors"
 TASK_FILE = "task.safetensors"  # what a task keeps from step to step (DINO's center), when it keeps anything
 RNG_KEY = "rng.torch"
+CUDA_RNG_KEY = "rng.cuda"  # the generator of the CUDA device the model is on (stochastic depth, masks drawn there)
 MAX_STATE_BYTES = 1_000_000  # state.json is a few kB
 _STEP = re.compile(r"^step-([0-9]{6,18})$")  # digits 0-9 only (int() reads "٣" too), never too many for int()
 
@@ -78,6 +79,9 @@ def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torc
         save_build(model, staging)
         tensors, groups = _optimizer_tensors(optimizer)
         tensors[RNG_KEY] = torch.get_rng_state()
+        device = _cuda_device(model)
+        if device is not None:
+            tensors[CUDA_RNG_KEY] = torch.cuda.get_rng_state(device)
         save_tensors(tensors, staging / OPTIMIZER_FILE)
         if ema is not None:
             save_tensors({k: v.detach().cpu().contiguous() for k, v in ema.tensors.items()}, staging / EMA_FILE)
@@ -87,6 +91,13 @@ def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torc
                  "metrics_rows": metrics_rows, **({"scaler": scaler.state_dict()} if scaler is not None else {})}
         write_atomic(staging / STATE_FILE, json.dumps(state, indent=2, default=str))
     return final
+
+
+def _cuda_device(model: torch.nn.Module) -> torch.device | None:
+    """The CUDA device ``model``'s weights are on, or None (CPU): its generator is saved with the CPU one's, so
+    a run resumed on a GPU draws what the run that went on would have drawn."""
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None and parameter.device.type == "cuda" else None
 
 
 def checkpoints(run: Path) -> dict[int, Path]:
@@ -242,6 +253,10 @@ def _verify_optimizer(path: Path, model: torch.nn.Module, optimizer: torch.optim
         found = "missing" if rng is None else f"{rng.dtype} {tuple(rng.shape)}"
         raise ValueError(f"{OPTIMIZER_FILE}: {RNG_KEY} is {found}, torch's RNG state is {reference.dtype} "
                          f"{tuple(reference.shape)}")
+    cuda_rng = tensors.pop(CUDA_RNG_KEY, None)  # a run on a GPU's; checkpoints of CPU runs have none
+    if cuda_rng is not None and (cuda_rng.dtype != torch.uint8 or cuda_rng.ndim != 1):
+        raise ValueError(f"{OPTIMIZER_FILE}: {CUDA_RNG_KEY} is {cuda_rng.dtype} {tuple(cuda_rng.shape)}, a CUDA "
+                         "generator's state is uint8 bytes")
     groups = optimizer.param_groups
     parameters = dict(enumerate(itertools.chain.from_iterable(group["params"] for group in groups)))
     names = {id(p): n for n, p in model.named_parameters()}
@@ -315,6 +330,9 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     state = json.loads((path / STATE_FILE).read_text())
     tensors = load_file(path / OPTIMIZER_FILE)
     torch.set_rng_state(tensors.pop(RNG_KEY))
+    cuda_rng, device = tensors.pop(CUDA_RNG_KEY, None), _cuda_device(model)
+    if cuda_rng is not None and device is not None:
+        torch.cuda.set_rng_state(cuda_rng, device)
     entries: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)

@@ -21,6 +21,7 @@ Manifest entries (``manifest.yaml``)::
     argv:        CLI arguments; {case} is the case file, {tmp} a fresh temporary folder, {arg} a value
                  made by the generator, {root} the repository root
     expect_exit: the status a good tool gives (an int, or a list of acceptable ints)
+    expect_exit_with_cuda: (optional) the status instead where torch sees a CUDA device (a case about the machine)
     why:         one line: what is hostile about it
     case:        optional: the case file, relative to tests/hostile (default cases/<id>.yaml if present)
     generate:    optional: the name of a gen_* function below that makes the input at survey time
@@ -60,8 +61,8 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-CLI = ROOT / ".venv" / "bin" / "crate-compose"
-PYTHON = ROOT / ".venv" / "bin" / "python"
+sys.path.insert(0, str(HERE.parent))  # tests/, when this file runs as a script
+from commands import CLI, PYTHON  # noqa: E402  (tests/commands.py: the console script, or python -m)
 DIGITS = ROOT / "specs" / "crate-digits.yaml"
 
 TIMEOUT_S = 20.0
@@ -293,7 +294,7 @@ def _base_build(work: Path) -> Path:
     with _BASE_LOCK:
         if _BASE_BUILD is None:
             target = work / "base-build"
-            result = run_process([str(CLI), "build", str(DIGITS), "--out", str(target)], ROOT, timeout=120, limited=False)
+            result = run_process([*CLI, "build", str(DIGITS), "--out", str(target)], ROOT, timeout=120, limited=False)
             if result["status"] != 0:
                 raise RuntimeError(f"cannot build the base weights: {result['stderr'][-2000:]}")
             _BASE_BUILD = target
@@ -433,6 +434,11 @@ def locate_pattern(case: dict, case_path: Path | None) -> str | None:
 
 def _expected(case: dict) -> list[int]:
     value = case["expect_exit"]
+    if "expect_exit_with_cuda" in case:  # a case about the machine: what a machine with CUDA answers
+        import torch
+
+        if torch.cuda.is_available():
+            value = case["expect_exit_with_cuda"]
     return list(value) if isinstance(value, list) else [value]
 
 
@@ -502,7 +508,7 @@ def _seen(forbidden: str, output: str) -> bool:
 def run_case(case: dict, work: Path, startup: dict) -> dict:
     setup = prepare(case, work)
     subs, tmp = setup["subs"], setup["tmp"]
-    argv = [str(CLI)] + [_fill(a, subs) if isinstance(a, str) else str(a) for a in case["argv"]]
+    argv = [*CLI] + [_fill(a, subs) if isinstance(a, str) else str(a) for a in case["argv"]]
     before = _snapshot(tmp)
     result = run_process(argv, setup["cwd"])
     after = _snapshot(tmp)
@@ -626,15 +632,15 @@ def measure_startup(repeats: int = 5) -> dict:
 
     cpu: dict[str, float] = {}
     try:
-        help_s, help_mb = median([str(CLI), "--help"])
-        validate_s, validate_mb = median([str(CLI), "validate", "specs/crate.yaml"])  # footprints: no torch
+        help_s, help_mb = median([*CLI, "--help"])
+        validate_s, validate_mb = median([*CLI, "validate", "specs/crate.yaml"])  # footprints: no torch
         spec_s, spec_mb = median([str(PYTHON), "-c", PLACED], key="placed")  # the spec commands' baseline
         torch_s, torch_mb = median([str(PYTHON), "-c", "import torch"])
-        build_s, build_mb = median([str(CLI), "build", str(DIGITS), "--out", str(work / "out")], work / "out")
-        train_s, train_mb = median([str(CLI), "train", str(DIGITS), "--steps", "1", "--eval-every", "0",
+        build_s, build_mb = median([*CLI, "build", str(DIGITS), "--out", str(work / "out")], work / "out")
+        train_s, train_mb = median([*CLI, "train", str(DIGITS), "--steps", "1", "--eval-every", "0",
                                     "--no-progress", "--out", str(work / "run")], work / "run")
         # probe with the last run's weights (trained and untrained), as the weights cases do
-        probe_s, probe_mb = median([str(CLI), "probe", str(DIGITS), "--weights", str(work / "run" / "final"),
+        probe_s, probe_mb = median([*CLI, "probe", str(DIGITS), "--weights", str(work / "run" / "final"),
                                     "--samples", "16", "--out", str(work / "probe")], work / "probe")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -866,7 +872,7 @@ def main() -> int:
         cases = [c for c in cases if any(c["id"].startswith(p) for p in args.only)]
     started = time.monotonic()
     before = library_fingerprint()
-    probe = run_process([str(CLI), "--help"], ROOT, timeout=120)
+    probe = run_process([*CLI, "--help"], ROOT, timeout=120)
     if probe["status"] != 0:
         print(f"crate-compose --help fails; is the library mid-edit?\n{probe['stderr'][-2000:]}", file=sys.stderr)
         return 1
