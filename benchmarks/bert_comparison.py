@@ -13,6 +13,10 @@ made from the same library (``wordpiece-4096:modules``: which of 10 modules a 12
 and the white-box probes of each layer on the test text (``probe``: the coding rate R^c after each
 compression step and the density of each sparsification step's codes, trained against untrained).
 
+On Shakespeare (``--data wordpiece:shakespeare``, after ``make data``) the downstream set is
+``wordpiece:plays`` (which of the 4 held-out plays a passage comes from, plays the pre-training never read),
+and ``report`` also fills in held-out lines ("To be, or not to [MASK]: that is the question.").
+
     python benchmarks/bert_comparison.py train runs/bert --steps 2000 --batch-size 32
     python benchmarks/bert_comparison.py report runs/bert --figure docs/figures/bert-comparison.png
 
@@ -32,12 +36,29 @@ from experiment import answer, finished, grouped_bars, quietly, save_figure, sta
 MODELS = ("crate-bert", "bert")
 
 
-def _labelled(data: str) -> str:
-    """The labelled set with the pre-training set's tokenizer: ``wordpiece-4096:text`` -> ``wordpiece-4096:modules``."""
+DOWNSTREAM = {  # the pre-training corpus: its labelled set (same tokenizer), what it asks, its classes
+    "text": ("modules", "which module a snippet is from", 10),
+    "shakespeare": ("plays", "which held-out play a passage is from", 4),
+}
+FILL = {  # held-out lines to fill in, by corpus (Hamlet, Twelfth Night, The Tempest for Shakespeare)
+    "text": ["for key, value in self.[MASK]():"],
+    "shakespeare": ["To be, or not to [MASK]: that is the question.", "If music be the food of [MASK], play on.",
+                    "We are such stuff as [MASK] are made on.", "Good night, sweet [MASK]."],
+}
+
+
+def _corpus(data: str) -> str:
     kind, _, corpus = data.partition(":")
-    if corpus != "text":
-        raise SystemExit(f"error: --data {data}: the downstream set is made from the shipped corpus (KIND:text)")
-    return f"{kind}:modules"
+    if corpus not in DOWNSTREAM:
+        raise SystemExit(f"error: --data {data}: the downstream set is made from a shipped corpus "
+                         f"({', '.join(f'KIND:{c}' for c in DOWNSTREAM)})")
+    return corpus
+
+
+def _labelled(data: str) -> str:
+    """The labelled set with the pre-training set's tokenizer: ``wordpiece-4096:text`` ->
+    ``wordpiece-4096:modules``, ``wordpiece:shakespeare`` -> ``wordpiece:plays``."""
+    return f"{data.partition(':')[0]}:{DOWNSTREAM[_corpus(data)][0]}"
 
 
 def train(args: argparse.Namespace) -> int:
@@ -82,6 +103,13 @@ def report(args: argparse.Namespace) -> int:
             probes = json.loads((run / "probes" / "final" / "probes.json").read_text())
             layers = {which: {measure: [row["value"] for row in probes[which] if row["measure"] == measure]
                               for measure in ("coding_rate", "l0_density")} for which in ("trained", "untrained")}
+        import crate_compose as cc
+
+        fills = []
+        for line in FILL[_corpus(data)]:
+            filled = cc.fill(run, line, top_k=5)
+            fills.append({"text": line, "filled": filled.text,
+                          "top": [[token, round(p, 3)] for token, p in filled.masks[0].candidates] if filled.masks else []})
         summary["data"], summary["steps"] = data, result["steps"]
         summary["batch_size"] = record["identity"]["settings"]["batch_size"]
         summary["models"][name] = {
@@ -90,10 +118,14 @@ def report(args: argparse.Namespace) -> int:
             "finetuned_accuracy": downstream["finetuned"]["test_accuracy"],
             "scratch_accuracy": downstream["scratch"]["test_accuracy"],
             "probe_cls_accuracy": linear["cls"]["test_accuracy"], "probe_mean_accuracy": linear["mean"]["test_accuracy"],
-            "layers": layers,
+            "layers": layers, "fill": fills,
         }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(_table(summary))
+    for name, m in summary["models"].items():
+        for row in m["fill"]:
+            top = ", ".join(f"{token} {p:.2f}" for token, p in row["top"])
+            print(f"{name}-mini: {row['text']} -> {row['filled']}  ({top})")
     if args.figure:
         _figure(summary, args.figure)
     return 0
@@ -130,7 +162,8 @@ def _figure(summary: dict, path: Path) -> None:
     names = list(summary["models"])
     bars = [("fine-tuned", "finetuned_accuracy"), ("from scratch", "scratch_accuracy"),
             ("probe [CLS]", "probe_cls_accuracy"), ("probe mean", "probe_mean_accuracy")]
-    grouped_bars(axes[2], "which module a snippet is from (10 classes)", names,
+    _, question, classes = DOWNSTREAM[_corpus(summary["data"])]
+    grouped_bars(axes[2], f"{question} ({classes} classes)", names,
                  [summary["models"][n] for n in names], bars, ticks=[f"{n}-mini" for n in names])
     save_figure(figure, f"{summary['data']}: {summary['steps']} steps of {summary['batch_size']} windows", path)
 

@@ -191,7 +191,7 @@ def test_names_are_the_registered_forms_in_order():
     assert sets.names() == registry.names() == [
         "digits", "fashion-mnist", "mnist", "photos", "subspaces", "text", "pasted-digits", "pasted-digits:N",
         "shapes", "shapes:N", "folder:PATH", "bytes:text", "wordpiece:text", "bpe:text", "gpt2:text", "KIND-V:text",
-        "KIND:modules", "KIND:shakespeare", "KIND:folder:PATH"]
+        "KIND:modules", "KIND:shakespeare", "KIND:plays", "KIND:folder:PATH"]
 
 
 # ---------------------------------------------------------------- the refusals as they were
@@ -200,7 +200,7 @@ def test_names_are_the_registered_forms_in_order():
 @pytest.mark.parametrize("name, said", [
     ("digit", "unknown data set 'digit': expected one of digits, fashion-mnist, mnist, photos, subspaces, text, "
               "pasted-digits, pasted-digits:N, shapes, shapes:N, folder:PATH, bytes:text, wordpiece:text, bpe:text, "
-              "gpt2:text, KIND-V:text, KIND:modules, KIND:shakespeare, KIND:folder:PATH; did you mean 'digits'?"),
+              "gpt2:text, KIND-V:text, KIND:modules, KIND:shakespeare, KIND:plays, KIND:folder:PATH; did you mean 'digits'?"),
     ("wordpeice:text", "did you mean 'wordpiece:text'?"),
     ("", "unknown data set '': expected one of digits"),
     ("bytes-300:text", "data set 'bytes-300:text': bytes takes no vocabulary size (its ids are the 256 bytes and 5 "
@@ -209,9 +209,9 @@ def test_names_are_the_registered_forms_in_order():
     ("wordpiece-10:text", "wordpiece: the vocabulary must be a whole number from 64 to 262,144; got 10"),
     ("bpe-200:modules", "from 261"),
     ("wordpiece:texts", "data set 'wordpiece:texts': a wordpiece set is wordpiece[-V]:text, wordpiece[-V]:modules, "
-                        "wordpiece[-V]:shakespeare or wordpiece[-V]:folder:PATH"),
-    ("bytes:folder", "a bytes set is bytes:text, bytes:modules, bytes:shakespeare or bytes:folder:PATH"),
-    ("gpt2:folder", "a gpt2 set is gpt2:text, gpt2:modules, gpt2:shakespeare or gpt2:folder:PATH"),
+                        "wordpiece[-V]:shakespeare, wordpiece[-V]:plays or wordpiece[-V]:folder:PATH"),
+    ("bytes:folder", "a bytes set is bytes:text, bytes:modules, bytes:shakespeare, bytes:plays or bytes:folder:PATH"),
+    ("gpt2:folder", "a gpt2 set is gpt2:text, gpt2:modules, gpt2:shakespeare, gpt2:plays or gpt2:folder:PATH"),
     ("gpt2-100:shakespeare", "data set 'gpt2-100:shakespeare': gpt2 takes no vocabulary size (its ids are GPT-2's "
                              "50,257 and 5 specials); write gpt2:shakespeare"),
     ("wordpiece:folder:", "data set 'wordpiece:folder:': give the folder as wordpiece:folder:PATH"),

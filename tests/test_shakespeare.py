@@ -25,7 +25,7 @@ import torch
 import crate_compose as cc
 from crate_compose.data import archives
 from crate_compose.data import shakespeare as S
-from crate_compose.data.set_registry import NEXT_BYTES, TOKENIZED_TEXT
+from crate_compose.data.set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
 from crate_compose.data.sets import load_data
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import prepare
@@ -245,6 +245,50 @@ def test_lm_trains_on_it_and_keeps_its_tokenizer(fetched, tmp_path):
                       out=tmp_path / "run", progress=False)
     assert result.steps == 2 and "test_loss" in result.metrics
     assert json.loads((tmp_path / "run" / "tokenizer.json").read_text())["kind"] == "bytes"
+
+
+# ---------------------------------------------------------------- the set: KIND[-V]:plays
+
+
+def test_the_plays_set_asks_which_held_out_play_a_passage_is_from(fetched):
+    """Classes: the held-out works; a passage: one of the ``context - 2``-token chunks of its play, from the
+    first 80% of the play's chunks for training, the last 20% for test; classes balanced; no passage in both."""
+    data = load_data("bytes:plays", context=32)
+    held = [w for w in fetched if w["split"] == "test"]
+    assert data.provides == LABELED_TOKENS and data.class_names == [w["title"] for w in held] == [
+        "King John", "Hamlet", "Twelfth Night", "The Tempest"]
+    assert data.sizes == {"vocab": 261, "context": 32, "sep": data.tokenizer.sep, "classes": 4}
+    chunks = []
+    for work in held:
+        stream = data.tokenizer.encode_tensor(work["text"]).tolist()
+        count = len(stream) // 30
+        cut = count - round(count * 0.2)
+        rows = [tuple(stream[k * 30:(k + 1) * 30]) for k in range(count)]
+        chunks.append({"train": set(rows[:cut]), "test": set(rows[cut:])})
+    for split, part in (("train", data.train), ("test", data.test)):
+        labels = part.targets.tolist()
+        assert [labels.count(c) for c in range(4)] == [labels.count(0)] * 4 and labels.count(0) > 0, split
+        for x, label in zip(part.inputs, labels):
+            assert x[0] == data.tokenizer.cls and x[-1] == data.tokenizer.sep
+            assert tuple(x[1:-1].tolist()) in chunks[label][split], (split, label)
+    assert not {x.numpy().tobytes() for x in data.test.inputs} & {x.numpy().tobytes() for x in data.train.inputs}
+
+
+def test_a_classifier_fine_tunes_on_the_plays_set(fetched, tmp_path):
+    result = cc.train("crate-bert-mini-classify", cc.Settings(task="classify", data="bytes:plays", steps=2,
+                                                              batch_size=8, eval_every=0, checkpoint_every=0),
+                      overrides=["sizes.context=32", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"],
+                      out=tmp_path / "run", progress=False)
+    assert result.steps == 2 and 0.0 <= result.metrics["test_accuracy"] <= 1.0
+
+
+def test_plays_needs_two_held_out_works(fetched, home):
+    stored = json.loads((home / "shakespeare.json").read_text())
+    for work in stored["works"]:
+        work["split"] = "test" if work["title"] == "Hamlet" else "train"
+    (home / "shakespeare.json").write_text(json.dumps(stored))
+    with pytest.raises(DataError, match="the held-out split holds 1 work; telling works apart takes two or more"):
+        load_data("bytes:plays", context=32)
 
 
 def test_a_missing_cache_names_the_set_up_step(home, tmp_path):

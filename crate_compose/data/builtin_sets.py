@@ -80,7 +80,7 @@ _FAMILY = re.compile(rf"({'|'.join(KINDS)})(?:-([^:]*))?:(.*)", re.DOTALL)  # KI
 
 
 def _misnamed(name: str) -> None:
-    """A tokenized set's name whose source is none of text, modules, shakespeare and folder:PATH: how such sets
+    """A tokenized set's name whose source is none of text, modules, shakespeare, plays and folder:PATH: how such sets
     are written."""
     match = _FAMILY.fullmatch(name)
     if match is None:
@@ -93,8 +93,8 @@ def _misnamed(name: str) -> None:
             raise DataError(f"data set '{name}': give the {VOCAB.words} as {kind}-V:SOURCE, V {error}") from None
     _vocabulary(name, kind, size)
     form = kind if kind in FIXED else f"{kind}[-V]"
-    raise DataError(f"data set '{name}': a {kind} set is {form}:text, {form}:modules, {form}:shakespeare or "
-                    f"{form}:folder:PATH")
+    raise DataError(f"data set '{name}': a {kind} set is {form}:text, {form}:modules, {form}:shakespeare, "
+                    f"{form}:plays or {form}:folder:PATH")
 
 
 def _folder(name: str, values: dict[str, Any]) -> dict[str, Any] | str:
@@ -169,6 +169,11 @@ register("KIND[-V]:shakespeare", summary="Shakespeare's 42 plays and poems, edit
          forms=("KIND:shakespeare",), loader=".shakespeare:load_shakespeare", setup="make data",
          cached=_shakespeare_cached, split="whole works held out: Hamlet, Twelfth Night, The Tempest, King John",
          size="8,541,828 / 995,917 characters")
+register("KIND[-V]:plays", summary="which of the 4 held-out plays a tokenized passage comes from, for fine-tuning",
+         source=SHAKESPEARE, provides=LABELED_TOKENS, parameters=(KIND, VOCAB), settle=_tokenized,
+         forms=("KIND:plays",), loader=".shakespeare:load_plays", setup="make data", cached=_shakespeare_cached,
+         split="each play's first 80% of passages train, its last 20% test, classes balanced",
+         size="as the context cuts them")
 register("KIND[-V]:folder:PATH", summary="your own text files (*.txt, *.md, *.py under PATH), tokenized",
          source="your text files under PATH", status="your folder", provides=TOKENIZED_TEXT,
          parameters=(KIND, VOCAB, PATH), settle=_tokenized, forms=("KIND:folder:PATH",),

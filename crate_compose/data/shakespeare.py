@@ -279,6 +279,33 @@ def _streams(stamp: tuple, kind: str, vocab: int | None) -> tuple[Any, Any, Any]
     return tokenizer, tokenizer.encode_tensor(JOIN.join(train_texts)), tokenizer.encode_tensor(JOIN.join(test_texts))
 
 
+def load_plays(kind: str = "bytes", vocab: int | None = None, *, spec: Any = None,
+               context: int | None = None) -> Any:
+    """The ``KIND[-V]:plays`` set: which held-out work (:data:`HELD_OUT`, in the cache's order) a passage of
+    ``N - 2`` tokens comes from, in the vocabulary ``KIND[-V]:shakespeare`` learns from the training
+    split (:func:`.texts.labelled_snippets`: each work's first 80% of passages train, its last 20% test).
+    None of these works is in the language model's training split, so a model pre-trained there has never
+    read a passage it is asked about."""
+    from .texts import context_of, labelled_snippets, set_name
+    from .tokens import check_vocab
+
+    name = set_name(kind, vocab, "plays")
+    context = context_of(name, spec, context)
+    check_vocab(kind, vocab)
+    return labelled_snippets(name, _streams(_stamp(), kind, vocab)[0], _play_streams(_stamp(), kind, vocab),
+                             context, "play")
+
+
+@functools.lru_cache(maxsize=4)
+def _play_streams(stamp: tuple, kind: str, vocab: int | None) -> tuple[tuple[str, Any], ...]:
+    tokenizer = _streams(stamp, kind, vocab)[0]
+    works = [w for w in read_works(Path(stamp[0]).parent) if w["split"] == "test"]
+    if len(works) < 2:
+        raise DataError(f"{cache_path(Path(stamp[0]).parent)}: the held-out split holds {len(works)} work; "
+                        "telling works apart takes two or more")
+    return tuple((w["title"], tokenizer.encode_tensor(w["text"])) for w in works)
+
+
 def describe(path: Path) -> str:
     """What ``fetch`` wrote, in one line (the command line prints it)."""
     works = read_works(path.parent)

@@ -34,13 +34,13 @@ from .record import Data, Tensors
 from .set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
 from .tokens import DEFAULT_VOCAB, Tokenizer, check_vocab, train_tokenizer
 
-__all__ = ["Framed", "context_of", "corpus_tokenizer", "framed_data", "is_text_folder", "load_modules",
-           "load_text_folder", "load_tokens", "module_files", "text_files"]
+__all__ = ["Framed", "context_of", "corpus_tokenizer", "framed_data", "is_text_folder", "labelled_snippets",
+           "load_modules", "load_text_folder", "load_tokens", "module_files", "text_files"]
 
 TEXT_SUFFIXES = (".txt", ".md", ".py")
 MAX_TEXT_BYTES = 256 << 20  # of a text folder's files together (the text set's corpus is 3 MB)
 MODULES = 10  # classes of the modules set
-MODULES_HELD_OUT = 0.2  # the last 20% of each module's snippets
+MODULES_HELD_OUT = 0.2  # the last 20% of each module's (or play's) snippets
 
 class Framed(Dataset):
     """BERT's windows of a token stream: item ``i`` is ``(x, x)`` with ``x`` = [CLS], the ``context - 2``
@@ -254,22 +254,29 @@ def _module_streams(kind: str, vocab: int | None) -> tuple[tuple[str, torch.Tens
 
 
 def load_modules(kind: str, vocab: int | None, *, spec: Any = None, context: int | None = None) -> Data:
-    """The ``KIND[-V]:modules`` set: which standard-library module a snippet of ``N - 2`` tokens comes from.
-
-    Each module's token stream is cut in non-overlapping snippets; its first 80% are train, the last 20%
-    test, less the test snippets whose tokens a train snippet (of any module) also holds (code repeats:
-    ``# ======`` rulers, ``hasattr(namespace, action.dest)``), so no test example is seen in training;
-    each class keeps as many as the smallest class has in each split (evenly spread over its own).
-    An example is ``[CLS] snippet [SEP]``, its target the module's index (modules sorted by name)."""
+    """The ``KIND[-V]:modules`` set: which standard-library module a snippet of ``N - 2`` tokens comes from
+    (:func:`labelled_snippets`), in the vocabulary ``KIND[-V]:text`` learns; classes sorted by name."""
     name = set_name(kind, vocab, "modules")
     context = context_of(name, spec, context)
     check_vocab(kind, vocab)
     if len(module_files()) < MODULES:
         raise DataError(f"{name}: this Python installation has fewer than {MODULES} standard-library modules")
-    tokenizer = corpus_tokenizer(kind, vocab)
+    return labelled_snippets(name, corpus_tokenizer(kind, vocab), _module_streams(kind, vocab), context, "module")
+
+
+def labelled_snippets(name: str, tokenizer: Tokenizer, streams: tuple[tuple[str, torch.Tensor], ...], context: int,
+                      unit: str) -> Data:
+    """Which of ``streams`` (``(class name, token stream)``, a ``unit`` each: a module, a play) a snippet of
+    ``N - 2`` tokens comes from.
+
+    Each stream is cut in non-overlapping snippets; its first 80% are train, the last 20% test, less the
+    test snippets whose tokens a train snippet (of any class) also holds (code repeats: ``# ======``
+    rulers; so do a play's stage directions), so no test example is seen in training; each class keeps as
+    many as the smallest class has in each split (evenly spread over its own). An example is
+    ``[CLS] snippet [SEP]``, its target the class's index in ``streams``."""
     step = context - 2
     snippets = []
-    for _, stream in _module_streams(kind, vocab):
+    for _, stream in streams:
         count = len(stream) // step
         chunks = stream[: count * step].reshape(count, step)
         cut = count - round(count * MODULES_HELD_OUT)
@@ -280,7 +287,7 @@ def load_modules(kind: str, vocab: int | None, *, spec: Any = None, context: int
     for part in (0, 1):
         keep = min(len(s[part]) for s in snippets)
         if keep == 0:
-            raise DataError(f"{name}: the context {context} is too long: a module has no "
+            raise DataError(f"{name}: the context {context} is too long: a {unit} has no "
                             f"{'test' if part else 'train'} snippet of {step} tokens")
         rows, labels = [], []
         for label, pair in enumerate(snippets):
@@ -296,9 +303,9 @@ def load_modules(kind: str, vocab: int | None, *, spec: Any = None, context: int
         train=splits[0],
         test=splits[1],
         input_shape=(context,),
-        classes=MODULES,
+        classes=len(streams),
         provides=LABELED_TOKENS,
-        class_names=[stem for stem, _ in _module_streams(kind, vocab)],
-        sizes={"vocab": tokenizer.size, "context": context, "sep": tokenizer.sep, "classes": MODULES},
+        class_names=[label for label, _ in streams],
+        sizes={"vocab": tokenizer.size, "context": context, "sep": tokenizer.sep, "classes": len(streams)},
         tokenizer=tokenizer,
     )
