@@ -331,6 +331,33 @@ def test_a_small_language_model_beats_the_unigram_baseline(tmp_path, capsys, pre
     assert again == out
 
 
+@pytest.mark.parametrize("vocab", [5, 50_257])
+def test_the_bigram_baseline_is_add_one_pair_counts(vocab):
+    """``bigram_loss`` against the formula counted in plain Python: ``p(b | a) = (c(a, b) + 1) / (c(a) + V)``
+    over the held-out pairs; at GPT-2's vocabulary too, where a dense table of pairs would not fit."""
+    import math
+    from collections import Counter
+
+    from crate_compose.data.corpus import bigram_loss
+
+    generator = torch.Generator().manual_seed(0)
+    train = torch.randint(0, 5, (400,), generator=generator) * (vocab // 5)
+    test = torch.cat([torch.randint(0, 5, (99,), generator=generator) * (vocab // 5), torch.tensor([vocab - 1])])
+    pairs, firsts = Counter(zip(train[:-1].tolist(), train[1:].tolist())), Counter(train[:-1].tolist())
+    expected = -sum(math.log((pairs[(a, b)] + 1) / (firsts[a] + vocab))
+                    for a, b in zip(test[:-1].tolist(), test[1:].tolist())) / (len(test) - 1)
+    assert bigram_loss(train, test, vocab) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_language_model_reports_the_bigram_baseline_below_the_unigram(capsys, tmp_path):
+    code, _, err = _run(capsys, "train", "causal-crate-bytes", "--task", "lm", "--data", "text", "--steps", 1,
+                        "--eval-every", 0, "--no-progress", "--out", tmp_path / "run",
+                        *[arg for size in SHORT for arg in ("--set", size)])
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "result.json").read_text())["metrics"]
+    assert 0 < metrics["test_bigram_loss"] < metrics["test_unigram_loss"], metrics  # source code: pairs tell
+
+
 def test_lm_on_images_and_images_on_text_are_refused(capsys):
     code, _, err = _run(capsys, "train", "crate-digits", "--task", "lm", "--data", "digits", "--steps", 1)
     assert code == 2 and "--task lm goes with --data text" in err

@@ -203,8 +203,10 @@ def test_lm_reports_per_token_and_where_the_ids_say_it_per_byte_and_per_characte
 
     lm = tasks.get("lm")
     assert "--data text or a tokenized text set" in lm.trains_on and "per token" in lm.summary
-    assert lm.columns == ("test_loss", "test_bits_per_byte", "test_unigram_loss", "test_loss_per_char")
-    assert set(_metrics(wordpiece_run)) == {"test_loss", "test_unigram_loss"}  # WordPiece's ids drop the spaces
+    assert lm.columns == ("test_loss", "test_bits_per_byte", "test_unigram_loss", "test_loss_per_char",
+                          "test_bigram_loss")
+    assert set(_metrics(wordpiece_run)) == {"test_loss", "test_unigram_loss", "test_bigram_loss"}  # WordPiece's ids
+    # drop the spaces: no per-byte or per-character figure
     metrics = _metrics(gpt2_run)
     assert set(metrics) == set(lm.columns)
     with pytest.MonkeyPatch.context() as patch:  # the held-out targets the run was scored on, decoded by hand

@@ -53,7 +53,8 @@ class Data:
     (:attr:`crate_compose.tasks.Task.data_kinds`); ``mean``/``std`` the
     per-channel statistics the inputs were standardized with (None for token sets); ``subspaces``
     the true [U_1 .. U_K] for "subspaces"; ``sizes`` the spec sizes this data fixes; ``unigram_loss``
-    the held-out loss of the train split's token frequencies (text sets); ``tokenizer`` the
+    the held-out loss of the train split's token frequencies (text sets), ``bigram_loss`` its pairs' (next-token
+    sets); ``tokenizer`` the
     :class:`~.tokens.Tokenizer` that made the ids of a tokenized text set (``KIND:text``,
     ``KIND:folder:PATH``, ``KIND:modules``; None elsewhere), its JSON part of the run's data fingerprint;
     ``views`` the same data in the form of another kind, made when asked (a tokenized text set's token streams
@@ -72,6 +73,7 @@ class Data:
     class_names: list[str] | None = None
     sizes: dict[str, int] = field(default_factory=dict)
     unigram_loss: float | None = None
+    bigram_loss: float | None = None
     tokenizer: Any = None
     views: dict[str, Callable[[], "Data"]] = field(default_factory=dict, repr=False)
 

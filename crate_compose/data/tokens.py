@@ -35,7 +35,6 @@ The text sets built on them are in :mod:`.texts`.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re

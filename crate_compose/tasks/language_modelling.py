@@ -5,7 +5,8 @@ window shifted by one): bytes of ``--data text``, or the ids of any tokenized te
 ``KIND:shakespeare``, ``KIND:folder:PATH``: its token streams in next-token windows, :func:`~crate_compose.data.
 texts.next_token_data`). The test split reports, on its first :data:`EVAL_WINDOWS` windows (always the same
 ones), the cross-entropy per token in nats (``test_loss``: per byte on a byte set) beside the unigram baseline
-(``test_unigram_loss``, the training split's token frequencies, also per token), and, where the ids say how
+(``test_unigram_loss``, the training split's token frequencies, also per token) and the bigram baseline
+(``test_bigram_loss``, its add-one pair counts, each token given the one before), and, where the ids say how
 much text they stand for (every kind but wordpiece: :meth:`~crate_compose.data.tokens.Tokenizer.lengths`), the
 same nats over the text those tokens decode to: ``test_bits_per_byte`` (bits per UTF-8 byte) and
 ``test_loss_per_char`` (nats per character), figures that compare across tokenizers.
@@ -33,7 +34,7 @@ class LanguageModelling(Task):
     model_name = "language model"
     data_kinds = (NEXT_BYTES,)
     # test_bits_per_byte and test_loss_per_char: not on a wordpiece set (its ids do not say the text's length)
-    columns = ("test_loss", "test_bits_per_byte", "test_unigram_loss", "test_loss_per_char")
+    columns = ("test_loss", "test_bits_per_byte", "test_unigram_loss", "test_loss_per_char", "test_bigram_loss")
     metric = "test_loss"
     maximize = False
     example = ExampleRun("causal-crate-bytes", "text", ("sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"))
@@ -76,5 +77,6 @@ class LanguageModelling(Task):
                     text = [total + int(table[y.cpu()].sum()) for total, table in zip(text, lengths)]
         per_text = {"test_bits_per_byte": nats / text[0] / math.log(2) if text[0] else None,
                     "test_loss_per_char": nats / text[1] if text[1] else None}
-        metrics = {"test_loss": loss_sum / count, **per_text, "test_unigram_loss": data.unigram_loss}
+        metrics = {"test_loss": loss_sum / count, **per_text, "test_unigram_loss": data.unigram_loss,
+                   "test_bigram_loss": data.bigram_loss}
         return {name: metrics[name] for name in self.columns if metrics[name] is not None}
