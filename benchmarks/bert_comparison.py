@@ -31,7 +31,7 @@ import json
 import sys
 from pathlib import Path
 
-from experiment import answer, finished, grouped_bars, quietly, save_figure, start
+from experiment import answer, finished, grouped_bars, quietly, save_figure, start, train_and_report
 
 MODELS = ("crate-bert", "bert")
 
@@ -168,11 +168,7 @@ def _figure(summary: dict, path: Path) -> None:
     save_figure(figure, f"{summary['data']}: {summary['steps']} steps of {summary['batch_size']} windows", path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("train", help="pre-train both, then fine-tune each and train each from scratch")
-    run.add_argument("out", type=Path)
+def _options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--data", default="wordpiece-4096:text")
     run.add_argument("--steps", type=int, default=2000)
     run.add_argument("--batch-size", type=int, default=32)
@@ -180,11 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--finetune-steps", type=int, default=500)
     run.add_argument("--finetune-lr", type=float, default=2e-4)
     run.add_argument("--seed", type=int, default=0)
-    measure = commands.add_parser("report", help="measure the runs")
-    measure.add_argument("out", type=Path)
-    measure.add_argument("--figure", type=Path, default=None)
-    args = parser.parse_args(argv)
-    return train(args) if args.command == "train" else report(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return train_and_report(__doc__, train, report, _options, argv,
+                            train_help="pre-train both, then fine-tune each and train each from scratch")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,13 @@ as a user runs them, in a process each."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "crate_compose.cli"]
@@ -15,6 +19,46 @@ def start(arguments: list[str], log: Path) -> subprocess.Popen:
     """``crate-compose ARGUMENTS`` started, its output (both streams) into ``log``."""
     with log.open("w") as handle:
         return subprocess.Popen([*CLI, *arguments], stdout=handle, stderr=subprocess.STDOUT)
+
+
+def queue(runs: list[tuple[str, list[str]]], out: Path, jobs: int, *, one_thread: bool = True) -> list[str]:
+    """Run ``crate-compose ARGV --out OUT/NAME`` for every ``(NAME, ARGV)``, ``jobs`` at a time (one torch thread
+    each when ``one_thread`` and more than one: on a CPU two threads a run of two runs on 2 cores are slower),
+    each one's output in ``OUT/NAME.log``; an unfinished run's folder is started again. The names that failed."""
+    waiting, running, failed = list(runs), [], []
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"} if one_thread and jobs > 1 else None
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            name, command = waiting.pop(0)
+            shutil.rmtree(out / name, ignore_errors=True)
+            with (out / f"{name}.log").open("w") as log:
+                running.append((name, subprocess.Popen([*CLI, *command, "--out", str(out / name)], stdout=log,
+                                                       stderr=subprocess.STDOUT, env=environment)))
+            print(f"started {name}", file=sys.stderr)
+        time.sleep(2)
+        for name, process in list(running):
+            if process.poll() is not None:
+                running.remove((name, process))
+                print(f"{'finished' if process.returncode == 0 else 'FAILED'} {name}", file=sys.stderr)
+                if process.returncode != 0:
+                    failed.append(name)
+    return failed
+
+
+def train_and_report(doc: str, train, report, train_options, argv: list[str] | None = None,
+                     train_help: str = "train the runs") -> int:
+    """The command line of an experiment script: ``train OUT [train_options]`` and ``report OUT [--figure FILE]``
+    (``train_options(parser)`` adds the former's options; ``doc``'s first line describes the script)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("train", help=train_help)
+    run.add_argument("out", type=Path)
+    train_options(run)
+    measure = commands.add_parser("report", help="measure the runs")
+    measure.add_argument("out", type=Path)
+    measure.add_argument("--figure", type=Path, default=None)
+    args = parser.parse_args(argv)
+    return train(args) if args.command == "train" else report(args)
 
 
 def finished(runs: list[tuple[str, subprocess.Popen]], logs: Path) -> int:

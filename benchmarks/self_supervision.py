@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from experiment import CLI, answer, grouped_bars, quietly, save_figure
+from experiment import answer, grouped_bars, queue, quietly, save_figure
 
 SUPERVISED = ["--task", "classify", "--augment", "shift"]
 DINO = ["--task", "dino", "--config", "crate-dino"]
@@ -88,24 +85,7 @@ def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     waiting = [(name, command) for name, (_, command) in _runs(args).items()
                if not (args.out / name / "result.json").is_file()]
-    running: list[tuple[str, subprocess.Popen]] = []
-    failed = []
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"} if args.device == "cpu" and args.jobs > 1 else None
-    while waiting or running:
-        while waiting and len(running) < args.jobs:
-            name, command = waiting.pop(0)
-            shutil.rmtree(args.out / name, ignore_errors=True)  # an unfinished run starts again
-            with (args.out / f"{name}.log").open("w") as log:
-                running.append((name, subprocess.Popen([*CLI, *command, "--out", str(args.out / name)], stdout=log,
-                                                       stderr=subprocess.STDOUT, env=environment)))
-            print(f"started {name}", file=sys.stderr)
-        time.sleep(2)
-        for name, process in list(running):
-            if process.poll() is not None:
-                running.remove((name, process))
-                print(f"{'finished' if process.returncode == 0 else 'FAILED'} {name}", file=sys.stderr)
-                if process.returncode != 0:
-                    failed.append(name)
+    failed = queue(waiting, args.out, args.jobs, one_thread=args.device == "cpu")
     for name in failed:  # a diverged run is a result (report counts it), not an error of the experiment
         print(f"note: {name} stopped: see {args.out / (name + '.log')}", file=sys.stderr)
     return 0

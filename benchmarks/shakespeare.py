@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from experiment import save_figure, start
+from experiment import queue, save_figure, train_and_report
 
 SIZES = ["sizes.context=128", "sizes.d=128", "sizes.heads=4", "sizes.depth=4"]
 MODELS = {  # name: (preset, overrides to reach 4 x 128, 4 heads, context 128, its learning rate (None: --lr))
@@ -40,32 +38,19 @@ DATA = "bytes:shakespeare"
 PROMPT = "HAMLET.\nTo be, or not to be"
 
 
-def _run(out: Path, name: str, seed: int) -> Path:
-    return out / f"{name}-s{seed}"
-
-
 def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
-    queue = [(name, seed) for seed in args.seeds for name in MODELS]
-    running: list[tuple[str, subprocess.Popen]] = []
-    failed = []
-    while queue or running:
-        while queue and len(running) < args.jobs:
-            name, seed = queue.pop(0)
-            preset, overrides, lr = MODELS[name]
+    runs = []
+    for seed in args.seeds:
+        for name, (preset, overrides, lr) in MODELS.items():
             sets = [a for o in overrides for a in ("--set", o)]
-            argv = ["train", preset, *sets, "--task", "lm", "--data", DATA, "--steps", str(args.steps), "--batch-size",
-                    str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed), "--eval-every",
-                    str(max(1, args.steps // 10)), "--log-every", "50", "--no-progress", "--out",
-                    str(_run(args.out, name, seed))]
-            running.append((f"{name}-s{seed}", start(argv, args.out / f"{name}-s{seed}.log")))
-        time.sleep(2)
-        for entry in [r for r in running if r[1].poll() is not None]:
-            running.remove(entry)
-            if entry[1].returncode:
-                failed.append(entry[0])
-    for label in failed:
-        print(f"error: {label} failed; its log: {args.out / (label + '.log')}", file=sys.stderr)
+            runs.append((f"{name}-s{seed}", [
+                "train", preset, *sets, "--task", "lm", "--data", DATA, "--steps", str(args.steps), "--batch-size",
+                str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed), "--eval-every",
+                str(max(1, args.steps // 10)), "--log-every", "50", "--no-progress"]))
+    failed = queue(runs, args.out, args.jobs)
+    for name in failed:
+        print(f"error: {name} failed; its log: {args.out / (name + '.log')}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -189,21 +174,16 @@ def _figure(summary: dict, path: Path) -> None:
     save_figure(figure, f"{summary['data']}: 4 layers x 128, context 128, {steps} steps of 32 windows", path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("train", help="train every model for every seed")
-    run.add_argument("out", type=Path)
+def _options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--steps", type=int, default=2000)
     run.add_argument("--batch-size", type=int, default=32)
     run.add_argument("--lr", type=float, default=3e-3, help="every model's but crate-lm's (6e-4)")
     run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     run.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    measure = commands.add_parser("report", help="measure the runs")
-    measure.add_argument("out", type=Path)
-    measure.add_argument("--figure", type=Path, default=None)
-    args = parser.parse_args(argv)
-    return train(args) if args.command == "train" else report(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return train_and_report(__doc__, train, report, _options, argv, train_help="train every model for every seed")
 
 
 if __name__ == "__main__":
