@@ -55,24 +55,18 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _ngrams(data) -> dict:
-    """Unigram and bigram models of the training stream (add-one counts), scored on exactly the characters
-    the networks predict on the held-out split: the targets of every window, each with its true previous
-    byte (a bigram's one byte of context; the networks see up to 127)."""
-    import torch
-
+    """Unigram and bigram models of the training stream (add-one counts, as task ``lm`` reports them), scored on
+    exactly the characters the networks predict on the held-out split: the targets of every window, each with
+    its true previous byte (a bigram's one byte of context; the networks see up to 127)."""
+    from crate_compose.data.corpus import bigram_loss, unigram_loss
     from crate_compose.data.tokens import Tokenizer
 
-    vocab, context = 256, data.test.context
-    train, test = data.train.tokens, data.test.tokens
-    targets_end = len(data.test) * context + 1
-    previous, targets = test[: targets_end - 1], test[1:targets_end]
-    unigram = (torch.bincount(train, minlength=vocab).double() + 1).log()
-    unigram = unigram - unigram.exp().sum().log()
-    pairs = torch.bincount(train[:-1] * vocab + train[1:], minlength=vocab * vocab).double().view(vocab, vocab) + 1
-    bigram = (pairs / pairs.sum(1, keepdim=True)).log()
+    covered = data.test.tokens[: len(data.test) * data.test.context + 1]  # every window's inputs and targets
+    targets = covered[1:]
     chars = int(Tokenizer("bytes").lengths()[1][targets].sum())
-    nats = {"unigram": -unigram[targets].sum().item(), "bigram": -bigram[previous, targets].sum().item()}
-    return {name: {"per_token": n / len(targets), "per_char": n / chars} for name, n in nats.items()} | {
+    per_token = {"unigram": unigram_loss(data.train.tokens, targets, 256), "bigram": bigram_loss(data.train.tokens,
+                                                                                                 covered, 256)}
+    return {name: {"per_token": n, "per_char": n * len(targets) / chars} for name, n in per_token.items()} | {
         "tokens": len(targets), "chars": chars}
 
 
