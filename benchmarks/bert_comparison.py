@@ -95,6 +95,9 @@ def report(args: argparse.Namespace) -> int:
         data = record["identity"]["data"]["name"]
         linear = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--weights", str(run / "final"),
                                 "--data", _labelled(data), "--pool", pool]) for pool in ("cls", "mean")}
+        untrained = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--untrained", "--seed",
+                                   str(record["identity"]["settings"]["seed"]), "--data", _labelled(data), "--pool", pool])
+                     for pool in ("cls", "mean")}  # the same probe of the network its seed initializes
         downstream = {how: json.loads((args.out / f"{name}-{how}" / "result.json").read_text())["metrics"]
                       for how in ("finetuned", "scratch")}
         layers = None
@@ -118,6 +121,8 @@ def report(args: argparse.Namespace) -> int:
             "finetuned_accuracy": downstream["finetuned"]["test_accuracy"],
             "scratch_accuracy": downstream["scratch"]["test_accuracy"],
             "probe_cls_accuracy": linear["cls"]["test_accuracy"], "probe_mean_accuracy": linear["mean"]["test_accuracy"],
+            "untrained_probe_cls_accuracy": untrained["cls"]["test_accuracy"],
+            "untrained_probe_mean_accuracy": untrained["mean"]["test_accuracy"],
             "layers": layers, "fill": fills,
         }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -133,11 +138,16 @@ def report(args: argparse.Namespace) -> int:
 
 def _table(summary: dict) -> str:
     lines = ["| model | parameters | test MLM loss | test MLM accuracy | unigram loss / accuracy | fine-tuned | "
-             "from scratch | linear probe [CLS] / mean |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "from scratch | linear probe [CLS] / mean | untrained network's probe [CLS] / mean |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, m in summary["models"].items():
         lines.append(f"| {name}-mini | {m['parameters']:,} | {m['test_mlm_loss']:.3f} | {m['test_mlm_accuracy']:.3f} | "
                      f"{m['test_unigram_loss']:.3f} / {m['test_unigram_accuracy']:.3f} | {m['finetuned_accuracy']:.3f} | "
-                     f"{m['scratch_accuracy']:.3f} | {m['probe_cls_accuracy']:.3f} / {m['probe_mean_accuracy']:.3f} |")
+                     f"{m['scratch_accuracy']:.3f} | {m['probe_cls_accuracy']:.3f} / {m['probe_mean_accuracy']:.3f} | "
+                     f"{m['untrained_probe_cls_accuracy']:.3f} / {m['untrained_probe_mean_accuracy']:.3f} |")
+    classes = DOWNSTREAM[_corpus(summary["data"])][2]
+    lines.append(f"| chance ({classes} balanced classes) | | | | | {1 / classes:.3f} | {1 / classes:.3f} | "
+                 f"{1 / classes:.3f} | {1 / classes:.3f} |")
     return "\n".join(lines)
 
 
@@ -161,7 +171,8 @@ def _figure(summary: dict, path: Path) -> None:
         axis.legend(fontsize=8)
     names = list(summary["models"])
     bars = [("fine-tuned", "finetuned_accuracy"), ("from scratch", "scratch_accuracy"),
-            ("probe [CLS]", "probe_cls_accuracy"), ("probe mean", "probe_mean_accuracy")]
+            ("probe [CLS]", "probe_cls_accuracy"), ("probe mean", "probe_mean_accuracy"),
+            ("untrained probe mean", "untrained_probe_mean_accuracy")]
     _, question, classes = DOWNSTREAM[_corpus(summary["data"])]
     grouped_bars(axes[2], f"{question} ({classes} classes)", names,
                  [summary["models"][n] for n in names], bars, ticks=[f"{n}-mini" for n in names])
