@@ -142,7 +142,7 @@ def _figure(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    figure, axes = plt.subplots(1, 2, figsize=(12.5, 3.8))
     for name, rows in summary["models"].items():
         for i, row in enumerate(rows):
             steps, losses = zip(*row["curve"])
@@ -151,7 +151,7 @@ def _figure(summary: dict, path: Path) -> None:
     for name, style in (("bigram", "--"), ("unigram", ":")):
         axes[0].axhline(summary["ngrams"][name]["per_token"], color="grey", linestyle=style, label=f"{name} model")
     axes[0].set_xlabel("step")
-    axes[0].set_title("held-out loss, first 1,024 windows (nats per byte)", fontsize=10)
+    axes[0].set_title("held-out loss, first 1,024 windows (nats per byte; lines: whole split)", fontsize=10)
     axes[0].legend(fontsize=8)
     names = list(summary["models"])
     trained = [statistics.mean(r["trained"]["per_char"] for r in summary["models"][n]) for n in names]
@@ -163,7 +163,7 @@ def _figure(summary: dict, path: Path) -> None:
         axes[1].axhline(summary["ngrams"][name]["per_char"], color="grey", linestyle=style, label=f"{name} model")
     axes[1].set_xticks(list(at), names)
     axes[1].set_title("whole held-out split (nats per character)", fontsize=10)
-    axes[1].legend(fontsize=8)
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     steps = next(iter(summary["models"].values()))[0]["steps"]
     save_figure(figure, f"{summary['data']}: 4 layers x 128, context 128, {steps} steps of 32 windows", path)
 
