@@ -48,8 +48,9 @@ device-check:
 	PYTHONPATH=$(CURDIR):/tmp/site$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON_DEVICE) benchmarks/device_check.py $(DEVICE_CHECK)
 
 # What the GPU machine's python3 (3.12) lacks of the package's needs (pydantic and its parts, graphviz's Python
-# package; lion-pytorch for the optimizer benchmark; jsonschema and its parts for tests/test_spec_language.py), as wheels in .whl/ (2.8 MB, ignored by git): a device call
-# carries it (carry: [".whl"]) and device-check installs it into /tmp/site there.
+# package; lion-pytorch for the optimizer benchmark; jsonschema and its parts for tests/test_spec_language.py), as
+# wheels in .whl/ (3.3 MB, ignored by git): a device call carries it (carry: [".whl"]) and device-check installs it
+# into /tmp/site there.
 DEVICE_WHEELS := pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 graphviz==0.21 \
 	lion-pytorch==0.2.5 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
 device-wheels:

@@ -87,6 +87,8 @@ def _rows(run: Path, kind: str) -> list[dict]:
 
 
 def report(args: argparse.Namespace) -> int:
+    import crate_compose as cc
+
     summary: dict = {"models": {}}
     for name in MODELS:
         run = args.out / name
@@ -106,8 +108,6 @@ def report(args: argparse.Namespace) -> int:
             probes = json.loads((run / "probes" / "final" / "probes.json").read_text())
             layers = {which: {measure: [row["value"] for row in probes[which] if row["measure"] == measure]
                               for measure in ("coding_rate", "l0_density")} for which in ("trained", "untrained")}
-        import crate_compose as cc
-
         fills = []
         for line in FILL[_corpus(data)]:
             filled = cc.fill(run, line, top_k=5)

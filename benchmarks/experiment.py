@@ -22,9 +22,9 @@ def start(arguments: list[str], log: Path) -> subprocess.Popen:
 
 
 def queue(runs: list[tuple[str, list[str]]], out: Path, jobs: int, *, one_thread: bool = True) -> list[str]:
-    """Run ``crate-compose ARGV --out OUT/NAME`` for every ``(NAME, ARGV)``, ``jobs`` at a time (one torch thread
-    each when ``one_thread`` and more than one: on a CPU two threads a run of two runs on 2 cores are slower),
-    each one's output in ``OUT/NAME.log``; an unfinished run's folder is started again. The names that failed."""
+    """Run ``crate-compose ARGV --out OUT/NAME`` for every ``(NAME, ARGV)``, ``jobs`` at a time, each one's output
+    in ``OUT/NAME.log``, an unfinished run's folder started again; the names that failed. With ``one_thread``
+    and more than one job, each run gets one torch thread (two runs of two threads on 2 cores are slower)."""
     waiting, running, failed = list(runs), [], []
     environment = {**os.environ, "OMP_NUM_THREADS": "1"} if one_thread and jobs > 1 else None
     while waiting or running:

@@ -82,12 +82,12 @@ def bigram_loss(train: torch.Tensor, test: torch.Tensor, vocab: int = VOCAB) -> 
     """Cross-entropy (nats per token) on ``test[1:]``, each token given the one before it, of the bigram model
     of ``train`` with add-one counts, ``p(b | a) = (c(a, b) + 1) / (c(a) + vocab)``: the loss of a model that
     reads one token back. The counts are kept sparse (GPT-2's 50,257 ids have 2.5 billion pairs)."""
-    pairs_train = train[:-1] * vocab + train[1:]
-    seen, counts = torch.unique(pairs_train, return_counts=True)  # sorted
-    pairs_test = test[:-1] * vocab + test[1:]
-    at = torch.searchsorted(seen, pairs_test).clamp(max=max(len(seen) - 1, 0))
-    found = seen[at] == pairs_test if len(seen) else torch.zeros_like(pairs_test, dtype=torch.bool)
-    pair_counts = torch.where(found, counts[at] if len(seen) else 0, 0).double()
+    seen, counts = torch.unique(train[:-1] * vocab + train[1:], return_counts=True)  # sorted; empty below 2 tokens
+    pairs = test[:-1] * vocab + test[1:]
+    pair_counts = torch.zeros(len(pairs), dtype=torch.float64)
+    if len(seen):
+        at = torch.searchsorted(seen, pairs).clamp(max=len(seen) - 1)
+        pair_counts = torch.where(seen[at] == pairs, counts[at], 0).double()
     first_counts = torch.bincount(train[:-1], minlength=vocab).double()[test[:-1]]
     return -((pair_counts + 1) / (first_counts + vocab)).log().mean().item()
 
