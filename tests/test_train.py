@@ -228,11 +228,13 @@ def test_the_summary_says_its_train_loss_is_the_last_batchs(tmp_path, capsys):
 
 
 def test_a_run_stopped_by_sigterm_says_where_and_resumes(tmp_path):
-    """SIGTERM mid-run: the run stops at the next step's start with one line naming the step, the last
-    checkpoint kept and --resume, exit status 143, no traceback, nothing half written; --resume continues from
-    that checkpoint (and is stopped the same way)."""
+    """SIGTERM mid-run: the run stops at the next step's start, keeps every step done in a checkpoint, says so in
+    one line naming the step and --resume, exit status 143, no traceback, nothing half written; --resume
+    continues from that checkpoint (and is stopped the same way)."""
     run, steps = tmp_path / "run", 100_000
     args = [*CLI, *_run_args(run, steps, "--checkpoint-every", "5", "--logger", "none")]
+
+    stops: set[int] = set()  # where the stops kept the steps done
 
     def stopped_after(checkpoint: str, *extra: str) -> tuple[str, int]:
         process = subprocess.Popen([*args, *extra], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -245,12 +247,13 @@ def test_a_run_stopped_by_sigterm_says_where_and_resumes(tmp_path):
         assert process.returncode == 143, err
         assert "Traceback" not in err, err
         kept = max(int(p.name[5:]) for p in (run / "checkpoints").iterdir())
-        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \
-            [f"step-{s:06d}" for s in range(5, kept + 1, 5)]  # nothing half written beside them
         line = err.strip().splitlines()[-1]
         assert line.startswith("stopped by SIGTERM after step "), err
         after = int(line.split()[5].replace(",", ""))
-        assert kept <= after < steps and kept >= int(checkpoint[5:])
+        assert kept == after < steps and kept >= int(checkpoint[5:])  # the steps done, kept at the stop
+        stops.add(kept)
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \
+            sorted({f"step-{s:06d}" for s in [*range(5, kept + 1, 5), *stops]})  # nothing half written beside them
         assert line == (f"stopped by SIGTERM after step {after:,} of {steps:,}: the last checkpoint kept is step "
                         f"{kept:,} ({run / 'checkpoints'}/step-{kept:06d}); crate-compose train ... --out {run} "
                         "--resume continues from it")

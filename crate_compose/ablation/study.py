@@ -30,7 +30,6 @@ import csv
 import hashlib
 import io
 import json
-import os
 import re
 import statistics
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from ..spec_language.overrides import parse_key_path
 from ..training import preflight
 from ..training.finetune import Init, fit_init, read_init, start_identity
 from ..training.identity import RUN_FILE, differences, digest, learned
+from ..training import world
 from ..training.locks import hold
 from ..training.preflight import ABLATION_FILE
 from ..training.description import RunDescription, describe
@@ -167,7 +167,7 @@ def _check_variants(base: RunDescription, grid: Grid, device: str, memory_limit,
 def _variant_problems(base: RunDescription, grid: Grid, variant: dict[str, str], device: str, memory_limit,
                       start: Init | None, loaded: Loaded | None) -> tuple[list[Problem], RunDescription | None]:
     settings = base.settings
-    per_process = max(1, settings.batch_size // int(os.environ.get("WORLD_SIZE", "1")))  # as train shares a batch
+    per_process = max(1, settings.batch_size // world.world_size())  # as train shares a batch
     try:
         described = base.variant(grid.assignments(variant))
         spec, _ = (loaded or Loaded()).prepare(described, memory_limit)

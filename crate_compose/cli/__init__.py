@@ -37,6 +37,7 @@ import crate_compose as cc
 
 from ..errors import DiagramError, PluginError, SpecError, Stopped, WorkbenchError
 from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec_commands, train
+from ..training import world
 from .arguments import formulas_of, plugin_arguments, plugins_given, rank_zero
 
 EPILOG = """examples:
@@ -131,5 +132,5 @@ def _refuse(message: str, status: int, *, local: bool = False) -> int:
     if rank_zero():
         print(message, file=sys.stderr)
     elif local:
-        print(f"rank {os.environ.get('RANK')}: {message}", file=sys.stderr)
+        print(f"rank {world.rank()}: {message}", file=sys.stderr)
     return status

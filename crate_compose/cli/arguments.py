@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -202,5 +201,7 @@ def formulas_of(args: argparse.Namespace):
 
 
 def rank_zero() -> bool:
-    """Under torchrun only rank 0 prints (its RANK variable); one process is rank 0."""
-    return os.environ.get("RANK", "0") in ("", "0")
+    """Under torchrun or srun only rank 0 prints (:mod:`crate_compose.training.world`); one process is rank 0."""
+    from ..training import world
+
+    return world.rank() == 0

@@ -1,7 +1,7 @@
-"""Many processes under torchrun: who this process is, its share of every batch, refusals shared.
+"""Many processes under torchrun or srun: who this process is, its share of every batch, refusals shared.
 
-Under ``torchrun --nproc_per_node=N`` each process reads its rank and the world size from the
-environment (one process otherwise: rank 0 of 1). Each takes ``1/N`` of every global batch
+Under ``torchrun --nproc_per_node=N``, or as one of the N tasks of ``srun`` (:mod:`.world`), each process
+reads its rank and the world size from the environment (one process otherwise: rank 0 of 1). Each takes ``1/N`` of every global batch
 (:meth:`Distributed.shard`), DistributedDataParallel averages the gradients, and rank 0 alone
 writes files. A check that can refuse a run is made by rank 0 and its outcome broadcast
 (:meth:`Distributed.agree`), so every process exits with the same status and only rank 0 prints.
@@ -10,24 +10,24 @@ writes files. A check that can refuse a run is made by rank 0 and its outcome br
 from __future__ import annotations
 
 import gc
-import os
 from typing import Any
 
 import torch
 
 from ..errors import SpecError, TrainError, WorkbenchError
+from . import world
 
 
 class Distributed:
-    """Rank and world size under torchrun (one process otherwise)."""
+    """Rank and world size under torchrun or srun (one process otherwise); ``local``: the rank on this machine."""
 
     def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
+        self.world, self.rank, self.local = world.world_size(), world.rank(), world.local_rank()
         self.active = self.world > 1
 
     def start(self, device: torch.device) -> None:
         if self.active and not torch.distributed.is_initialized():
+            world.rendezvous()  # srun's tasks: torch's env:// variables from SLURM's
             torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
     def stop(self) -> None:

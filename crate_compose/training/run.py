@@ -113,9 +113,9 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
     the run recorded there only when nothing that defines it differs, from a checkpoint that
     :func:`crate_compose.training.checkpoint.verify` passes. A finished run resumed with the same steps is
-    returned as it is (``Result.already_finished``), nothing written. A SIGTERM while the steps run (in the
-    main thread) stops the run at the next step's start and raises :class:`~crate_compose.errors.Stopped`
-    naming the last checkpoint kept (the CLI's exit status 143).
+    returned as it is (``Result.already_finished``), nothing written. A SIGTERM (or SLURM's SIGUSR2) while
+    the steps run (in the main thread) stops the run at the next step's start, keeps the steps done in a
+    checkpoint and raises :class:`~crate_compose.errors.Stopped` naming it (the CLI's exit status 143).
     """
     settings, task = described.settings, described.task
     if settings.logger == "tensorboard":  # logging: a missing package is said before anything is written
@@ -134,7 +134,7 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     run = Path(out) if out is not None else default_run(described.spec)
     if resume or resume_from is not None:  # a run recorded when the data's overrides renamed the spec keeps its name
         spec = as_recorded(spec, described, data, run)
-    device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.rank}")
+    device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.local}")
     check_run_memory(spec, settings, max(1, settings.batch_size // dist.world), device, memory_limit)
     dist.start(device)
     try:
@@ -204,8 +204,14 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
     began, loss_value, evaluation, constant = time.perf_counter() - before, float("nan"), {}, 0
     loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
     stop = stack.enter_context(Termination())  # SIGTERM: the run stops at the next step's start
+    def save(step: int) -> None:
+        checkpoint.save_checkpoint(run, step, model, optimizer, flat(settings), run_hash=plan.record.hash,
+                                   metrics_rows=metrics.count, ema=ema, scaler=scaler, task_state=session.state)
+
     for step in range(plan.start + 1, settings.steps + 1):
-        if stop.agreed(dist, device):
+        if stop.agreed(dist, device):  # the steps done so far kept, then stopped (a requeued job goes on from here)
+            if writer and step - 1 > plan.start and step - 1 not in checkpoint.checkpoints(run):
+                save(step - 1)
             raise _stopped(run, step - 1, settings.steps, stop.signal)
         x, y = next(loading)  # decoded and augmented, seeded per step (in --workers processes)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -231,8 +237,7 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             metrics.add({"step": step, "kind": "eval", **evaluation})
             bar.write(f"step {step}: " + said(evaluation, task))
         if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
-            checkpoint.save_checkpoint(run, step, model, optimizer, flat(settings), run_hash=plan.record.hash,
-                                       metrics_rows=metrics.count, ema=ema, scaler=scaler, task_state=session.state)
+            save(step)
     if stop.agreed(dist, device):  # after the last step's checkpoint: final/ and result.json are left to --resume
         raise _stopped(run, settings.steps, settings.steps, stop.signal)
     stop.restore()  # the handler SIGTERM had before the loop, from here on
@@ -343,21 +348,25 @@ def _value(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+STOPPING = (signal.SIGTERM, signal.SIGUSR2)  # SIGUSR2: SLURM's warning before a time limit or preemption
+
+
 class Termination:
-    """SIGTERM during the training loop, as a request to stop: while entered (in the main thread; elsewhere a
-    signal cannot be caught, and nothing changes), the first SIGTERM is noted (:attr:`signal`) and the loop
-    stops at the start of its next step (:meth:`agreed`), the checkpoints written so far intact; a second
-    SIGTERM meets the handler the process had before (by default: the process ends at once). The handler is
-    restored on exit, or earlier by :meth:`restore`."""
+    """SIGTERM (or SIGUSR2, which SLURM sends ahead of a time limit or a preemption when asked to) during the
+    training loop, as a request to stop: while entered (in the main thread; elsewhere a signal cannot be
+    caught, and nothing changes), the first such signal is noted (:attr:`signal`) and the loop stops at the
+    start of its next step (:meth:`agreed`), writing a checkpoint of the steps done unless one holds them
+    already; a second one meets the handler the process had before (by default: the process ends at once).
+    The handlers are restored on exit, or earlier by :meth:`restore`."""
 
     def __init__(self) -> None:
         self.signal: int | None = None
-        self.previous = None
+        self.previous: dict[int, object] = {}
         self.installed = False
 
     def __enter__(self) -> "Termination":
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._note)
+            self.previous = {number: signal.signal(number, self._note) for number in STOPPING}
             self.installed = True
         return self
 
@@ -365,17 +374,20 @@ class Termination:
         self.restore()
 
     def _note(self, number: int, frame) -> None:
-        self.signal = number
-        signal.signal(signal.SIGTERM, self._previous())  # a second SIGTERM: what it did before
+        if self.signal is None:
+            self.signal = number
+        signal.signal(number, self._previous(number))  # a second one: what it did before
 
-    def _previous(self):
-        return self.previous if self.previous is not None else signal.SIG_DFL  # None: a handler not set from Python
+    def _previous(self, number: int):
+        found = self.previous.get(number)
+        return found if found is not None else signal.SIG_DFL  # None: a handler not set from Python
 
     def restore(self) -> None:
-        """The handler SIGTERM had before (once; again on exit, nothing)."""
+        """The handlers the signals had before (once; again on exit, nothing)."""
         if self.installed:
             self.installed = False
-            signal.signal(signal.SIGTERM, self._previous())
+            for number in STOPPING:
+                signal.signal(number, self._previous(number))
 
     def agreed(self, dist: Distributed, device: torch.device) -> bool:
         """Whether the run stops here: under torchrun, when any process got SIGTERM (every process asks at the
