@@ -32,7 +32,8 @@ import io
 import json
 import re
 import statistics
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ from ..training.preflight import ABLATION_FILE
 from ..training.description import RunDescription, describe
 from ..training.preparation import Loaded, check_run_memory
 from ..training.run import train_described
+from ..launch.jobs import FOLDER as JOB_FOLDER, LAUNCH_FILE, Job, LaunchError, read_job, write_job
+from ..launch.status import LIVE, Board, survey
 from .grids import Grid, GridError
 
 FORMAT = 1
@@ -74,7 +77,8 @@ def variant_label(variant: dict[str, str]) -> str:
 
 @dataclass
 class Row:
-    """One variant's line of the table."""
+    """One variant's line of the table: the mean and spread of the seeds that finished (``values``); the
+    seeds that did not, with the reason (``missing``), are never averaged in."""
 
     variant: str
     params: int
@@ -84,16 +88,24 @@ class Row:
     seconds: float
     values: list[float]
     maximize: bool = True  # whether a larger metric is better (the task's)
+    missing: dict[int, str] = field(default_factory=dict)  # seed -> why it has no result
 
 
 def ablate(spec_ref, grid: Grid, *, out: str | Path | None = None, progress: bool = False, device: str = "cpu",
            memory_limit: str | float | None = None, resume: bool = False, init: str | Path | None = None,
-           freeze: str = "none", recipe: str | None = None) -> list[Row]:
+           freeze: str = "none", recipe: str | None = None, launcher=None, wait: bool = True,
+           plugins: tuple[str, ...] = ()) -> list[Row] | None:
     """Train every variant of ``grid`` for every seed into ``out`` (default: ``ablations/<spec name>``), then write the table and the
     figure; ``resume`` continues the ablation ``out`` holds (see the module docstring). ``init`` (a
     build folder) fine-tunes every variant from the same weights, ``freeze`` as ``train``'s; every
     variant must take them (checked before anything trains). ``recipe`` (a recipe's text, whose
     settings are in ``grid.settings``) is saved in every run folder.
+
+    ``launcher`` (:mod:`crate_compose.launch`: :class:`~crate_compose.launch.local.Local`,
+    :class:`~crate_compose.launch.slurm.Slurm`; None: one run after another in this process) starts the runs
+    that are not finished nor live, each exactly the run ``train`` makes; ``wait=False`` (SLURM) returns once
+    they are submitted (None: the table is written by a later ``resume`` when they are done). ``plugins``:
+    the plug-ins a launched run imports first, as this process did.
 
     The spec is read once, here (:func:`crate_compose.spec_language.loader.read`): every variant, check, run and probe
     is resolved from that reading, so a file edited during a long grid changes none of them; the data set
@@ -103,6 +115,8 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path | None = None, progress: boo
     start = read_init(init) if init is not None else None
     identity = {**_identity(base, grid), **start_identity(start, freeze)}
     variants = _check_variants(base, grid, device, memory_limit, start, loaded)
+    if launcher is not None:
+        launcher.check()  # what cannot be started is refused before anything is written
     _check_folder(out, identity, resume)  # refused before the lock creates the folder
     start = None  # its tensors are given back: each run reads the folder again (and checks its SHA-256)
     with hold(out, "ablate into"):  # a folder it made is removed again when the ablation fails holding nothing
@@ -111,13 +125,63 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path | None = None, progress: boo
             fresh = not (out / ABLATION_FILE).exists()
             _record(out, identity)
         try:
-            rows, probes = _train_grid(variants, grid, out, progress, device, memory_limit, loaded)
+            if launcher is None:
+                _train_grid(variants, grid, out, progress, device, memory_limit, loaded)
+            else:
+                _launch_grid(variants, grid, out, launcher, wait, device, memory_limit, plugins)
+                if not wait:
+                    return None
+            rows, probes = _collect(variants, grid, out, memory_limit, loaded)
             _write_results(out, rows, probes, identity)
         except BaseException:
-            if fresh and not _started(out):  # no run started: the record written here was all it wrote
+            if fresh and not _started(out) and not _launched(out):  # the record written here was all it wrote
                 (out / ABLATION_FILE).unlink(missing_ok=True)
             raise
     return rows
+
+
+def grid_jobs(variants: dict[str, RunDescription], grid: Grid, out: Path) -> list[Job]:
+    """Every run of the grid, as a launcher sees it."""
+    return [Job(out / _folder(label) / f"seed-{seed}", f"{label}, seed {seed}")
+            for label in variants for seed in range(grid.seeds)]
+
+
+def folder_jobs(out: Path) -> list[Job]:
+    """Every run an ablation folder holds (``ablate --status``: the spec is not needed), by its job's label
+    where a launcher wrote one, else by its folder's name."""
+    found = []
+    for run in sorted(out.glob("*/seed-*")):
+        if not run.is_dir() or not run.name[5:].isdigit():
+            continue
+        try:
+            label = read_job(run)["label"]
+        except LaunchError:
+            label = f"{run.parent.name}, seed {run.name[5:]}"
+        found.append(Job(run, str(label)))
+    return sorted(found, key=lambda job: (job.run.parent.name, int(job.run.name[5:])))
+
+
+def _launch_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, launcher, wait: bool, device: str,
+                 memory_limit, plugins: tuple[str, ...]) -> None:
+    """Start every run that is neither finished nor live (pending, running) on ``launcher``, each described in its
+    folder (:func:`crate_compose.launch.jobs.write_job`); then, with ``wait``, show the grid until none is live."""
+    jobs = grid_jobs(variants, grid, out)
+    now = survey(jobs)
+    todo = [job for job, seen in zip(jobs, now) if seen.state not in ("finished", *LIVE)]
+    for job in todo:
+        label, seed = job.label.rsplit(", seed ", 1)
+        write_job(job.run, variants[label].seeded(int(seed)), label=job.label, device=device,
+                  memory_limit=memory_limit, plugins=plugins)
+    task = next(iter(variants.values())).task
+    kept = len(jobs) - len(todo)
+    print(f"{launcher.name}: starting {len(todo)} of {len(jobs)} runs" + (f" ({kept} finished or live)" if kept else ""),
+          file=sys.stderr, flush=True)
+    launcher.run(todo, jobs, Board(task.metric), wait, folder=out / "slurm")
+
+
+def _launched(out: Path) -> bool:
+    """Whether any run of the ablation in ``out`` was given to a launcher."""
+    return any(out.glob(f"*/seed-*/{JOB_FOLDER}/{LAUNCH_FILE}"))
 
 
 def _described(spec_ref, grid: Grid, init, freeze: str, recipe: str | None) -> RunDescription:
@@ -266,13 +330,11 @@ def _read_identity(path: Path) -> dict[str, Any] | None:
 
 
 def _train_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, progress: bool, device: str,
-                memory_limit, loaded: Loaded) -> tuple[list[Row], dict[str, list[dict]]]:
-    rows: list[Row] = []
-    probes: dict[str, list[dict]] = {}
+                memory_limit, loaded: Loaded) -> None:
+    """Every run of the grid, one after another in this process."""
     total, done = len(variants) * grid.seeds, 0
     for label, described in variants.items():
-        task, settings = described.task, described.settings
-        values, seconds, params = [], [], 0
+        task = described.task
         for seed in range(grid.seeds):
             done += 1
             run = out / _folder(label) / f"seed-{seed}"
@@ -285,20 +347,51 @@ def _train_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, prog
             value = result.metrics.get(task.metric, float("nan"))
             said = "finished before, kept" if result.already_finished else f"{result.seconds:.0f} s"
             print(f"[{done}/{total}] {label}, seed {seed}: {task.metric} {value:.4f} ({said})", flush=True)
-            values.append(value)
-            seconds.append(result.seconds)
-            params = result.params
+
+
+def _collect(variants: dict[str, RunDescription], grid: Grid, out: Path, memory_limit,
+             loaded: Loaded) -> tuple[list[Row], dict[str, list[dict]]]:
+    """The table's rows and the probes, from the run folders: a run that did not finish is a missing cell
+    with its reason (:func:`crate_compose.launch.status.seen`), never averaged in."""
+    rows: list[Row] = []
+    probes: dict[str, list[dict]] = {}
+    for label, described in variants.items():
+        task, settings = described.task, described.settings
+        values, seconds, params, missing, finished = [], [], 0, {}, []
+        for seed in range(grid.seeds):
+            run = out / _folder(label) / f"seed-{seed}"
+            result = _result(run)
+            if result is None or not isinstance(result.get("metrics", {}).get(task.metric), (int, float)):
+                seen = survey([Job(run, f"{label}, seed {seed}")])[0]
+                missing[seed] = seen.line().split(": ", 1)[1]
+                continue
+            values.append(float(result["metrics"][task.metric]))
+            seconds.append(float(result.get("seconds", 0.0)))
+            params = int(result.get("params", 0))
+            finished.append(seed)
+        mean = statistics.fmean(values) if values else float("nan")
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        rows.append(Row(label, params, task.metric, statistics.fmean(values), spread, statistics.fmean(seconds), values,
-                        task.maximize))
+        rows.append(Row(label, params, task.metric, mean, spread, statistics.fmean(seconds) if seconds else 0.0,
+                        values, task.maximize, missing))
+        if not finished:
+            continue
         spec, data = loaded.prepare(described.seeded(0), memory_limit)
         inputs, extra = task.probe_inputs(data, PROBE_SAMPLES, settings.normalize)  # the same for every run
-        finals = [load_build(out / _folder(label) / f"seed-{seed}" / "final") for seed in range(grid.seeds)]
+        finals = [load_build(out / _folder(label) / f"seed-{seed}" / "final") for seed in finished]
         probes[label] = spread_rows([probe(model, inputs, **extra) for model in finals])
-        if len(probes) == 1 and described.init is None:  # the first variant untrained, as training started
-            untrained = [compile_spec(spec_of(model), seed=seed) for seed, model in enumerate(finals)]
+        if len(rows) == 1 and described.init is None:  # the first variant untrained, as training started
+            untrained = [compile_spec(spec_of(model), seed=seed) for seed, model in zip(finished, finals)]
             probes[f"{label}, untrained"] = spread_rows([probe(model, inputs, **extra) for model in untrained])
     return rows, dict(sorted(probes.items(), key=lambda item: item[0].endswith(", untrained")))
+
+
+def _result(run: Path) -> dict[str, Any] | None:
+    """A finished run's ``result.json``, None when it has none (or it cannot be read)."""
+    try:
+        found = json.loads((run / "result.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _folder(label: str) -> str:
@@ -339,12 +432,16 @@ def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], id
     writer = csv.writer(buffer)
     writer.writerow(["variant", "parameters", "metric", "mean", "std", "seeds", "seconds", "values"])
     for row in rows:
-        spread = f"{row.spread:.4f}" if len(row.values) > 1 else "— (one seed)"
-        lines.append(f"| {row.variant} | {row.params:,} | {row.mean:.4f} | {spread} | {len(row.values)} | "
-                     f"{row.seconds:.0f} |")
-        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}",
+        spread = f"{row.spread:.4f}" if len(row.values) > 1 else ("— (one seed)" if row.values else "—")
+        count = f"{len(row.values)}" if not row.missing else f"{len(row.values)} of {len(row.values) + len(row.missing)}"
+        mean = f"{row.mean:.4f}" if row.values else "— (no run finished)"
+        lines.append(f"| {row.variant} | {row.params:,} | {mean} | {spread} | {count} | {row.seconds:.0f} |")
+        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}" if row.values else "",
                          f"{row.spread:.6f}" if len(row.values) > 1 else "",
                          len(row.values), f"{row.seconds:.1f}", " ".join(f"{v:.6f}" for v in row.values)])
+    missing = [f"- {row.variant}, seed {seed}: {why}" for row in rows for seed, why in row.missing.items()]
+    if missing:
+        lines += ["", f"Missing runs ({len(missing)}; each mean above is over the seeds it counts):", "", *missing]
     write_atomic(out / "results.md", "\n".join(lines) + "\n\n![probes](probes.png)\n")
     write_atomic(out / "results.csv", buffer.getvalue())
     save_probes(probes, out / "probes.json")

@@ -8,17 +8,18 @@ from pathlib import Path
 
 import crate_compose as cc
 
-from ..errors import SpecError
+from ..errors import SpecError, WorkbenchError
 from ..files import ABLATIONS
 from ..settings import MAX_RUNS, MAX_SEEDS
-from .arguments import (Command, from_environment, memory_argument, number, rank_zero, recipe_argument,
-    recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
+from .arguments import (Command, checkpoint_note, from_environment, launcher_arguments, launcher_of, memory_argument,
+    number, rank_zero, recipe_argument, recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
 
 
 def add(command: Command) -> None:
     """Add the command ablate."""
     ablate = command("ablate", help="train a grid of swapped primitives over seeds; a results table and probe plot")
     spec_arguments(ablate)
+    ablate._actions[[a.dest for a in ablate._actions].index("spec")].nargs = "?"  # not with --status
     ablate.add_argument("--swap", action="append", default=[], metavar="PATH=a,b,c",
                         help="a step to swap and the primitives to try, e.g. encoder.layer.sparsify.primitive="
                         "ista,ista_soft,ista_mm (repeatable: the grid crosses them; replaces the grid file's "
@@ -34,11 +35,23 @@ def add(command: Command) -> None:
     ablate.add_argument("--resume", action="store_true", help="continue the ablation in --out (its ablation.json): "
                         "finished runs are kept, unfinished ones continue; a grid that differs is refused")
     memory_argument(ablate)
+    launcher_arguments(ablate, "the grid's runs")
+    ablate.add_argument("--status", type=Path, default=None, metavar="DIR",
+                        help="show what every run of the ablation in DIR is doing (pending, running at step k, "
+                        "finished, failed and why), from any shell, and exit")
 
 
 def run_ablate(args: argparse.Namespace) -> int:
     from ..ablation.grids import combine, read_grid
     from ..training.recipes import read_recipe
+
+    if args.status is not None:
+        return _status(args.status)
+    if args.spec is None:
+        raise WorkbenchError("ablate: give the spec (a file or a zoo preset), or --status DIR")
+    launcher = launcher_of(args)
+    if not args.wait and launcher is None:
+        raise WorkbenchError("--no-wait: the in-process launcher trains the grid in this command; give --launcher slurm")
 
     found = read_grid(args.grid) if args.grid else None  # checked before torch loads
     recipe = read_recipe(args.config) if args.config else None
@@ -61,14 +74,48 @@ def run_ablate(args: argparse.Namespace) -> int:
     out = args.out or _default_ablation(spec_ref, grid)
     if out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
         preflight.ablation_folder(out)
+    checkpoint_note(launcher, settings)
     rows = cc.ablate(spec_ref, grid, out=out, progress=args.progress, device=args.device,
                   memory_limit=args.memory_limit, resume=args.resume, init=args.init, freeze=args.freeze or "none",
-                  recipe=recipe.text if recipe else None)
+                  recipe=recipe.text if recipe else None, launcher=launcher, wait=args.wait,
+                  plugins=tuple(args.plugins))
     if not rank_zero():
         return 0
-    best = (max if rows[0].maximize else min)(rows, key=lambda r: r.mean)
+    if rows is None:
+        print(f"submitted; watch with: crate-compose ablate --status {out}; when every run is done, the same command "
+              "with --resume writes the table", file=sys.stderr)
+        return 0
     print((out / "results.md").read_text())
-    print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")
+    counted = [row for row in rows if row.values]
+    if counted:
+        best = (max if counted[0].maximize else min)(counted, key=lambda r: r.mean)
+        print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")
+    missing = sum(len(row.missing) for row in rows)
+    if missing:
+        print(f"{missing} run{'s' if missing > 1 else ''} did not finish (listed in {out}/results.md); the same command "
+              "with --resume starts them again", file=sys.stderr)
+        return 4
+    return 0
+
+
+def _status(out: Path) -> int:
+    """``ablate --status DIR``: every run of the ablation, as its folder and scheduler say."""
+    from ..ablation.study import folder_jobs
+    from ..launch.status import Board, survey
+    from ..training.preflight import ABLATION_FILE
+
+    if not (out / ABLATION_FILE).is_file():
+        raise WorkbenchError(f"--status: {out} holds no ablation (no {ABLATION_FILE})")
+    jobs = folder_jobs(out)
+    if not jobs:
+        print(f"{out}: no run has started yet")
+        return 0
+    runs = survey(jobs)
+    Board(stream=sys.stdout).show(runs)
+    states: dict[str, int] = {}
+    for one in runs:
+        states[one.state] = states.get(one.state, 0) + 1
+    print(f"{len(runs)} runs: " + ", ".join(f"{n} {state}" for state, n in states.items()))
     return 0
 
 

@@ -205,3 +205,68 @@ def rank_zero() -> bool:
     from ..training import world
 
     return world.rank() == 0
+
+
+def launcher_arguments(parser: argparse.ArgumentParser, who: str = "the runs") -> None:
+    """Where ``train`` and ``ablate`` start their runs (:mod:`crate_compose.launch`)."""
+    group = parser.add_argument_group("launcher", f"where {who} start (docs/cluster.md); the command line wins over "
+                                      "--launcher-config")
+    group.add_argument("--launcher", choices=("in-process", "local", "slurm"), default=None,
+                       help="in-process: in this process, one after another (default); local: parallel processes on "
+                       "this machine; slurm: a SLURM job each (submitit), requeued on a time limit or preemption")
+    group.add_argument("--launcher-config", type=Path, default=None, metavar="FILE",
+                       help="a YAML file of these settings (launcher: slurm, partition: gpu, ...), written once for a "
+                       "cluster")
+    group.add_argument("--jobs", type=COUNT, default=None, metavar="N",
+                       help="local: runs at a time (default: one per GPU, or 1 on the CPU; the cores are split)")
+    group.add_argument("--gpus-per-run", type=NONNEGATIVE, default=None, metavar="N",
+                       help="local, slurm: GPUs of each run, one process each (default: 1 local on CUDA; 0 on SLURM)")
+    group.add_argument("--nodes", type=COUNT, default=None, metavar="N", help="slurm: nodes of each run (default: 1)")
+    group.add_argument("--cpus-per-task", type=COUNT, default=None, metavar="N",
+                       help="slurm: CPU cores of each task (of each GPU on a GPU run; default: 1)")
+    group.add_argument("--partition", default=None, metavar="NAME", help="slurm: the partition (default: the "
+                       "cluster's default)")
+    group.add_argument("--time", default=None, metavar="LIMIT",
+                       help="slurm: each job's time limit: minutes, H:MM:SS or D-HH:MM:SS (default: 1-00:00:00); a "
+                       "run stopped by it is requeued and continues")
+    group.add_argument("--mem", default=None, metavar="SIZE", help="slurm: memory per node, as sbatch takes it (64G)")
+    group.add_argument("--slurm", dest="slurm_extra", action="append", default=[], metavar="KEY=VALUE",
+                       help="slurm: any other sbatch option, e.g. --slurm account=my-lab --slurm qos=high (repeatable)")
+    group.add_argument("--no-wait", dest="wait", action="store_false",
+                       help="slurm: submit and return (the board: ablate --status; the table: --resume when done)")
+
+
+def launcher_of(args: argparse.Namespace):
+    """The launcher the options and ``--launcher-config`` describe (None: in-process)."""
+    from ..launch.jobs import LaunchError
+    from ..launch.settings import make_launcher, read_launcher_file
+
+    values = read_launcher_file(args.launcher_config) if args.launcher_config else {}
+    extra = dict(values.get("slurm") or {})
+    for item in args.slurm_extra:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LaunchError(f"--slurm {item!r}: give KEY=VALUE, e.g. account=my-lab")
+        extra[key.strip().lstrip("-")] = value
+    given = {"launcher": args.launcher, "jobs": args.jobs, "gpus_per_run": args.gpus_per_run, "nodes": args.nodes,
+             "cpus_per_task": args.cpus_per_task, "partition": args.partition, "time": args.time, "mem": args.mem}
+    values = {**values, **{k: v for k, v in given.items() if v is not None}, **({"slurm": extra} if extra else {})}
+    if args.time is not None:
+        from ..launch.slurm import minutes
+
+        try:
+            minutes(args.time)
+        except ValueError as error:
+            raise LaunchError(f"--time: {error}") from None
+    return make_launcher(values, args.device)
+
+
+def checkpoint_note(launcher, settings) -> None:
+    """On SLURM, a run that checkpoints only at its end keeps its steps only when it is warned (a time limit,
+    a requeue, a preemption): said once, before anything is submitted."""
+    if launcher is not None and launcher.name == "slurm" and not settings.checkpoint_every:
+        import sys
+
+        print("note: --checkpoint-every 0: a run keeps its steps at its end and when SLURM stops it with a warning "
+              f"(its time limit, {launcher.signal_delay} s ahead; a requeue; a preemption), but a job killed without "
+              "one (a node that fails) starts again from step 0; --checkpoint-every N keeps more", file=sys.stderr)

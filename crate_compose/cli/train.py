@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import crate_compose as cc
 
 from ..files import RUNS
-from .arguments import (COUNT, Command, from_environment, memory_argument, rank_zero, recipe_argument,
-    recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
+from ..errors import WorkbenchError
+from .arguments import (COUNT, Command, checkpoint_note, from_environment, launcher_arguments, launcher_of,
+    memory_argument, rank_zero, recipe_argument, recipe_settings, run_arguments, run_settings, spec_arguments,
+    start_arguments)
 
 
 def add(command: Command) -> None:
@@ -25,6 +28,7 @@ def add(command: Command) -> None:
                        help="continue from the checkpoint at STEP; later checkpoints are moved to superseded/")
     start_arguments(train)
     memory_argument(train)
+    launcher_arguments(train, "the run")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -47,6 +51,11 @@ def run_train(args: argparse.Namespace) -> int:
     init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
     init, freeze = args.init if args.init is not None else init, args.freeze or freeze
     settings = run_settings(args, base)
+    launcher = launcher_of(args)
+    if launcher is not None:
+        return _launched(source, settings, overrides, out, resume, args, launcher, init, freeze, recipe)
+    if not args.wait:
+        raise WorkbenchError("--no-wait: the in-process launcher trains the run in this command; give --launcher slurm")
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
         preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
     result = cc.train(source, settings, overrides=overrides, out=out, resume=resume,
@@ -69,3 +78,38 @@ def run_train(args: argparse.Namespace) -> int:
                     if (Path(result.run) / name).exists())
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
     return 0
+
+
+def _launched(source, settings, overrides, out: Path, resume: bool, args: argparse.Namespace, launcher, init, freeze,
+              recipe) -> int:
+    """``train --launcher local|slurm``: the run described here, started by the launcher (the same run, in its
+    own process or SLURM job), shown until it ends (``--no-wait``: submitted)."""
+    from ..launch.jobs import write_job
+    from ..launch.status import LIVE, Board, survey
+    from ..training.description import describe
+    from ..training.identity import RUN_FILE
+
+    if args.resume_from is not None:
+        raise WorkbenchError("--resume-from: continue from a chosen checkpoint in this process (leave out --launcher)")
+    described = describe(source, settings, overrides=overrides, init=init, freeze=freeze,
+                         recipe=recipe.text if recipe else None)
+    launcher.check()
+    if (out / RUN_FILE).is_file() and not resume:
+        raise WorkbenchError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+    if resume and not (out / RUN_FILE).is_file():
+        raise WorkbenchError(f"--resume: {out} holds no run to resume (no {RUN_FILE}); leave out --resume to start one")
+    from ..launch.jobs import Job
+
+    now = survey([Job(out, described.spec.name)])[0]
+    if now.state in LIVE:
+        raise WorkbenchError(f"{out} is {now.state} already (job {now.job}): watch it, or stop it first")
+    checkpoint_note(launcher, settings)
+    job = write_job(out, described, label=described.spec.name, device=args.device, memory_limit=args.memory_limit,
+                    plugins=tuple(args.plugins))
+    launcher.run([job], [job], Board(described.task.metric), args.wait, folder=out / "launch" / "slurm")
+    if not args.wait:
+        print(f"submitted {out} (job {survey([job])[0].job}); its state: {out}/launch/state.json", file=sys.stderr)
+        return 0
+    seen = survey([job])[0]
+    print(seen.line(described.task.metric))
+    return 0 if seen.state == "finished" else 4

@@ -74,7 +74,8 @@ STARTS = ("init", "freeze")  # a fine-tuning run's own keys of its identity (abs
 MAX_RECORD_BYTES = 4_000_000  # a record is a few kB; its history grows by one line per resume
 # What a run folder may hold: its own files, the lock, temporary siblings ('.NAME.*')
 OWN = frozenset({RUN_FILE, ".lock", "spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", "checkpoints",
-                 "final", "final-ema", "probes", "superseded", "recipe.yaml", "tensorboard", TOKENIZER_FILE})
+                 "final", "final-ema", "probes", "superseded", "recipe.yaml", "tensorboard", TOKENIZER_FILE,
+                 "launch"})  # launch/: a launcher's record of how the run was started (crate_compose.launch.jobs)
 
 
 class RunMismatch(WorkbenchError):

@@ -2,10 +2,13 @@
 
 ``train``, ``ablate`` and ``probe`` hold ``FOLDER/.lock`` (``fcntl.flock``, exclusive, never
 blocking) while they write into a folder. A second writer is refused at once with a message
-naming the holder (its process id, host, command and start time, which the holder writes into
-the lock file). The kernel drops the lock when the holder's file is closed, so a writer killed
-with SIGKILL, or a machine that lost power, leaves no stale lock: the ``.lock`` file itself may
-stay and is harmless. A command that fails (a full disk, a refusal) while its folder holds nothing
+naming the holder (its process id, host, command and start time, and its SLURM job, which the holder
+writes into the lock file). The kernel drops the lock when the holder's file is closed, so a writer
+killed with SIGKILL leaves no stale lock: the ``.lock`` file itself may stay and is harmless. On a
+shared filesystem a lock can outlive its holder (a node that died, a server that has not noticed
+yet); a lock whose holder is known to be gone is *stale*, named and taken over (:func:`stale`): its
+process no longer exists on this host, or it is an earlier run of this very SLURM job (requeued: the
+same job id, a lower restart count), or SLURM no longer runs its job. A live holder still wins. A command that fails (a full disk, a refusal) while its folder holds nothing
 but the lock removes what taking the lock created: the lock file, the folder, its new parents.
 
 Torch-free; only the standard library.
@@ -37,20 +40,73 @@ class FolderBusy(WorkbenchError):
 
 
 def _holder() -> dict:
+    from .world import slurm_job
+
     return {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv),
-            "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"), **slurm_job()}
 
 
-def _describe(path: Path) -> str:
+def _recorded(path: Path) -> dict:
     try:
         holder = json.loads(path.read_text(errors="replace") or "{}")
     except (OSError, ValueError):
-        holder = {}
-    if not isinstance(holder, dict) or "pid" not in holder:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def stale(holder: dict) -> str | None:
+    """Why the lock ``holder`` recorded is known to be held by nobody alive, or None (a live holder, or one
+    that cannot be told from here)."""
+    from .world import slurm_job
+
+    pid, host = holder.get("pid"), holder.get("host")
+    if host == socket.gethostname() and isinstance(pid, int) and pid > 0 and not _alive(pid):
+        return f"its process {pid} on {host} is gone"
+    job, mine = holder.get("job"), slurm_job()
+    if not isinstance(job, str):
+        return None
+    if mine.get("job") == job and isinstance(holder.get("restart"), int) and mine["restart"] > holder["restart"]:
+        return f"it is SLURM job {job} before its requeue (restart {holder['restart']}; this is restart {mine['restart']})"
+    if mine.get("job") != job and not _slurm_runs(job):
+        return f"SLURM no longer runs its job {job}"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _slurm_runs(job: str) -> bool:
+    """Whether SLURM still runs (or holds) ``job``; True when it cannot be asked (no squeue, no answer)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("squeue") is None:
+        return True
+    try:
+        found = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    if found.returncode != 0:
+        return "Invalid job id" not in found.stderr  # an id SLURM forgot: long gone
+    return bool(found.stdout.strip()) and found.stdout.split()[0] not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+                                                                          "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
+
+
+def _describe(holder: dict) -> str:
+    if "pid" not in holder:
         return "another process"
     command = str(holder.get("command", ""))
     command = command if len(command) <= 120 else command[:117] + "..."
-    return (f"process {holder.get('pid')} on {holder.get('host', '?')} ({command}, since {holder.get('since', '?')})")
+    job = f", SLURM job {holder['job']}" if holder.get("job") else ""
+    return (f"process {holder.get('pid')} on {holder.get('host', '?')} ({command}, since {holder.get('since', '?')}"
+            f"{job})")
 
 
 @contextlib.contextmanager
@@ -83,8 +139,7 @@ def hold(folder: str | Path, what: str = "write into") -> Iterator[Path]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderBusy(f"{folder} is in use by {_describe(path)}: wait for it to finish or stop it, "
-                             f"or choose another folder") from None
+            descriptor = _take_over(folder, path, descriptor, flags)
         with contextlib.suppress(OSError):  # who holds it, for the message a second writer gets
             os.ftruncate(descriptor, 0)
             os.pwrite(descriptor, json.dumps(_holder()).encode(), 0)
@@ -95,6 +150,32 @@ def hold(folder: str | Path, what: str = "write into") -> Iterator[Path]:
             raise
     finally:
         os.close(descriptor)  # releases the lock
+
+
+def _take_over(folder: Path, path: Path, descriptor: int, flags: int) -> int:
+    """The lock of a holder known to be gone (:func:`stale`), taken over: its file replaced by a new one, locked
+    here (the old holder, were it alive after all, holds a file nobody opens again); FolderBusy otherwise."""
+    holder = _recorded(path)
+    reason = stale(holder)
+    if reason is None:
+        raise FolderBusy(f"{folder} is in use by {_describe(holder)}: wait for it to finish or stop it, "
+                         f"or choose another folder")
+    print(f"note: {folder}'s lock was held by {_describe(holder)}, and {reason}: taking it over", file=sys.stderr)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    try:
+        taken = os.open(path, flags | os.O_EXCL, 0o644)
+    except FileExistsError:  # another successor was first
+        raise FolderBusy(f"{folder} is in use by {_describe(_recorded(path))}: wait for it to finish or stop it, "
+                         "or choose another folder") from None
+    try:
+        fcntl.flock(taken, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(taken)
+        raise FolderBusy(f"{folder} is in use by {_describe(_recorded(path))}: wait for it to finish or stop it, "
+                         "or choose another folder") from None
+    os.close(descriptor)
+    return taken
 
 
 def _make(folder: Path) -> list[Path]:

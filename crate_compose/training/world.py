@@ -69,3 +69,13 @@ def first_host(nodes: str) -> str:
     if not ranges:
         return prefix
     return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def slurm_job() -> dict:
+    """The SLURM job this process belongs to: its id as squeue shows it (``123`` or an array's ``120_3``) and
+    how often it was requeued (``SLURM_RESTART_COUNT``); nothing outside SLURM."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return {}
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
+    return {"job": job, "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)}
