@@ -435,7 +435,8 @@ def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], id
         spread = f"{row.spread:.4f}" if len(row.values) > 1 else ("— (one seed)" if row.values else "—")
         count = f"{len(row.values)}" if not row.missing else f"{len(row.values)} of {len(row.values) + len(row.missing)}"
         mean = f"{row.mean:.4f}" if row.values else "— (no run finished)"
-        lines.append(f"| {row.variant} | {row.params:,} | {mean} | {spread} | {count} | {row.seconds:.0f} |")
+        params = f"{row.params:,}" if row.values else "—"
+        lines.append(f"| {row.variant} | {params} | {mean} | {spread} | {count} | {row.seconds:.0f} |")
         writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}" if row.values else "",
                          f"{row.spread:.6f}" if len(row.values) > 1 else "",
                          len(row.values), f"{row.seconds:.1f}", " ".join(f"{v:.6f}" for v in row.values)])

@@ -50,8 +50,6 @@ def run_ablate(args: argparse.Namespace) -> int:
     if args.spec is None:
         raise WorkbenchError("ablate: give the spec (a file or a zoo preset), or --status DIR")
     launcher = launcher_of(args)
-    if not args.wait and launcher is None:
-        raise WorkbenchError("--no-wait: the in-process launcher trains the grid in this command; give --launcher slurm")
 
     found = read_grid(args.grid) if args.grid else None  # checked before torch loads
     recipe = read_recipe(args.config) if args.config else None
@@ -74,6 +72,8 @@ def run_ablate(args: argparse.Namespace) -> int:
     out = args.out or _default_ablation(spec_ref, grid)
     if out is not None:  # a file, someone else's files: refused before torch loads (exit 1)
         preflight.ablation_folder(out)
+    if launcher is not None:
+        launcher.check()  # refused before the note below, and before anything is written
     checkpoint_note(launcher, settings)
     rows = cc.ablate(spec_ref, grid, out=out, progress=args.progress, device=args.device,
                   memory_limit=args.memory_limit, resume=args.resume, init=args.init, freeze=args.freeze or "none",

@@ -239,6 +239,7 @@ def launcher_arguments(parser: argparse.ArgumentParser, who: str = "the runs") -
 def launcher_of(args: argparse.Namespace):
     """The launcher the options and ``--launcher-config`` describe (None: in-process)."""
     from ..launch.jobs import LaunchError
+    from ..launch.local import NO_WAIT_LOCAL
     from ..launch.settings import make_launcher, read_launcher_file
 
     values = read_launcher_file(args.launcher_config) if args.launcher_config else {}
@@ -258,7 +259,12 @@ def launcher_of(args: argparse.Namespace):
             minutes(args.time)
         except ValueError as error:
             raise LaunchError(f"--time: {error}") from None
-    return make_launcher(values, args.device)
+    launcher = make_launcher(values, args.device)
+    if not args.wait and launcher is None:
+        raise LaunchError("--no-wait: the in-process launcher trains in this command; give --launcher slurm")
+    if not args.wait and launcher.name == "local":
+        raise LaunchError(NO_WAIT_LOCAL)
+    return launcher
 
 
 def checkpoint_note(launcher, settings) -> None:

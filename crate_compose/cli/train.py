@@ -54,8 +54,6 @@ def run_train(args: argparse.Namespace) -> int:
     launcher = launcher_of(args)
     if launcher is not None:
         return _launched(source, settings, overrides, out, resume, args, launcher, init, freeze, recipe)
-    if not args.wait:
-        raise WorkbenchError("--no-wait: the in-process launcher trains the run in this command; give --launcher slurm")
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
         preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
     result = cc.train(source, settings, overrides=overrides, out=out, resume=resume,

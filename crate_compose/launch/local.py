@@ -26,6 +26,8 @@ from .jobs import LAUNCH_FILE, LOG_FILE, THREADS_VARIABLE, Job, LaunchError
 from .status import Board, survey
 
 POLL = 0.5  # seconds between looks at the runs
+NO_WAIT_LOCAL = ("--no-wait: the local launcher's queue is the command itself (it starts a run when one ends); run it "
+                 "under nohup, tmux or screen to leave it, and watch with ablate --status")
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,7 @@ class Local:
         """Run ``todo``, ``jobs`` at a time, showing ``every`` run of the grid on ``board`` (``folder``: the
         SLURM launcher's submission folder; unused here)."""
         if not wait:
-            raise LaunchError("--no-wait: the local launcher's queue is the command itself (it starts a run when "
-                              "one ends); run it under nohup, tmux or screen to leave it, and watch with --status")
+            raise LaunchError(NO_WAIT_LOCAL)
         free, waiting, running = self.slots(), list(todo), {}
         stop = _Stop()
         try:

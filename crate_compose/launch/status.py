@@ -57,7 +57,8 @@ class Seen:
             said += f", {name} {value:.4f}" if isinstance(value, (int, float)) else f", {name} {value}"
         if self.reason:
             said += f": {self.reason}"
-        if self.log and self.state in ("failed", "cancelled", "stopped") and self.log not in self.reason:
+        if self.log and self.state in ("failed", "cancelled", "stopped") and \
+                self.log.removeprefix("error: ") not in self.reason:
             said += f" (log: {self.log})"
         job = f" (job {self.job})" if self.job else ""
         return f"{self.label}: {said}{job}"
