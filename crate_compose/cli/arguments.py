@@ -224,6 +224,9 @@ def launcher_arguments(parser: argparse.ArgumentParser, who: str = "the runs") -
     group.add_argument("--nodes", type=COUNT, default=None, metavar="N", help="slurm: nodes of each run (default: 1)")
     group.add_argument("--cpus-per-task", type=COUNT, default=None, metavar="N",
                        help="slurm: CPU cores of each task (of each GPU on a GPU run; default: 1)")
+    group.add_argument("--tasks-per-node", type=COUNT, default=None, metavar="N",
+                       help="slurm, on the CPU: processes of each run per node (DDP over gloo; default: 1; a GPU run "
+                       "has one per GPU)")
     group.add_argument("--partition", default=None, metavar="NAME", help="slurm: the partition (default: the "
                        "cluster's default)")
     group.add_argument("--time", default=None, metavar="LIMIT",
@@ -250,7 +253,8 @@ def launcher_of(args: argparse.Namespace):
             raise LaunchError(f"--slurm {item!r}: give KEY=VALUE, e.g. account=my-lab")
         extra[key.strip().lstrip("-")] = value
     given = {"launcher": args.launcher, "jobs": args.jobs, "gpus_per_run": args.gpus_per_run, "nodes": args.nodes,
-             "cpus_per_task": args.cpus_per_task, "partition": args.partition, "time": args.time, "mem": args.mem}
+             "cpus_per_task": args.cpus_per_task, "tasks_per_node": args.tasks_per_node, "partition": args.partition,
+             "time": args.time, "mem": args.mem}
     values = {**values, **{k: v for k, v in given.items() if v is not None}, **({"slurm": extra} if extra else {})}
     if args.time is not None:
         from ..launch.slurm import minutes

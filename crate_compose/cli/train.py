@@ -82,7 +82,7 @@ def _launched(source, settings, overrides, out: Path, resume: bool, args: argpar
               recipe) -> int:
     """``train --launcher local|slurm``: the run described here, started by the launcher (the same run, in its
     own process or SLURM job), shown until it ends (``--no-wait``: submitted)."""
-    from ..launch.jobs import write_job
+    from ..launch.jobs import LAUNCH_FILE, LaunchError, forget_job, write_job
     from ..launch.status import LIVE, Board, survey
     from ..training.description import describe
     from ..training.identity import RUN_FILE
@@ -104,7 +104,12 @@ def _launched(source, settings, overrides, out: Path, resume: bool, args: argpar
     checkpoint_note(launcher, settings)
     job = write_job(out, described, label=described.spec.name, device=args.device, memory_limit=args.memory_limit,
                     plugins=tuple(args.plugins))
-    launcher.run([job], [job], Board(described.task.metric), args.wait, folder=out / "launch" / "slurm")
+    try:
+        launcher.run([job], [job], Board(described.task.metric), args.wait, folder=out / "launch" / "slurm")
+    except LaunchError:  # refused (SLURM's own words): nothing submitted, nothing of it left
+        if not (job.folder / LAUNCH_FILE).exists():
+            forget_job(job)
+        raise
     if not args.wait:
         print(f"submitted {out} (job {survey([job])[0].job}); its state: {out}/launch/state.json", file=sys.stderr)
         return 0

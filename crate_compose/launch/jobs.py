@@ -72,6 +72,18 @@ def write_job(run: Path, described, *, label: str, device: str = "cpu", memory_l
     return job
 
 
+def forget_job(job: Job) -> None:
+    """Remove what :func:`write_job` wrote for a run that was never started (a submission SLURM refused), and
+    the folders it leaves empty; a run folder that holds anything else is left as it is."""
+    for name in (JOB_FILE,):
+        (job.folder / name).unlink(missing_ok=True)
+    for folder in (job.folder, job.run, job.run.parent):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: the run's own files, the grid's other runs
+            break
+
+
 def read_record(path: Path, what: str, limit: int = MAX_JOB_BYTES) -> dict[str, Any] | None:
     """A launcher's JSON record (``job.json``, ``state.json``, ``launch.json``), None when there is none;
     a damaged one is a :class:`LaunchError` naming it."""

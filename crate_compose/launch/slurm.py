@@ -40,7 +40,7 @@ from .jobs import LAUNCH_FILE, Job, LaunchError, run_job
 from .status import Board, survey
 
 SIGNAL_DELAY = 90  # seconds of warning before a time limit (submitit's default)
-POLL = 5.0  # seconds between looks at the queue
+POLL = 2.0  # seconds between looks at the queue
 FORBIDDEN = {"array", "output", "error", "signal", "requeue", "wrap", "parsable", "job-name"}  # the launcher's own
 
 
@@ -122,12 +122,15 @@ class Slurm:
 
     def submit(self, todo: list[Job], folder: Path) -> list[str]:
         """One job array of ``todo``; its ids, written into each run's launch record."""
+        existed = folder.exists()
         executor = submitit.SlurmExecutor(folder=str(folder), python=sys.executable, max_num_timeout=100)
         executor.update_parameters(**self.parameters(f"crate-compose-{len(todo)}-runs"))
         try:
             with executor.batch():
                 jobs = [executor.submit(RunJob(str(job.run.resolve()))) for job in todo]
-        except Exception as error:  # sbatch's refusal: its own words, nothing submitted
+        except Exception as error:  # sbatch's refusal: its own words, nothing submitted, nothing left of it
+            if not existed:
+                shutil.rmtree(folder, ignore_errors=True)
             raise LaunchError(f"SLURM refused the jobs: {_refusal(error)}") from None
         ids = [str(job.job_id) for job in jobs]
         now = time.time()
