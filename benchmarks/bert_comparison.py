@@ -31,7 +31,7 @@ import json
 import sys
 from pathlib import Path
 
-from experiment import answer, finished, grouped_bars, quietly, save_figure, start, train_and_report
+from experiment import answer, grouped_bars, launch, log_of, quietly, save_figure, train_and_report
 
 MODELS = ("crate-bert", "bert")
 
@@ -64,22 +64,25 @@ def _labelled(data: str) -> str:
 def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     common = ["--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress"]
-    pretraining = [(name, start(["train", f"{name}-mini", "--task", "mlm", "--data", args.data, "--steps",
-                                 str(args.steps), "--lr", str(args.lr), "--eval-every", str(max(1, args.steps // 10)),
-                                 "--log-every", "20", "--out", str(args.out / name), *common],
-                                args.out / f"{name}.log")) for name in MODELS]
-    if finished(pretraining, args.out):
+    pretraining = [(name, ["train", f"{name}-mini", "--task", "mlm", "--data", args.data, "--steps", str(args.steps),
+                           "--lr", str(args.lr), "--eval-every", str(max(1, args.steps // 10)), "--log-every", "20",
+                           *common]) for name in MODELS]
+    if _failed(launch(pretraining, args.out, len(pretraining)), args.out):
         return 1
     downstream = ["--task", "classify", "--data", _labelled(args.data), "--steps", str(args.finetune_steps),
                   "--lr", str(args.finetune_lr), *common]
     runs = []
     for name in MODELS:
-        runs.append((f"{name}-finetuned", start(["train", f"{name}-mini-classify", *downstream, "--init",
-                                                 str(args.out / name / "final"), "--out",
-                                                 str(args.out / f"{name}-finetuned")], args.out / f"{name}-finetuned.log")))
-        runs.append((f"{name}-scratch", start(["train", f"{name}-mini-classify", *downstream, "--out",
-                                               str(args.out / f"{name}-scratch")], args.out / f"{name}-scratch.log")))
-    return finished(runs, args.out)
+        runs.append((f"{name}-finetuned", ["train", f"{name}-mini-classify", *downstream, "--init",
+                                           str(args.out / name / "final")]))
+        runs.append((f"{name}-scratch", ["train", f"{name}-mini-classify", *downstream]))
+    return _failed(launch(runs, args.out, len(runs)), args.out)
+
+
+def _failed(names: list[str], out: Path) -> int:
+    for name in names:
+        print(f"error: {name} failed: see {log_of(out, name)}", file=sys.stderr)
+    return 1 if names else 0
 
 
 def _rows(run: Path, kind: str) -> list[dict]:

@@ -26,7 +26,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from experiment import answer, finished, grouped_bars, quietly, save_figure, start
+from experiment import answer, grouped_bars, launch, log_of, quietly, save_figure
 
 # name: (preset, task options). Both objectives see the same images for the same steps at the same peak rate,
 # warm-up and schedule; DINO's own settings (weight decay 0.04 to 0.4, clipping 3, the teacher at 0.996) come
@@ -45,17 +45,16 @@ def _train_command(name: str, out: Path, args: argparse.Namespace) -> list[str]:
     return ["train", preset, *options, "--data", args.data, "--steps", str(args.steps), "--batch-size",
             str(args.batch_size), "--lr", str(args.lr), "--warmup-epochs", "10", "--seed", str(args.seed),
             "--checkpoint-every", str(max(1, args.steps // 6)), "--log-every", "25", "--device", args.device,
-            "--no-progress", "--out", str(out / name), *(["--precision", args.precision] if args.precision else [])]
+            "--no-progress", *(["--precision", args.precision] if args.precision else [])]
 
 
 def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for name in MODELS:
-        runs.append((name, start(_train_command(name, args.out, args), args.out / f"{name}.log")))
-        if not args.parallel:
-            runs[-1][1].wait()
-    return finished(runs, args.out)
+    runs = [(name, _train_command(name, args.out, args)) for name in MODELS]
+    failed = launch(runs, args.out, len(runs) if args.parallel else 1, args.device)
+    for name in failed:
+        print(f"error: {name} failed: see {log_of(args.out, name)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def report(args: argparse.Namespace) -> int:

@@ -1,48 +1,40 @@
-"""What the experiment scripts (dino_segmentation.py, bert_comparison.py) share: the project's own commands run
-as a user runs them, in a process each."""
+"""What the experiment scripts (dino_segmentation.py, bert_comparison.py, self_supervision.py, shakespeare.py)
+share: the project's own commands run as a user runs them, their training runs on the project's local launcher."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "crate_compose.cli"]
 
 
-def start(arguments: list[str], log: Path) -> subprocess.Popen:
-    """``crate-compose ARGUMENTS`` started, its output (both streams) into ``log``."""
-    with log.open("w") as handle:
-        return subprocess.Popen([*CLI, *arguments], stdout=handle, stderr=subprocess.STDOUT)
+def launch(runs: list[tuple[str, list[str]]], out: Path, jobs: int, device: str = "cpu") -> list[str]:
+    """Run ``crate-compose ARGV --out OUT/NAME`` for every ``(NAME, ARGV)`` on the project's local launcher
+    (:mod:`crate_compose.launch.local`: ``jobs`` at a time, the cores or GPUs split between them, a line per run
+    as it goes, Ctrl-C keeping the runs' steps); a run already finished is kept, an unfinished one's folder
+    started again. Each run's output is in ``OUT/NAME/launch/log.txt`` (:func:`log_of`). The names that failed."""
+    from crate_compose.launch.jobs import Job
+    from crate_compose.launch.local import Local
+    from crate_compose.launch.status import Board, survey
+
+    every = [Job(out / name, name, (*argv, "--out", str(out / name))) for name, argv in runs]
+    todo = [job for job in every if not (job.run / "result.json").is_file()]
+    for job in todo:
+        shutil.rmtree(job.run, ignore_errors=True)
+    Local(jobs=jobs, device=device).run(todo, every, Board())
+    return [seen.label for seen in survey(every) if seen.state != "finished"]
 
 
-def queue(runs: list[tuple[str, list[str]]], out: Path, jobs: int, *, one_thread: bool = True) -> list[str]:
-    """Run ``crate-compose ARGV --out OUT/NAME`` for every ``(NAME, ARGV)``, ``jobs`` at a time, each one's output
-    in ``OUT/NAME.log``, an unfinished run's folder started again; the names that failed. With ``one_thread``
-    and more than one job, each run gets one torch thread (two runs of two threads on 2 cores are slower)."""
-    waiting, running, failed = list(runs), [], []
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"} if one_thread and jobs > 1 else None
-    while waiting or running:
-        while waiting and len(running) < jobs:
-            name, command = waiting.pop(0)
-            shutil.rmtree(out / name, ignore_errors=True)
-            with (out / f"{name}.log").open("w") as log:
-                running.append((name, subprocess.Popen([*CLI, *command, "--out", str(out / name)], stdout=log,
-                                                       stderr=subprocess.STDOUT, env=environment)))
-            print(f"started {name}", file=sys.stderr)
-        time.sleep(2)
-        for name, process in list(running):
-            if process.poll() is not None:
-                running.remove((name, process))
-                print(f"{'finished' if process.returncode == 0 else 'FAILED'} {name}", file=sys.stderr)
-                if process.returncode != 0:
-                    failed.append(name)
-    return failed
+def log_of(out: Path, name: str) -> Path:
+    """Where :func:`launch` keeps run ``NAME``'s output."""
+    from crate_compose.launch.jobs import FOLDER, LOG_FILE
+
+    return out / name / FOLDER / LOG_FILE
 
 
 def train_and_report(doc: str, train, report, train_options, argv: list[str] | None = None,
@@ -59,14 +51,6 @@ def train_and_report(doc: str, train, report, train_options, argv: list[str] | N
     measure.add_argument("--figure", type=Path, default=None)
     args = parser.parse_args(argv)
     return train(args) if args.command == "train" else report(args)
-
-
-def finished(runs: list[tuple[str, subprocess.Popen]], logs: Path) -> int:
-    """Wait for every ``(name, process)``; name each that failed and its log; 1 if any did."""
-    failed = [name for name, process in runs if process.wait() != 0]
-    for name in failed:
-        print(f"error: {name} failed: see {logs / (name + '.log')}", file=sys.stderr)
-    return 1 if failed else 0
 
 
 def answer(arguments: list[str]) -> dict:

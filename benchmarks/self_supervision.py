@@ -29,7 +29,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from experiment import answer, grouped_bars, queue, quietly, save_figure
+from experiment import answer, grouped_bars, launch, log_of, quietly, save_figure
 
 SUPERVISED = ["--task", "classify", "--augment", "shift"]
 DINO = ["--task", "dino", "--config", "crate-dino"]
@@ -85,9 +85,9 @@ def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     waiting = [(name, command) for name, (_, command) in _runs(args).items()
                if not (args.out / name / "result.json").is_file()]
-    failed = queue(waiting, args.out, args.jobs, one_thread=args.device == "cpu")
+    failed = launch(waiting, args.out, args.jobs, args.device)
     for name in failed:  # a diverged run is a result (report counts it), not an error of the experiment
-        print(f"note: {name} stopped: see {args.out / (name + '.log')}", file=sys.stderr)
+        print(f"note: {name} stopped: see {log_of(args.out, name)}", file=sys.stderr)
     return 0
 
 
@@ -133,7 +133,7 @@ def report(args: argparse.Namespace) -> int:
         run = args.out / name
         if name in summary["runs"] and summary["runs"][name].get("stability") != "unfinished":
             continue
-        stability = _stability(run, args.out / f"{name}.log")
+        stability = _stability(run, log_of(args.out, name))
         entry = {"model": model, "stability": stability}
         if stability in ("stable", "collapsed"):
             result = json.loads((run / "result.json").read_text())

@@ -23,7 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from experiment import queue, save_figure, train_and_report
+from experiment import launch, log_of, save_figure, train_and_report
 
 SIZES = ["sizes.context=128", "sizes.d=128", "sizes.heads=4", "sizes.depth=4"]
 MODELS = {  # name: (preset, overrides to reach 4 x 128, 4 heads, context 128, its learning rate (None: --lr))
@@ -48,9 +48,9 @@ def train(args: argparse.Namespace) -> int:
                 "train", preset, *sets, "--task", "lm", "--data", DATA, "--steps", str(args.steps), "--batch-size",
                 str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed), "--eval-every",
                 str(max(1, args.steps // 10)), "--log-every", "50", "--no-progress"]))
-    failed = queue(runs, args.out, args.jobs)
+    failed = launch(runs, args.out, args.jobs)
     for name in failed:
-        print(f"error: {name} failed; its log: {args.out / (name + '.log')}", file=sys.stderr)
+        print(f"error: {name} failed; its log: {log_of(args.out, name)}", file=sys.stderr)
     return 1 if failed else 0
 
 

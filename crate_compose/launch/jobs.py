@@ -44,10 +44,13 @@ class LaunchError(WorkbenchError):
 
 @dataclass(frozen=True)
 class Job:
-    """A run a launcher starts: its folder and its label (``sparsify=ista_soft, seed 1``)."""
+    """A run a launcher starts: its folder and its label (``sparsify=ista_soft, seed 1``); ``argv``: a
+    ``crate-compose`` command line to run instead of the job its folder describes (the experiment scripts'
+    runs, each a ``train ... --out RUN`` of its own)."""
 
     run: Path
     label: str
+    argv: tuple[str, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -55,6 +58,8 @@ class Job:
 
     def command(self, python: str = sys.executable) -> list[str]:
         """The process that trains it."""
+        if self.argv:
+            return [python, "-m", "crate_compose.cli", *self.argv]
         return [python, "-m", "crate_compose.launch.jobs", str(self.run)]
 
 

@@ -79,16 +79,18 @@ def seen(job: Job, queue: dict[str, str] | None = None) -> Seen:
     if launched and _live(launched, scheduled):
         if scheduled in QUEUED:
             found.state = "pending"
-        else:
-            found.state = "running" if state.get("state") == "running" and not resubmitted else "starting"
+        else:  # a command line's run (no state of its own) is running once it logs a step
+            said = state.get("state") == "running" and not resubmitted
+            found.state = "running" if said or (not state and found.step is not None) else "starting"
         return found
     if state and not resubmitted and state.get("state") in ("stopped", "failed"):
         found.state, found.reason = state["state"], str(state.get("reason", ""))
     elif launched:  # left its queue without a word from the run
         ended = scheduled or launched.get("ended", "")
         found.state = "cancelled" if "CANCEL" in str(ended) else "failed"
-        found.reason = (f"the job ended ({ended}) " if ended else "the job ended ") + \
-            ("while the run was running" if state.get("state") == "running" else "before the run started")
+        when = (" while the run was running" if state.get("state") == "running" else
+                "" if (run / "run.json").is_file() else " before the run started")
+        found.reason = (f"the job ended ({ended})" if ended else "the job ended") + when
     elif (run / "run.json").is_file():
         found.state = "unfinished"
     found.log = last_line(Path(launched.get("log", folder / LOG_FILE))) if launched else ""
