@@ -20,13 +20,13 @@ def launch(runs: list[tuple[str, list[str]]], out: Path, jobs: int, device: str 
     started again. Each run's output is in ``OUT/NAME/launch/log.txt`` (:func:`log_of`). The names that failed."""
     from crate_compose.launch.jobs import Job
     from crate_compose.launch.local import Local
-    from crate_compose.launch.status import Board, survey
+    from crate_compose.launch.status import Display, survey
 
     every = [Job(out / name, name, (*argv, "--out", str(out / name))) for name, argv in runs]
     todo = [job for job in every if not (job.run / "result.json").is_file()]
     for job in todo:
         shutil.rmtree(job.run, ignore_errors=True)
-    Local(jobs=jobs, device=device).run(todo, every, Board())
+    Local(jobs=jobs, device=device).run(todo, every, Display())
     return [seen.label for seen in survey(every) if seen.state != "finished"]
 
 

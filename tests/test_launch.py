@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from commands import CLI
+from test_ablate import _refused
 from crate_compose import cli
 from crate_compose.ablation.grids import Grid
 from crate_compose.ablation.study import ablate
@@ -139,8 +140,9 @@ def test_ctrl_c_on_the_local_launcher_keeps_the_runs_and_resume_completes_the_gr
 
 def test_ranks_come_from_torchrun_else_from_srun_else_one_process(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_NUM_TASKS",
-                 "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST", "SLURM_JOB_ID", "SLURM_STEP_ID"):
-        monkeypatch.delenv(name, raising=False)
+                 "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NTASKS"):
+        monkeypatch.setenv(name, "")  # recorded, so that what rendezvous() writes is undone after the test
+        monkeypatch.delenv(name)
     assert (world.rank(), world.world_size(), world.local_rank()) == (0, 1, 0)
     monkeypatch.setenv("SLURM_PROCID", "0")  # an sbatch script of --ntasks=4 itself: one process
     monkeypatch.setenv("SLURM_NTASKS", "4")
@@ -207,16 +209,6 @@ def test_a_requeued_jobs_stale_lock_is_named_and_taken_over_a_live_one_wins(tmp_
 
 
 # ---------------------------------------------------------------- refusals
-
-
-def _refused(capsys, argv, *words, status=2) -> str:
-    capsys.readouterr()
-    assert cli.main(argv) == status
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "Traceback" not in err, err
-    for word in words:
-        assert word in err, err
-    return err
 
 
 def _ablate(out: Path, *extra: str) -> list[str]:

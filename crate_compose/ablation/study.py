@@ -58,7 +58,7 @@ from ..training.description import RunDescription, describe
 from ..training.preparation import Loaded, check_run_memory
 from ..training.run import train_described
 from ..launch.jobs import FOLDER as JOB_FOLDER, LAUNCH_FILE, Job, LaunchError, forget_job, read_job, write_job
-from ..launch.status import LIVE, Board, survey
+from ..launch.status import LIVE, Display, survey
 from .grids import Grid, GridError
 
 FORMAT = 1
@@ -177,7 +177,7 @@ def _launch_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, lau
     print(f"{launcher.name}: starting {len(todo)} of {len(jobs)} runs" + (f" ({kept} finished or live)" if kept else ""),
           file=sys.stderr, flush=True)
     try:
-        launcher.run(todo, jobs, Board(task.metric), wait, folder=out / "slurm")
+        launcher.run(todo, jobs, Display(task.metric), wait, folder=out / "slurm")
     except LaunchError:  # refused (SLURM's own words): nothing was submitted, nothing of it is left
         for job in todo:
             if not (job.folder / LAUNCH_FILE).exists():

@@ -101,7 +101,7 @@ def run_ablate(args: argparse.Namespace) -> int:
 def _status(out: Path) -> int:
     """``ablate --status DIR``: every run of the ablation, as its folder and scheduler say."""
     from ..ablation.study import folder_jobs
-    from ..launch.status import Board, survey
+    from ..launch.status import Display, survey
     from ..training.preflight import ABLATION_FILE
 
     if not (out / ABLATION_FILE).is_file():
@@ -111,7 +111,7 @@ def _status(out: Path) -> int:
         print(f"{out}: no run has started yet")
         return 0
     runs = survey(jobs)
-    Board(stream=sys.stdout).show(runs)
+    Display(stream=sys.stdout).show(runs)
     states: dict[str, int] = {}
     for one in runs:
         states[one.state] = states.get(one.state, 0) + 1

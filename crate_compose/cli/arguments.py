@@ -243,7 +243,7 @@ def launcher_of(args: argparse.Namespace):
     """The launcher the options and ``--launcher-config`` describe (None: in-process)."""
     from ..launch.jobs import LaunchError
     from ..launch.local import NO_WAIT_LOCAL
-    from ..launch.settings import make_launcher, read_launcher_file
+    from ..launch.launcher import make_launcher, read_launcher_file
 
     values = read_launcher_file(args.launcher_config) if args.launcher_config else {}
     extra = dict(values.get("slurm") or {})

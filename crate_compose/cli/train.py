@@ -83,7 +83,7 @@ def _launched(source, settings, overrides, out: Path, resume: bool, args: argpar
     """``train --launcher local|slurm``: the run described here, started by the launcher (the same run, in its
     own process or SLURM job), shown until it ends (``--no-wait``: submitted)."""
     from ..launch.jobs import LAUNCH_FILE, LaunchError, forget_job, write_job
-    from ..launch.status import LIVE, Board, survey
+    from ..launch.status import LIVE, Display, survey
     from ..training.description import describe
     from ..training.identity import RUN_FILE
 
@@ -105,7 +105,7 @@ def _launched(source, settings, overrides, out: Path, resume: bool, args: argpar
     job = write_job(out, described, label=described.spec.name, device=args.device, memory_limit=args.memory_limit,
                     plugins=tuple(args.plugins))
     try:
-        launcher.run([job], [job], Board(described.task.metric), args.wait, folder=out / "launch" / "slurm")
+        launcher.run([job], [job], Display(described.task.metric), args.wait, folder=out / "launch" / "slurm")
     except LaunchError:  # refused (SLURM's own words): nothing submitted, nothing of it left
         if not (job.folder / LAUNCH_FILE).exists():
             forget_job(job)

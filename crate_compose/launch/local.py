@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import Stopped
 from ..files import write_atomic
 from .jobs import LAUNCH_FILE, LOG_FILE, THREADS_VARIABLE, Job, LaunchError
-from .status import Board, survey
+from .status import Display, survey
 
 POLL = 0.5  # seconds between looks at the runs
 NO_WAIT_LOCAL = ("--no-wait: the local launcher's queue is the command itself (it starts a run when one ends); run it "
@@ -67,7 +67,7 @@ class Local:
     def check(self) -> None:
         self.slots()
 
-    def run(self, todo: list[Job], every: list[Job], board: Board | None, wait: bool = True,
+    def run(self, todo: list[Job], every: list[Job], board: Display | None, wait: bool = True,
             folder: Path | None = None) -> None:
         """Run ``todo``, ``jobs`` at a time, showing ``every`` run of the grid on ``board`` (``folder``: the
         SLURM launcher's submission folder; unused here)."""

@@ -37,7 +37,7 @@ import submitit
 
 from ..files import write_atomic
 from .jobs import LAUNCH_FILE, Job, LaunchError, run_job
-from .status import Board, survey
+from .status import Display, survey
 
 SIGNAL_DELAY = 90  # seconds of warning before a time limit (submitit's default)
 POLL = 2.0  # seconds between looks at the queue
@@ -112,7 +112,7 @@ class Slurm:
             found["mem"] = self.mem
         return found
 
-    def run(self, todo: list[Job], every: list[Job], board: Board | None, wait: bool = True,
+    def run(self, todo: list[Job], every: list[Job], board: Display | None, wait: bool = True,
             folder: Path | None = None) -> None:
         """Submit ``todo`` as one job array, then (``wait``) show ``every`` run on ``board`` until none is live."""
         if todo:
@@ -150,7 +150,7 @@ def _refusal(error: BaseException) -> str:
     return "; ".join(dict.fromkeys(lines))[:1000] or type(error).__name__
 
 
-def watch(every: list[Job], board: Board | None) -> None:
+def watch(every: list[Job], board: Display | None) -> None:
     """Show the runs until none is pending, starting or running."""
     while True:
         runs = survey(every)

@@ -192,7 +192,7 @@ def survey(jobs: list[Job]) -> list[Seen]:
     return [seen(job, queue) for job in jobs]
 
 
-class Board:
+class Display:
     """The runs' lines, live: on a terminal redrawn in place; otherwise a line when a run's state changes."""
 
     def __init__(self, metric: str | None = None, stream: TextIO | None = None) -> None:
