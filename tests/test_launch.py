@@ -248,3 +248,24 @@ def test_a_launcher_file_is_checked_key_by_key_at_its_lines(tmp_path, capsys):
     config.write_text("launcher: local\njobs: 1\n")  # a good file: the command line wins over it
     _refused(capsys, _ablate(tmp_path / "grid", "--launcher-config", str(config), "--jobs", str(CORES + 1)),
              f"--jobs {CORES + 1}")
+
+
+def test_one_run_sent_to_the_local_launcher_is_the_run_train_makes(tmp_path, capsys):
+    argv = ["train", DIGITS, *[a for o in TINY for a in ("--set", o)], "--data", "digits", "--steps", "6",
+            "--batch-size", "16", "--no-progress", "--logger", "none"]
+    here, there = tmp_path / "here", tmp_path / "there"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(CORES)  # as the one local job's share of the cores
+    try:
+        assert cli.main([*argv, "--out", str(here)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert cli.main([*argv, "--out", str(there), "--launcher", "local"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1].startswith(f"{json.loads((there / 'launch' / 'job.json').read_text())['label']}: "
+                                                   "finished, test_accuracy ")
+    a, b = (json.loads((p / "result.json").read_text()) for p in (here, there))
+    assert (a["metrics"], a["train_loss"]) == (b["metrics"], b["train_loss"])
+    assert json.loads((there / "launch" / "state.json").read_text())["state"] == "finished"
+    _refused(capsys, [*argv, "--out", str(there), "--launcher", "local"], "already holds a run: pass --resume")
+    _refused(capsys, ["ablate", "--status", str(there)], f"--status: {there} holds no ablation")
