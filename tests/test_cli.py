@@ -267,12 +267,15 @@ def test_an_out_that_cannot_take_the_output_exits_1_for_every_command_that_write
 
 def test_device_cuda_without_cuda_is_an_argument_error_before_anything_is_read(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this machine, or one without CUDA
-    for argv in (["build", "crate-tiny", "--device", "cuda"],
-                 ["train", "crate-tiny", "--device", "cuda", "--data", f"folder:{tmp_path / 'nowhere'}"]):
-        with pytest.raises(SystemExit) as stop:
-            cli.main(argv)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["build", "crate-tiny", "--device", "cuda"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--device" in err and "no CUDA device is available" in err, err
+    # a run's device is checked once its launcher is known (on SLURM it is the nodes'), before anything is read
+    for command in ("train", "ablate"):
+        assert cli.main([command, "crate-tiny", "--device", "cuda", "--data", f"folder:{tmp_path / 'nowhere'}"]) == 2
         err = capsys.readouterr().err
-        assert stop.value.code == 2 and "--device" in err and "no CUDA device is available" in err, err
+        assert err == "error: --device cuda: no CUDA device is available to this torch; give cpu\n", err
     assert list(tmp_path.iterdir()) == []
 
 

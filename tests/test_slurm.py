@@ -144,7 +144,12 @@ def test_two_tasks_of_srun_in_a_users_own_sbatch_script_end_with_torchruns_weigh
     assert log.read_text().count("trained ") == 1  # rank 0 alone prints
 
 
-def test_a_job_requeued_in_the_middle_of_its_run_ends_bit_identical(tmp_path):
+@pytest.mark.parametrize("requeue", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]],
+                         ids=["scontrol-requeue", "time-limit-warning"])
+def test_a_job_requeued_in_the_middle_of_its_run_ends_bit_identical(tmp_path, requeue):
+    """``scontrol requeue`` (SIGTERM; SLURM requeues), and SIGUSR2, the warning SLURM sends ahead of a time limit
+    (the run stops, keeps its steps, and submitit requeues the job): either way the run continues from the
+    checkpoint its stop wrote and ends with an uninterrupted run's weights."""
     steps = 3000
     argv = ["train", DIGITS, *_sets(), "--data", "digits", "--steps", str(steps), "--batch-size", "16",
             "--no-progress", "--logger", "none", "--eval-every", "0"]
@@ -155,7 +160,7 @@ def test_a_job_requeued_in_the_middle_of_its_run_ends_bit_identical(tmp_path):
     assert sent.returncode == 0, sent.stderr
     job = _launch(run)["job"]
     _until(lambda: _trained_to(run, 20), "the run to reach step 20")
-    subprocess.run(["scontrol", "requeue", job], check=True)
+    subprocess.run([*requeue, job], check=True)
     _until(lambda: (run / "result.json").is_file(), "the requeued run to finish")
     state = json.loads((run / "launch" / "state.json").read_text())
     assert state["state"] == "finished" and state["restart"] >= 1 and state["job"] == job

@@ -33,16 +33,31 @@ def device(text: str) -> str:
         return text
     import torch
 
+    parsed = _device_named(text)
+    if parsed.type == "cuda" and not torch.cuda.is_available():  # before any data is read or weights built
+        raise argparse.ArgumentTypeError(f"{text}: no CUDA device is available to this torch; give cpu")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text}: {cuda_devices(torch.cuda.device_count())}")
+    return text
+
+
+def _device_named(text: str):
+    import torch
+
     try:
         parsed = torch.device(text)
     except (RuntimeError, ValueError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a device; give cpu, cuda or cuda:N") from None
     if parsed.type == "meta":
         raise argparse.ArgumentTypeError("meta holds no weights (use inspect for shapes and counts); give cpu or cuda")
-    if parsed.type == "cuda" and not torch.cuda.is_available():  # before any data is read or weights built
-        raise argparse.ArgumentTypeError(f"{text}: no CUDA device is available to this torch; give cpu")
-    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise argparse.ArgumentTypeError(f"{text}: {cuda_devices(torch.cuda.device_count())}")
+    return parsed
+
+
+def run_device(text: str) -> str:
+    """A training run's device: a torch device that holds weights (not meta). Whether this machine has it is
+    :func:`launcher_of`'s to check: a run sent to SLURM runs on a node's devices, not the login node's."""
+    if text != "cpu":
+        _device_named(text)
     return text
 
 
@@ -161,7 +176,8 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     for option in (*OPTIONS.values(), *tasks.task_options().values()):
         if option.flagged and option.name not in ("task", "data"):
             option.add_to(parser)
-    parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, ... (default: cpu)")
+    parser.add_argument("--device", type=run_device, default="cpu", help="cpu, cuda, ... (default: cpu; with "
+                        "--launcher slurm, the nodes' devices)")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress (without a terminal, progress is a plain line every tenth of the run)")
 
@@ -264,6 +280,11 @@ def launcher_of(args: argparse.Namespace):
         except ValueError as error:
             raise LaunchError(f"--time: {error}") from None
     launcher = make_launcher(values, args.device)
+    if launcher is None or launcher.name != "slurm":  # this machine's device: is it here?
+        try:
+            device(args.device)
+        except argparse.ArgumentTypeError as error:
+            raise LaunchError(f"--device {error}") from None
     if not args.wait and launcher is None:
         raise LaunchError("--no-wait: the in-process launcher trains in this command; give --launcher slurm")
     if not args.wait and launcher.name == "local":

@@ -37,6 +37,7 @@ def run_train(args: argparse.Namespace) -> int:
     from ..training.identity import read
     from ..training.recipes import read_recipe
 
+    launcher = launcher_of(args)  # where the run goes, and whether its device is there: before anything is read
     recipe = read_recipe(args.config) if args.config else None
     overrides = [*(recipe.overrides if recipe else []), *args.overrides]
     resume = args.resume or args.resume_from is not None
@@ -51,7 +52,6 @@ def run_train(args: argparse.Namespace) -> int:
     init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
     init, freeze = args.init if args.init is not None else init, args.freeze or freeze
     settings = run_settings(args, base)
-    launcher = launcher_of(args)
     if launcher is not None:
         return _launched(source, settings, overrides, out, resume, args, launcher, init, freeze, recipe)
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load

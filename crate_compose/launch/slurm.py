@@ -35,9 +35,10 @@ from typing import Any
 
 import submitit
 
+from ..errors import Stopped
 from ..files import write_atomic
 from .jobs import LAUNCH_FILE, Job, LaunchError, run_job
-from .status import Display, survey
+from .status import LIVE, Display, survey
 
 SIGNAL_DELAY = 90  # seconds of warning before a time limit (submitit's default)
 POLL = 2.0  # seconds between looks at the queue
@@ -151,14 +152,20 @@ def _refusal(error: BaseException) -> str:
 
 
 def watch(every: list[Job], board: Display | None) -> None:
-    """Show the runs until none is pending, starting or running."""
-    while True:
-        runs = survey(every)
-        if board is not None:
-            board.show(runs)
-        if not any(one.state in ("pending", "starting", "running") for one in runs):
-            return
-        time.sleep(POLL)
+    """Show the runs until none is pending, starting or running. Ctrl-C stops the watching, not the jobs."""
+    try:
+        while True:
+            runs = survey(every)
+            if board is not None:
+                board.show(runs)
+            if not any(one.state in LIVE for one in runs):
+                return
+            time.sleep(POLL)
+    except KeyboardInterrupt:
+        live = sum(one.state in LIVE for one in survey(every))
+        raise Stopped(f"stopped watching (Ctrl-C): the {live} live job{'s' if live != 1 else ''} go on in SLURM",
+                      "crate-compose ablate --status DIR shows them, and the same command with --resume writes the "
+                      "table once they are done", signal=signal.SIGINT) from None
 
 
 class RunJob(submitit.helpers.Checkpointable):
