@@ -23,6 +23,7 @@ from test_ablate import _refused
 from crate_compose import cli
 from crate_compose.ablation.grids import Grid
 from crate_compose.ablation.study import ablate
+from crate_compose.launch.jobs import LaunchError
 from crate_compose.launch.local import Local
 from crate_compose.settings import Settings
 from crate_compose.training import world
@@ -269,3 +270,18 @@ def test_one_run_sent_to_the_local_launcher_is_the_run_train_makes(tmp_path, cap
     assert json.loads((there / "launch" / "state.json").read_text())["state"] == "finished"
     _refused(capsys, [*argv, "--out", str(there), "--launcher", "local"], "already holds a run: pass --resume")
     _refused(capsys, ["ablate", "--status", str(there)], f"--status: {there} holds no ablation")
+
+
+def test_on_a_gpu_machine_each_local_run_sees_only_its_own_gpus(monkeypatch):
+    """The GPUs this process may give out (its CUDA_VISIBLE_DEVICES) dealt out, one run per GPU or per
+    gpus_per_run; more than they hold refused. (The processes themselves need a GPU: make device-check.)"""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert Local(device="cuda").slots() == [{"CUDA_VISIBLE_DEVICES": d} for d in "0123"]
+    assert Local(gpus_per_run=2, device="cuda").slots() == [{"CUDA_VISIBLE_DEVICES": "0,1"},
+                                                            {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert Local(jobs=1, gpus_per_run=2, device="cuda:0").slots() == [{"CUDA_VISIBLE_DEVICES": "0,1"}]
+    with pytest.raises(LaunchError, match=r"--jobs 3 with --gpus-per-run 2 needs 6 GPUs; this machine shows 4"):
+        Local(jobs=3, gpus_per_run=2, device="cuda").slots()
+    with pytest.raises(LaunchError, match=r"--gpus-per-run 8: this machine shows 4 GPUs \(0, 1, 2, 3\)"):
+        Local(gpus_per_run=8, device="cuda").slots()
+    assert Local(jobs=1).slots() == [{"CRATE_COMPOSE_THREADS": str(CORES), "OMP_NUM_THREADS": str(CORES)}]
