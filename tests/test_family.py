@@ -411,6 +411,7 @@ LAYERS = [
     ("data sets and batches", ["crate_compose.data"]),
     ("tasks: what a run learns", ["crate_compose.tasks"]),
     ("training runs", ["crate_compose.training"]),
+    ("launchers: where runs start", ["crate_compose.launch"]),
     ("assessment of trained networks", ["crate_compose.assessment"]),
     ("pictures and generated text", ["crate_compose.pictures", "crate_compose.generation"]),
     ("ablation studies", ["crate_compose.ablation"]),
