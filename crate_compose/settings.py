@@ -100,6 +100,9 @@ class Settings:
     warmup_epochs: int | None = setting(None, "warm up over this many passes (sets --warmup)", int, low=0,
                                         optional=True, later=True)
     # data pipeline (data/batches.py): workers change how fast batches come, never what they hold
+    checkpoint_minutes: int = setting(15, "also checkpoint every N minutes of training, so a killed machine loses "
+                                      "at most that much (0: by --checkpoint-every alone; not part of the run)",
+                                      low=0, metavar="N", role="machinery")
     workers: int = setting(0, "DataLoader processes that decode and augment the batches (default: 0, in the "
                            "training process; not part of the run: a resume may change it, the batches are the same)",
                            low=0, high=MAX_WORKERS, metavar="N", role="machinery")

@@ -285,3 +285,17 @@ def test_on_a_gpu_machine_each_local_run_sees_only_its_own_gpus(monkeypatch):
     with pytest.raises(LaunchError, match=r"--gpus-per-run 8: this machine shows 4 GPUs \(0, 1, 2, 3\)"):
         Local(gpus_per_run=8, device="cuda").slots()
     assert Local(jobs=1).slots() == [{"CRATE_COMPOSE_THREADS": str(CORES), "OMP_NUM_THREADS": str(CORES)}]
+
+
+def test_slurm_runs_that_would_lose_a_whole_job_to_a_node_failure_are_warned(capsys):
+    from crate_compose.cli.arguments import checkpoint_note
+    from crate_compose.launch.slurm import Slurm
+
+    checkpoint_note(Slurm(time=10), Settings(checkpoint_minutes=15))
+    assert "note: --time 10 min is no longer than --checkpoint-minutes 15: no periodic checkpoint" in capsys.readouterr().err
+    checkpoint_note(Slurm(time=60), Settings(checkpoint_minutes=0))
+    assert "--checkpoint-every 0 --checkpoint-minutes 0: a run keeps its steps at its end" in capsys.readouterr().err
+    for quiet in (Settings(), Settings(checkpoint_minutes=0, checkpoint_every=500)):
+        checkpoint_note(Slurm(time=60), quiet)  # a checkpoint within every job
+        checkpoint_note(Local(jobs=1), Settings(checkpoint_minutes=0))
+        assert capsys.readouterr().err == ""

@@ -293,11 +293,19 @@ def launcher_of(args: argparse.Namespace):
 
 
 def checkpoint_note(launcher, settings) -> None:
-    """On SLURM, a run that checkpoints only at its end keeps its steps only when it is warned (a time limit,
-    a requeue, a preemption): said once, before anything is submitted."""
-    if launcher is not None and launcher.name == "slurm" and not settings.checkpoint_every:
-        import sys
+    """On SLURM, what a job killed without a warning (a node that fails) would lose, said once before anything is
+    submitted: everything, when the run checkpoints only at its end; more than a job's time, when its periodic
+    checkpoint comes later than the time limit (the warning's checkpoint is all that would survive a requeue)."""
+    if launcher is None or launcher.name != "slurm":
+        return
+    import sys
 
-        print("note: --checkpoint-every 0: a run keeps its steps at its end and when SLURM stops it with a warning "
-              f"(its time limit, {launcher.signal_delay} s ahead; a requeue; a preemption), but a job killed without "
-              "one (a node that fails) starts again from step 0; --checkpoint-every N keeps more", file=sys.stderr)
+    minutes = settings.checkpoint_minutes
+    if not settings.checkpoint_every and not minutes:
+        print("note: --checkpoint-every 0 --checkpoint-minutes 0: a run keeps its steps at its end and when SLURM "
+              f"stops it with a warning (its time limit, {launcher.signal_delay} s ahead; a requeue; a preemption), "
+              "but a job killed without one (a node that fails) starts again from step 0", file=sys.stderr)
+    elif minutes and not settings.checkpoint_every and launcher.time <= minutes:
+        print(f"note: --time {launcher.time} min is no longer than --checkpoint-minutes {minutes}: no periodic "
+              "checkpoint is written within a job, so a job killed without SLURM's warning (a node that fails) "
+              "starts again from its last requeue; give --checkpoint-minutes or --checkpoint-every N", file=sys.stderr)

@@ -139,8 +139,9 @@ class Opening:
             raise TrainError(f"--resume-from {self.resume_from}: {self.run} has no checkpoint at that step "
                              f"(checkpoints: {listed})")
         step = self.resume_from if self.resume_from is not None else max(found, default=None)
-        if step is None:
-            return plan  # killed before its first checkpoint: the same run from step 0
+        if step is None:  # killed before its first checkpoint: the same run from step 0, and said so
+            self.notes.append(f"--resume: {self.run} kept no checkpoint, so the run starts again from step 0")
+            return plan
         rows = rows_of(read_metrics(self.run))
         trajectory = {k: v for k, v in flat(plan.settings).items()
                       if k not in (*identity.CADENCE, *identity.MACHINERY, *identity.OUTPUTS, "steps")}

@@ -204,9 +204,13 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
     began, loss_value, evaluation, constant = time.perf_counter() - before, float("nan"), {}, 0
     loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
     stop = stack.enter_context(Termination())  # SIGTERM: the run stops at the next step's start
+    saved = time.monotonic()  # the last checkpoint's time (--checkpoint-minutes)
+
     def save(step: int) -> None:
+        nonlocal saved
         checkpoint.save_checkpoint(run, step, model, optimizer, flat(settings), run_hash=plan.record.hash,
                                    metrics_rows=metrics.count, ema=ema, scaler=scaler, task_state=session.state)
+        saved = time.monotonic()
 
     for step in range(plan.start + 1, settings.steps + 1):
         if stop.agreed(dist, device):  # the steps done so far kept, then stopped (a requeued job goes on from here)
@@ -236,7 +240,8 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             evaluation = _evaluate(model, ema, data, settings, task)
             metrics.add({"step": step, "kind": "eval", **evaluation})
             bar.write(f"step {step}: " + said(evaluation, task))
-        if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0)):
+        if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0) or
+                       (settings.checkpoint_minutes and time.monotonic() - saved >= 60 * settings.checkpoint_minutes)):
             save(step)
     if stop.agreed(dist, device):  # after the last step's checkpoint: final/ and result.json are left to --resume
         raise _stopped(run, settings.steps, settings.steps, stop.signal)
@@ -348,16 +353,17 @@ def _value(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-STOPPING = (signal.SIGTERM, signal.SIGUSR2)  # SIGUSR2: SLURM's warning before a time limit or preemption
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)  # Ctrl-C; SIGUSR2: SLURM's warning before a time limit
 
 
 class Termination:
-    """SIGTERM (or SIGUSR2, which SLURM sends ahead of a time limit or a preemption when asked to) during the
+    """Ctrl-C (SIGINT), SIGTERM or SIGUSR2 (which SLURM sends ahead of a time limit when asked to) during the
     training loop, as a request to stop: while entered (in the main thread; elsewhere a signal cannot be
     caught, and nothing changes), the first such signal is noted (:attr:`signal`) and the loop stops at the
     start of its next step (:meth:`agreed`), writing a checkpoint of the steps done unless one holds them
-    already; a second one meets the handler the process had before (by default: the process ends at once).
-    The handlers are restored on exit, or earlier by :meth:`restore`."""
+    already; a second one meets the handler the process had before (Ctrl-C: KeyboardInterrupt, the process
+    ends at once, its last complete checkpoint intact). The handlers are restored on exit, or earlier by
+    :meth:`restore`."""
 
     def __init__(self) -> None:
         self.signal: int | None = None
