@@ -401,3 +401,26 @@ def test_the_grid_file_wins_over_the_recipe_and_the_command_line_over_both(tmp_p
     assert (settings["optimizer"], settings["lr"], settings["weight_decay"], settings["steps"]) == \
         ("lion", 0.003, 0.3, 2)  # recipe, grid file, command line, and the grid's steps over the recipe's epochs
     assert "epochs" not in settings or settings["epochs"] is None
+
+
+def test_a_variant_is_called_ahead_only_when_its_lead_exceeds_the_seeds_spread():
+    from crate_compose.ablation.study import Row, verdict
+
+    def row(name, values):
+        import statistics
+        return Row(name, 10, "test_accuracy", statistics.fmean(values), statistics.stdev(values) if len(values) > 1
+                   else 0.0, 1.0, values)
+
+    one = [row("sparsify=ista", [0.90]), row("sparsify=ista_soft", [0.91])]
+    assert verdict(one).startswith("no variant is ahead: sparsify=ista_soft (test_accuracy 0.9100) leads sparsify=ista "
+                                   "by 0.0100, but from one seed")
+    close = [row("a", [0.90, 0.92, 0.88]), row("b", [0.91, 0.95, 0.89])]
+    assert verdict(close).startswith("no variant is ahead: b (test_accuracy 0.9167) leads a by 0.0167, within the "
+                                     "seeds' spread")
+    clear = [row("a", [0.80, 0.81, 0.79]), row("b", [0.90, 0.91, 0.89])]
+    assert verdict(clear) == ("best: b (test_accuracy 0.9000 ± 0.0100), ahead of a by 0.1000, more than the seeds' "
+                              "spread")
+    lower = [Row("a", 1, "test_loss", 1.0, 0.01, 1, [0.99, 1.0, 1.01], maximize=False),
+             Row("b", 1, "test_loss", 2.0, 0.01, 1, [1.99, 2.0, 2.01], maximize=False)]
+    assert verdict(lower).startswith("best: a (test_loss 1.0000")
+    assert verdict([Row("a", 1, "m", float("nan"), 0, 0, [], missing={0: "failed"})]) == "no variant finished a run"

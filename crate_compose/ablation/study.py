@@ -140,6 +140,29 @@ def ablate(spec_ref, grid: Grid, *, out: str | Path | None = None, progress: boo
     return rows
 
 
+def verdict(rows: list[Row]) -> str:
+    """Which variant is ahead, said only when the data can say it: the best mean's lead over the next must
+    exceed the spread (standard deviation over seeds) of both, each over at least two seeds; else that no
+    variant is ahead, and why."""
+    counted = sorted((row for row in rows if row.values), key=lambda r: r.mean, reverse=rows[0].maximize)
+    if not counted:
+        return "no variant finished a run"
+    best = counted[0]
+    said = f"{best.variant} ({best.metric} {best.mean:.4f}"
+    if len(counted) == 1:
+        return f"only {said}) finished"
+    second = counted[1]
+    gap = abs(best.mean - second.mean)
+    if min(len(best.values), len(second.values)) < 2:
+        return (f"no variant is ahead: {said}) leads {second.variant} by {gap:.4f}, but from one seed a gap cannot be "
+                "told from the seeds' own spread; give --seeds 3 or more")
+    spread = max(best.spread, second.spread)
+    if gap <= spread:
+        return (f"no variant is ahead: {said}) leads {second.variant} by {gap:.4f}, within the seeds' spread "
+                f"({spread:.4f})")
+    return f"best: {said} ± {best.spread:.4f}), ahead of {second.variant} by {gap:.4f}, more than the seeds' spread"
+
+
 def grid_jobs(variants: dict[str, RunDescription], grid: Grid, out: Path) -> list[Job]:
     """Every run of the grid, as a launcher sees it."""
     return [Job(out / _folder(label) / f"seed-{seed}", f"{label}, seed {seed}")

@@ -86,10 +86,9 @@ def run_ablate(args: argparse.Namespace) -> int:
               "with --resume writes the table", file=sys.stderr)
         return 0
     print((out / "results.md").read_text())
-    counted = [row for row in rows if row.values]
-    if counted:
-        best = (max if counted[0].maximize else min)(counted, key=lambda r: r.mean)
-        print(f"best: {best.variant} ({best.metric} {best.mean:.4f}); wrote {out}/results.md, results.csv, probes.png")
+    from ..ablation.study import verdict
+
+    print(f"{verdict(rows)}; wrote {out}/results.md, results.csv, probes.png")
     missing = sum(len(row.missing) for row in rows)
     if missing:
         print(f"{missing} run{'s' if missing > 1 else ''} did not finish (listed in {out}/results.md); the same command "
