@@ -55,7 +55,7 @@ def _same_weights(a: Path, b: Path) -> bool:
 
 
 def test_ctrl_c_keeps_the_steps_done_and_resume_ends_where_an_uninterrupted_run_ends(tmp_path):
-    steps, run, whole = 3000, tmp_path / "run", tmp_path / "whole"
+    steps, run, whole = 1000, tmp_path / "run", tmp_path / "whole"
     process = _start([*CLI, *_run_args(run, steps, "--logger", "none")])
     _until_step(run, 5, process)
     process.send_signal(signal.SIGINT)
@@ -137,7 +137,7 @@ def test_ctrl_c_under_ablate_keeps_the_run_and_names_the_grid(tmp_path):
 
 @pytest.mark.skipif(not (Path(sys.executable).parent / "torchrun").exists(), reason="no torchrun")
 def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_with_one_checkpoint(tmp_path):
-    run, steps = tmp_path / "run", 1500
+    run, steps = tmp_path / "run", 600
     torchrun = str(Path(sys.executable).parent / "torchrun")
     process = _start([torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli",
                       *_run_args(run, steps, "--logger", "none")])
