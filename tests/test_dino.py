@@ -204,7 +204,8 @@ def test_linear_probe_and_evaluate_of_a_dino_run_read_the_teacher(dino_run):
 def test_what_dino_cannot_train_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(TrainError, match="--ema 0.996"):
         train(EXAMPLE.spec, _settings(ema=None), overrides=EXAMPLE.overrides, out=tmp_path / "a", progress=False)
-    with pytest.raises(TrainError, match="has no dino_head"):
+    with pytest.raises(TrainError, match="ends in classify .*which task dino does not train \\(it trains a dino_head "
+                       "head, as specs/crate-dino.yaml has\\); --task classify trains this spec"):
         train("crate-digits", _settings(), overrides=list(EXAMPLE.overrides[:-1]), out=tmp_path / "b", progress=False)
     with pytest.raises(TrainError, match="interpolate: true"):
         train(EXAMPLE.spec, _settings(), overrides=[*EXAMPLE.overrides, "preprocess[positions].args.interpolate=false"],

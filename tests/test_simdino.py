@@ -252,7 +252,8 @@ def test_a_simdino_run_logs_its_terms_records_its_options_and_reads_the_teacher(
 def test_what_simdino_cannot_train_is_refused_and_its_options_are_its_own(tmp_path):
     from crate_compose.tasks import settings_problems
 
-    with pytest.raises(TrainError, match="has no simdino_head: task simdino .*specs/crate-simdino.yaml"):
+    with pytest.raises(TrainError, match="ends in dino_head .*which task simdino does not train .*specs/crate-simdino.yaml"
+                       ".*--task dino trains this spec"):
         train("crate-dino-digits", _settings(), overrides=["sizes.depth=1"], out=tmp_path / "a", progress=False)
     with pytest.raises(TrainError, match="--ema 0.996 .*--config simdino"):
         train(EXAMPLE.spec, _settings(ema=None), overrides=EXAMPLE.overrides, out=tmp_path / "b", progress=False)

@@ -115,3 +115,50 @@ def test_a_task_added_in_one_class_trains_through_train_and_the_command_line(mon
     sets = [arg for o in example.overrides for arg in ("--set", o)]
     assert cli.main(["train", example.spec, "--task", "hinge", "--steps", "1", "--batch-size", "8", *sets,
                      "--out", str(tmp_path / "cli"), "--no-progress", "--logger", "none"]) == 0
+
+
+def _presets():
+    import crate_compose as cc
+
+    return cc.presets()
+
+
+@pytest.mark.parametrize("preset", _presets())
+def test_every_preset_and_task_pair_is_trained_by_its_heads_task_or_refused_naming_it(preset):
+    """A spec's head says what its output is (class scores, next-token scores, prototypes, SimDINO features, ...);
+    a task whose head it is not refuses it before torch loads, naming the head and the task that trains it."""
+    import crate_compose as cc
+    from crate_compose import tasks
+    from crate_compose.errors import TrainError
+    from crate_compose.training.preflight import check_task_head
+
+    spec = cc.load_spec(preset)
+    last = spec.head[-1].primitive if spec.head else None
+    owners = [one.name for one in tasks.all_tasks() if last in one.heads]
+    assert last is None or len(owners) == 1, (preset, last, owners)  # every shipped head is one task's
+    masks = any(step.primitive == "mask" for step in spec.preprocess)
+    for task in tasks.all_tasks():
+        if task.name == "mae" and not masks:  # what a classifier lacks to be a masked autoencoder, said first
+            with pytest.raises(TrainError, match=f"spec '{spec.name}' has no mask step"):
+                check_task_head(spec, task.name)
+            continue
+        if last is None or task.name in owners:
+            check_task_head(spec, task.name)  # its own task (or no head: the task's other checks decide)
+            continue
+        with pytest.raises(TrainError) as refused:
+            check_task_head(spec, task.name)
+        assert str(refused.value).startswith(f"spec '{spec.name}' ends in {last} (")
+        assert f"which task {task.name} does not train" in str(refused.value)
+        assert str(refused.value).endswith(f"--task {owners[0]} trains this spec")
+
+
+def test_a_simdino_spec_trained_as_a_classifier_is_refused_before_anything_is_written(tmp_path, capsys):
+    from crate_compose import cli
+
+    out = tmp_path / "run"
+    assert cli.main(["train", "crate-simdino-mini", "--task", "classify", "--data", "shapes", "--steps", "2",
+                     "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: spec 'crate-simdino-mini' ends in simdino_head (SimDINO's projection head")
+    assert err.rstrip().endswith("which task classify does not train (it trains a classify head); --task simdino "
+                                 "trains this spec") and not out.exists()

@@ -56,6 +56,7 @@ def run_train(args: argparse.Namespace) -> int:
         return _launched(source, settings, overrides, out, resume, args, launcher, init, freeze, recipe)
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
         preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
+    preflight.check_task_head(spec, settings.task)  # a SimDINO head trained as a classifier, before torch loads
     result = cc.train(source, settings, overrides=overrides, out=out, resume=resume,
                    resume_from=args.resume_from, device=args.device, progress=args.progress,
                    memory_limit=args.memory_limit, init=init, freeze=freeze, recipe=recipe.text if recipe else None)

@@ -17,6 +17,7 @@ from .task_registry import ExampleRun, Task, task
 @task
 class Classification(Task):
     name = "classify"
+    heads = ("classify",)
     summary = "cross-entropy of the class; test accuracy and loss"
     trains_on = "labeled images"
     data_kinds = (LABELED_IMAGES, LABELED_TOKENS)  # images, and token windows (KIND:modules), of a class

@@ -50,6 +50,7 @@ RATE_FEATURES = ("average", "student")  # the authors' expa_type 1 and 0
 @task
 class CodingRateDistillation(SelfDistillation):
     name = "simdino"
+    heads = ("simdino_head",)
     summary = "SimDINO: a student's views aligned with an averaged teacher's, their features' coding rate expanded"
     trains_on = "images (labels unused) and a spec whose head is simdino_head and whose positions interpolate"
     logged = ("view_cosine", "coding_rate")

@@ -26,6 +26,7 @@ EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the fi
 @task
 class LanguageModelling(Task):
     name = "lm"
+    heads = ("lm_head",)
     summary = ("cross-entropy of every next token (a byte, or a tokenized set's id); per token beside the unigram "
                "baseline, per byte and per character")
     trains_on = ("--data text or a tokenized text set (KIND:text, KIND:shakespeare, KIND:folder:PATH; KIND bytes, "

@@ -40,6 +40,7 @@ EVAL_WINDOWS = 1024  # held-out windows evaluated (the first ones, always the sa
 @task
 class MaskedLanguageModelling(Task):
     name = "mlm"
+    heads = ("mlm_head",)
     summary = "BERT's masked language modelling: 15% of tokens chosen (80% [MASK], 10% random, 10% kept), predicted"
     trains_on = "tokenized text (--data bytes:text, wordpiece:text, bpe:text or KIND:folder:PATH)"
     inputs = "tokens"

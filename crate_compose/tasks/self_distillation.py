@@ -52,6 +52,7 @@ LOCAL_CROPS_OPTION = Option(int, LOCAL_CROPS, f"local crops per image (default: 
 @task
 class SelfDistillation(Task):
     name = "dino"
+    heads = ("dino_head",)
     summary = "self-distillation with no labels (DINO): a student matches an averaged teacher across crops"
     trains_on = "images (labels unused) and a spec whose head is dino_head and whose positions interpolate"
     data_kinds = (LABELED_IMAGES, IMAGES)

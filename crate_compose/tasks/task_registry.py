@@ -66,6 +66,7 @@ class Task:
     example: ClassVar[ExampleRun]  # a small run of it (the tests run every task's)
     logged: ClassVar[tuple[str, ...]] = ()  # what its session measures at each training step besides the loss
     weights: ClassVar[str] = "final"  # the build folder of a finished run that probes and evaluations read
+    heads: ClassVar[tuple[str, ...]] = ()  # the head primitives whose output it trains (a spec's last head step)
     # its own run settings (name, type, default, bounds, help, role): train's and ablate's flags, checked on
     # resume as any setting, refused under another task (crate_compose.options)
     options: ClassVar[tuple[Option, ...]] = ()
@@ -82,10 +83,31 @@ class Task:
 
     def check(self, spec: Any, data: "Data") -> None:
         """Refuse (:class:`~crate_compose.errors.TrainError`) a spec or data set this task cannot train;
-        the default: the data set must be of one of :attr:`data_kinds`."""
+        the default: the spec's head must be one this task trains (:meth:`check_head`) and the data set of one
+        of :attr:`data_kinds`."""
+        self.check_head(spec)
         if data.provides not in self.data_kinds:
             raise TrainError(f"task '{self.name}' does not fit data set '{data.name}' ({_which_task(data)}); "
                              f"--task {self.name} goes with {self.trains_on}")
+
+    def check_head(self, spec: Any) -> None:
+        """Refuse a spec whose head is another task's (:attr:`heads`): a SimDINO head's features are no class
+        scores. Said from the spec alone, before torch loads, naming the head, its output and the task that
+        trains it; a head no task declares (a plug-in's) is left to the task's own checks."""
+        last = spec.head[-1].primitive if spec.head else None
+        if last is None or last in self.heads:
+            return
+        fits = [one.name for one in all_tasks() if last in one.heads]
+        if not fits:
+            return
+        from ..registry import get as primitive
+
+        output = primitive(last).description.rstrip(".")
+        wanted = f"it trains a {' or '.join(self.heads)} head" if self.heads else "it trains no other task's head"
+        example = getattr(self, "head_spec", None)
+        wanted += f", as {example} has" if example else ""
+        raise TrainError(f"spec '{spec.name}' ends in {last} ({output}), which task {self.name} does not train "
+                         f"({wanted}); --task {' or --task '.join(fits)} trains this spec")
 
     def check_input(self, spec: Any) -> None:
         """Refuse a spec whose input this task cannot take, from the spec alone (before torch loads)."""

@@ -81,5 +81,11 @@ def check_task_input(spec, task: str) -> None:
     tasks.get(task).check_input(spec)
 
 
-__all__ = ["ABLATION_FILE", "ablation_folder", "check_language_model", "check_task_input", "kept_folders",
-           "run_folder", "takes_token_ids"]
+def check_task_head(spec, task: str) -> None:
+    """A task's refusal of a spec whose head is another task's (a SimDINO head trained as a classifier), from the
+    spec alone, before torch loads (:meth:`crate_compose.tasks.Task.check_head`)."""
+    tasks.get(task).check_head(spec)
+
+
+__all__ = ["ABLATION_FILE", "ablation_folder", "check_language_model", "check_task_head", "check_task_input",
+           "kept_folders", "run_folder", "takes_token_ids"]
