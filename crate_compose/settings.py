@@ -37,6 +37,11 @@ MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
 MAX_RUNS = 256  # runs of one ablation grid (variants x seeds): at a minute a run, four hours of one machine
 MAX_SEEDS = 100  # seeds of one ablation grid
 MAX_WORKERS = 256  # DataLoader worker processes of one training process
+# A run's steps: the longest published runs of these networks take a few million (GPT-2 and BERT about a million,
+# CRATE-B's ImageNet-21k pre-training under a million); 10^8 steps of even a millisecond are more than a day of one
+# machine, and 10^8 of a real network's step years: a larger count is a typo (an extra zero), refused.
+MAX_STEPS = 10**8
+LR_PLAUSIBLE = (1e-7, 1.0)  # a peak learning rate outside these is trained with a warning (AdamW, Lion, SGD alike)
 
 
 @dataclass
@@ -48,7 +53,7 @@ class Settings:
 
     task: str = setting("classify", "what the run learns (crate-compose list tasks)", flagged=False)
     data: str = setting("digits", "the data set (crate-compose list data)", flagged=False)
-    steps: int = setting(1000, "optimizer steps", low=1, role="length")
+    steps: int = setting(1000, f"optimizer steps (at most {MAX_STEPS:,})", low=1, high=MAX_STEPS, role="length")
     batch_size: int = setting(64, "global batch size", low=1)
     lr: float = setting(1e-3, "peak learning rate", low=0, low_open=True)
     weight_decay: float = setting(0.05, "AdamW weight decay", low=0)
@@ -164,7 +169,21 @@ def field_problems(settings: Settings) -> list[tuple[str, str]]:
                          "(the batch is split into that many equal micro-batches)"))
     if not isinstance(settings.options, dict):
         problems.append(("options", f"{settings.options!r} is not a mapping of the task's options"))
+    if isinstance(settings.warmup, int) and isinstance(settings.steps, int) and settings.warmup > settings.steps:
+        problems.append(("warmup", f"{settings.warmup:,} steps of warm-up are more than the run's {settings.steps:,} "
+                         "steps: the learning rate would never reach its peak"))
     return problems
+
+
+def plausibility_notes(settings: Settings) -> list[str]:
+    """What a run may train with but is likely a typo, said before the first step: a learning rate outside
+    :data:`LR_PLAUSIBLE`."""
+    low, high = LR_PLAUSIBLE
+    if isinstance(settings.lr, (int, float)) and not low <= settings.lr <= high:
+        side = "above" if settings.lr > high else "below"
+        return [f"--lr {settings.lr:g} is {side} any learning rate these networks train at ({low:g} to {high:g}; "
+                "AdamW's usual peak is 1e-4 to 1e-2): training with it as given"]
+    return []
 
 
 def cuda_devices(count: int) -> str:

@@ -181,3 +181,24 @@ def test_a_run_recorded_when_dinos_options_were_every_runs_settings_resumes(tmp_
     again = settings_of(recorded.settings())
     assert again.options == {"local_crops": 2, "teacher_temp": 0.07} and again.task == "dino"
     assert tasks.settings_problems(again) == []
+
+
+def test_numbers_that_are_not_plausible_are_refused_or_said(tmp_path, capsys):
+    """A step count past any run (an extra zero), a warm-up longer than the run: refused with the reason before
+    anything is written; a learning rate outside any network's range: trained, with a warning line first."""
+    from crate_compose.settings import MAX_STEPS
+
+    base = ["train", "specs/crate-digits.yaml", "--set", "sizes.depth=1", "--set", "sizes.d=16", "--set",
+            "sizes.heads=2", "--set", "sizes.head_dim=8", "--batch-size", "16", "--no-progress", "--logger", "none"]
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--steps", "100000000000", "--out", str(tmp_path / "a")])
+    assert f"argument --steps: 100000000000: must be in [1, {MAX_STEPS}]" in capsys.readouterr().err
+    assert cli.main([*base, "--steps", "100", "--warmup", "500", "--out", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err == ("error: warmup: 500 steps of warm-up are more than the run's 100 steps: the "
+                                       "learning rate would never reach its peak\n")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert cli.main([*base, "--steps", "2", "--lr", "50", "--out", str(tmp_path / "c")]) in (0, 2)
+    assert "note: --lr 50 is above any learning rate these networks train at (1e-07 to 1; AdamW's usual peak is " \
+           "1e-4 to 1e-2): training with it as given" in capsys.readouterr().err
+    assert cli.main([*base, "--steps", "2", "--lr", "1e-3", "--out", str(tmp_path / "d")]) == 0
+    assert "learning rate these networks" not in capsys.readouterr().err

@@ -51,7 +51,7 @@ from ..data.sets import Data
 from ..errors import Stopped, TrainError
 from ..files import write_atomic
 from ..modules.paths import use_formulas
-from ..settings import Settings, flat
+from ..settings import MAX_STEPS, Settings, flat, plausibility_notes
 from . import checkpoint, eventlog, finetune
 from .distributed import Distributed
 from .metrics import Metrics, Result, finite, read_metrics, rows_of, said
@@ -118,6 +118,8 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     checkpoint and raises :class:`~crate_compose.errors.Stopped` naming it (the CLI's exit status 143).
     """
     settings, task = described.settings, described.task
+    for note in plausibility_notes(settings):
+        (notes or _say)(note)
     if settings.logger == "tensorboard":  # logging: a missing package is said before anything is written
         eventlog.choose(settings.logger, error=TrainError)
     finetune.check_freeze(described.freeze)
@@ -126,6 +128,9 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     per_epoch = max(1, len(data.train) // settings.batch_size)  # passes over the training split, in whole batches
     if settings.epochs is not None:
         settings = replace(settings, steps=settings.epochs * per_epoch)
+        if settings.steps > MAX_STEPS:
+            raise TrainError(f"--epochs {settings.epochs:,} of {per_epoch:,} steps are {settings.steps:,} steps, more "
+                             f"than the {MAX_STEPS:,} a run may take: give fewer epochs")
     if settings.warmup_epochs is not None:
         settings = replace(settings, warmup=_warmup_of_epochs(settings, per_epoch, notes or _say))
     start = finetune.read_init(described.init) if described.init is not None else None
