@@ -509,3 +509,17 @@ def test_bad_arguments_exit_2(capsys):
         cli.main(["build", "crate-tiny", "--dtype", "int8"])
     assert exit_.value.code == 2
     assert "invalid choice: 'int8'" in capsys.readouterr().err
+
+
+def test_an_argument_error_is_one_line_and_a_pointer_to_help(capsys):
+    """Not the whole usage first (train's is 36 lines): what is wrong, and where the options are listed."""
+    for argv, said in ((["train", "crate-digits", "--steps", "x"], "crate-compose train: error: argument --steps: "
+                        "'x' is not a whole number"),
+                       (["ablate", "crate-digits", "--launcher", "cloud"], "crate-compose ablate: error: argument "
+                        "--launcher: invalid choice: 'cloud'")):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(argv)
+        err = capsys.readouterr().err
+        lines = err.splitlines()
+        assert stop.value.code == 2 and len(lines) == 2 and lines[0].startswith(said), err
+        assert lines[1] == f"({' '.join(['crate-compose', argv[0]])} --help lists the options)" and "usage:" not in err

@@ -46,6 +46,8 @@ def test_the_dry_run_reports_every_step_with_its_figures(tmp_path, device):
     positions = [section.index(f"\n### {heading}\n") for heading in HEADINGS]  # every step, in order
     assert positions == sorted(positions)
     assert "**Error**" not in section and "**Skipped**" not in section and "**failed**" not in section
+    assert "**met**" not in section and "**not met**" not in section  # CPU toy sizes judge no GPU goal
+    assert "(a GPU's goal: not judged in a dry run)" in section
     assert done.stdout.strip() == section.strip()  # the section is what it prints
     for heading in HEADINGS:  # each step's progress line on stderr
         assert f"] {heading}: ok, " in done.stderr

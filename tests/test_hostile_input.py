@@ -184,7 +184,7 @@ def test_booleans_and_ints_still_go_where_they_belong():
     (["build", "crate-digits", "--device", "meta"], "meta holds no weights"),
     (["build", "crate-digits", "--seed", str(2**64)], "must be in [0, 9223372036854775807]"),
     (["build", "crate-digits", "--seed", "-1"], "must be in [0"),
-    (["train", "crate-digits", "--steps", "0"], "--steps: 0: must be at least 1"),
+    (["train", "crate-digits", "--steps", "0"], "--steps: 0: must be in [1, 100000000]"),
     (["train", "crate-digits", "--batch-size", "0"], "must be at least 1"),
     (["train", "crate-digits", "--lr", "nan"], "give a finite number"),
     (["train", "crate-digits", "--warmup", "-3"], "must be at least 0"),

@@ -57,8 +57,16 @@ EPILOG = """examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error is the one line that says what is wrong and where the options are listed
+    (not the whole usage first: train's is 36 lines)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists the options)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog="crate-compose",
         description="Build white-box transformers from YAML specs of optimization steps.",
         epilog=EPILOG,
