@@ -306,3 +306,16 @@ def test_modules_balanced_held_out_and_the_text_tokenizer(wordpiece_text):
     assert not any(tuple(row) in train for row in data.test.inputs.tolist())
     x, y = data.train[0]
     assert x.shape == (16,) and int(y) == 0
+
+
+def test_the_pieces_a_vocabulary_cannot_say_are_named(trained):
+    """What fill notes: a character no training text held reads as [UNK] in WordPiece; byte-level BPE and bytes
+    say every text."""
+    kind, tok = trained
+    text = "def items(self): return 漢字 + ünïcode"
+    unknown = tok.unknown(text)
+    ids = tok.encode(text)
+    assert len(unknown) == ids.count(tok.unk)
+    if kind == "wordpiece":
+        assert unknown and all(piece in text for piece in unknown) and any("漢" in piece for piece in unknown)
+    assert Tokenizer("bytes").unknown(text) == []

@@ -25,6 +25,8 @@ def run_fill(args: argparse.Namespace) -> int:
     result = fill(args.run, args.text, top_k=args.top_k)
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     show = lambda text: text.encode(encoding, "replace").decode(encoding)  # noqa: E731 (a terminal not UTF-8)
+    for piece in dict.fromkeys(result.unknown):  # each once, in the order of the text
+        print(show(f"note: {piece!r} is not in the run's vocabulary: the model reads it as [UNK]"), file=sys.stderr)
     for number, mask in enumerate(result.masks, 1):  # the mask's place: the n-th of the tokens the text was read as
         shown = ", ".join(f"{token!r} {p:.3f}" for token, p in mask.candidates)
         print(show(f"[MASK] {number} (token {mask.position} of the text's {result.tokens}): {shown}"))

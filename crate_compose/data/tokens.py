@@ -135,6 +135,14 @@ class Tokenizer:
         encoded = self._backend.encode_batch(pieces, add_special_tokens=False)
         return torch.tensor([i for one in encoded for i in one.ids], dtype=torch.long)
 
+    def unknown(self, text: str) -> list[str]:
+        """The pieces of ``text`` this vocabulary cannot say, which :meth:`encode` reads as ``[UNK]`` (a character
+        no training text held, in WordPiece); none for bytes and byte-level BPE, which say every text."""
+        if self._backend is None:
+            return []
+        found = self._backend.encode(text, add_special_tokens=False)
+        return [text[start:end] for id, (start, end) in zip(found.ids, found.offsets) if id == self.unk]
+
     def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
         """The text of ``ids`` (the specials as their strings; bytes that are not UTF-8 as U+FFFD)."""
         ids = self._checked(ids)

@@ -45,6 +45,7 @@ class Filling:
     text: str
     weights: Path
     tokens: int = 0
+    unknown: tuple[str, ...] = ()  # the pieces of the text the run's vocabulary reads as [UNK]
 
 
 def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
@@ -80,7 +81,8 @@ def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
         masks.append(Filled(position, tuple((tokenizer.token(int(i)), float(p))
                                             for p, i in zip(best.values, best.indices))))
         filled[position] = int(best.indices[0])
-    return Filling(tuple(masks), _filled_in(text, tokenizer, ids, filled), found.weights, len(ids) - 2)
+    return Filling(tuple(masks), _filled_in(text, tokenizer, ids, filled), found.weights, len(ids) - 2,
+                   tuple(tokenizer.unknown(text)))
 
 
 def _filled_in(text: str, tokenizer: Any, ids: list[int], filled: dict[int, int]) -> str:
