@@ -153,3 +153,18 @@ def test_refusals_of_an_output_path_or_a_spec_input_come_before_torch_loads(tmp_
     assert "Traceback" not in seen["stderr"] and seen["stderr"].count("error: ") == len(exit_1) + len(exit_2)
     assert seen["loaded"] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "build", "mine"]  # nothing written
+
+
+def test_a_typo_in_a_data_set_task_or_spec_answers_before_torch_loads(tmp_path):
+    """Every name a run is given is checked before torch is imported, so each typo answers as fast as a spec's;
+    so does a spec whose head is another task's (a SimDINO head trained as a classifier)."""
+    out = str(tmp_path / "run")
+    seen = _run(["train", "crate-digits", "--data", "digitz", "--out", out],
+                ["ablate", "crate-digits", "--data", "fashion-mnst", "--out", out],
+                ["train", "crate-digitz", "--out", out], ["train", "crate-digits", "--task", "clasify", "--out", out],
+                ["train", "crate-simdino-mini", "--task", "classify", "--data", "shapes", "--out", out])
+    assert seen["statuses"] == [2, 2, 2, 2, 2]
+    assert "unknown data set 'digitz'" in seen["stderr"] and "did you mean 'fashion-mnist'" in seen["stderr"]
+    assert "did you mean 'crate-digits'" in seen["stderr"] and "invalid choice: 'clasify'" in seen["stderr"]
+    assert "--task simdino trains this spec" in seen["stderr"]
+    assert seen["loaded"] == [] and not (tmp_path / "run").exists()

@@ -43,6 +43,7 @@ def add(command: Command) -> None:
 
 def run_ablate(args: argparse.Namespace) -> int:
     from ..ablation.grids import combine, read_grid
+    from ..data.set_registry import resolve as resolve_data
     from ..training.recipes import read_recipe
 
     if args.status is not None:
@@ -58,6 +59,7 @@ def run_ablate(args: argparse.Namespace) -> int:
                             args.warmup is not None or "warmup" in from_grid)
     settings = run_settings(args, {**from_environment(), **given, **from_grid})  # the command line wins over the
     # grid, the grid over the recipe, the recipe over the environment
+    resolve_data(settings.data)  # a data set's typo, answered before torch loads (as a spec's is)
     grid = combine(found, args.swap, args.overrides, args.seeds, settings,
                    recipe=(args.config, recipe.overrides) if recipe else None)
     for note in grid.notes:

@@ -35,6 +35,7 @@ def run_train(args: argparse.Namespace) -> int:
     from ..spec_language.loader import read as read_spec
     from ..training import preflight
     from ..training.identity import read
+    from ..data.set_registry import resolve as resolve_data
     from ..training.recipes import read_recipe
 
     launcher = launcher_of(args)  # where the run goes, and whether its device is there: before anything is read
@@ -52,6 +53,7 @@ def run_train(args: argparse.Namespace) -> int:
     init, freeze = record.start() if record is not None else (None, "none")  # --init, --freeze: the run's own
     init, freeze = args.init if args.init is not None else init, args.freeze or freeze
     settings = run_settings(args, base)
+    resolve_data(settings.data)  # a data set's typo, answered before torch loads (as a spec's is)
     if launcher is not None:
         return _launched(source, settings, overrides, out, resume, args, launcher, init, freeze, recipe)
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
