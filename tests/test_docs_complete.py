@@ -141,3 +141,11 @@ def test_every_data_set_is_in_the_workbench_table_and_every_row_is_a_set():
     listed = workbench_sets()
     assert sorted(listed) == sorted(one.pattern for one in set_registry.all_sets())  # no set missing, none extra
     assert "`crate-compose list data`" in README and "list data" in CLI
+
+
+def test_the_readme_is_read_in_minutes():
+    """What it is, the two commands, a spec, what is in the box, where to read on: at most 250 lines, none a
+    paragraph on one line; the guarantees and the measured results live in docs/."""
+    lines = README.splitlines()
+    assert len(lines) <= 250, len(lines)
+    assert max(len(line) for line in lines) <= 130, max(lines, key=len)
