@@ -99,7 +99,7 @@ def report(args: argparse.Namespace) -> int:
         record = json.loads((run / "run.json").read_text())
         data = record["identity"]["data"]["name"]
         linear = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--weights", str(run / "final"),
-                                "--data", _labelled(data), "--pool", pool]) for pool in ("cls", "mean")}
+                                "--data", _labelled(data), "--pool", pool, "--no-untrained"]) for pool in ("cls", "mean")}
         untrained = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--untrained", "--seed",
                                    str(record["identity"]["settings"]["seed"]), "--data", _labelled(data), "--pool", pool])
                      for pool in ("cls", "mean")}  # the same probe of the network its seed initializes

@@ -107,7 +107,7 @@ def _stability(run: Path, log: Path) -> str:
 
 def _measure(run: Path, args: argparse.Namespace, untrained: bool) -> dict:
     """The linear probe, the k-NN and the attention's scores of a run (or its network untrained)."""
-    probe = answer(["linear-probe", str(run), *(["--untrained"] if untrained else [])])
+    probe = answer(["linear-probe", str(run), *(["--untrained"] if untrained else ["--no-untrained"])])
     scores = {"linear_probe": probe["test_accuracy"], "knn": probe["knn_accuracy"]}
     if not args.attention:
         return scores

@@ -45,6 +45,19 @@ def test_the_untrained_network_of_a_run_is_scored_in_one_command(run, capsys):
         cc.evaluate("crate-digits", "digits")
 
 
+def test_linear_probe_of_a_run_scores_the_untrained_network_and_states_chance_in_the_same_call(run, capsys):
+    assert cli.main(["linear-probe", str(run)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    alone = cc.linear_probe(run, untrained=True)
+    assert printed["untrained"] == {key: alone[key] for key in ("weights", "test_accuracy", "knn_accuracy", "c")}
+    assert printed["untrained"]["weights"].startswith("untrained, seed 0")
+    assert printed["chance"] == pytest.approx(alone["chance"]) and 0.09 < printed["chance"] < 0.11  # 10 digits
+    assert printed["weights"] == str(run / "final") and printed["test_accuracy"] != alone["test_accuracy"]
+    assert cli.main(["linear-probe", str(run), "--no-untrained"]) == 0
+    assert "untrained" not in json.loads(capsys.readouterr().out)
+    assert "untrained" not in alone  # the baseline itself has none beside it
+
+
 def test_the_untrained_network_of_a_run_of_another_seed_is_that_seeds(tmp_path):
     """linear-probe --untrained of a run of seed 1 probes the network seed 1 initializes, as evaluate does (its
     --seed used to default to 0, which also chose the untrained network: every seed's baseline was seed 0's)."""

@@ -109,13 +109,16 @@ def _features_of(model, data: Data, split, normalize: str, workers: int, layer: 
 def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
                          overrides: Iterable[str] = (), layer: int | None = None, pool: str = "cls",
                          image_size: int | None = None, seed: int | None = None, normalize: str | None = None,
-                         workers: int = 0, untrained: bool = False) -> dict[str, Any]:
+                         workers: int = 0, untrained: bool = False, baseline: bool = True) -> dict[str, Any]:
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
     network of ``seed``, a baseline; a run folder: its final weights, on its data) on ``data_name``'s
     splits (default: digits), standardized as ``normalize`` says (default: as the weights were
     trained). ``seed`` (default: a run's, else 0) initializes the untrained network and draws the validation split; ``workers`` DataLoader processes decode a split read
     from files. The features are taken batch by batch: only they are held, never the images. ``untrained``: the
-    features of the network the seed initializes, even of a run (its spec and data), the baseline."""
+    features of the network the seed initializes, even of a run (its spec and data), the baseline. Of trained
+    weights, the same probe of that untrained network comes beside them in the same call (``untrained``: its
+    accuracies; ``baseline=False`` leaves it out), and always ``chance``: the share of the test split's most
+    common label, what a probe that learned nothing scores."""
     subject, spec, data, model, normalize = _loaded("linear-probe", spec_ref, data_name, weights, overrides,
                                                     image_size, seed, normalize, keep=HEADLESS, untrained=untrained)
     data_name = subject.data
@@ -130,6 +133,12 @@ def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | 
         train_y, test_y, labels = data.train.crops[:, 0], data.test.crops[:, 0], "the photograph of each crop"
     result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=subject.seed)
     result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
-    return {"spec": spec.name, "data": data_name, "weights": _weights_said(subject, untrained),
-            "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, "normalize": normalize,
-            **result.to_dict()}
+    found = {"spec": spec.name, "data": data_name, "weights": _weights_said(subject, untrained),
+             "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, "normalize": normalize,
+             **result.to_dict(), "chance": float(test_y.bincount().max()) / len(test_y)}
+    if baseline and not untrained and subject.weights is not None:  # the untrained network, in the same call
+        same = linear_probe_weights(spec_ref, data_name, weights, overrides=overrides, layer=layer, pool=pool,
+                                    image_size=image_size, seed=seed, normalize=normalize, workers=workers,
+                                    untrained=True, baseline=False)
+        found["untrained"] = {key: same[key] for key in ("weights", "test_accuracy", "knn_accuracy", "c")}
+    return found

@@ -55,6 +55,9 @@ def add(command: Command) -> None:
     probe_linear.add_argument("--out", type=Path, help="also write the JSON to this file")
     probe_linear.add_argument("--untrained", action="store_true", help="the features of the network as its seed "
                               "initializes it, even of a run (its spec and data): the baseline")
+    probe_linear.add_argument("--no-untrained", dest="baseline", action="store_false",
+                              help="of trained weights, their probe alone (by default the untrained network's comes "
+                              "beside it, which takes as long again)")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -74,7 +77,8 @@ def run_linear_probe(args: argparse.Namespace) -> int:
 
     result = linear_probe_weights(args.spec, args.data, args.weights, overrides=args.overrides, layer=args.layer,
                                   pool=args.pool, image_size=args.image_size, seed=args.seed,
-                                  normalize=args.normalize, workers=args.workers, untrained=args.untrained)
+                                  normalize=args.normalize, workers=args.workers, untrained=args.untrained,
+                                  baseline=args.baseline)
     if " tie " in result.get("choice", ""):
         print(f"note: {result['choice']}", file=sys.stderr)
     return _answer(result, args.out)
