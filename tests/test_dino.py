@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+import crate_compose as cc
 from crate_compose import tasks
 from crate_compose.errors import TrainError
 from crate_compose.settings import Settings
@@ -318,3 +319,18 @@ def test_a_diverged_dino_run_names_its_own_settings(tmp_path, monkeypatch):
     assert ("lower --lr or raise --warmup, or check task dino's --local-crops 2, --teacher-temp 0.05, "
             "--warmup-teacher-temp 0.04, --warmup-teacher-temp-epochs 0, and start a new run with another --out"
             ) in message
+
+
+def test_train_closes_with_the_untrained_networks_knn_and_chance(tmp_path, capsys):
+    """A self-supervised run's k-NN means little alone: train's closing lines give the same network untrained (the
+    run's spec, data and seed) and chance beside it."""
+    from crate_compose import cli
+
+    out = tmp_path / "run"
+    sets = [a for o in EXAMPLE.overrides for a in ("--set", o)]
+    assert cli.main(["train", EXAMPLE.spec, *sets, "--task", "dino", "--data", "digits", "--steps", "3",
+                     "--batch-size", "8", "--ema", "0.996", "--logger", "none", "--no-progress", "--out", str(out)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    untrained = cc.evaluate(out, untrained=True)
+    assert last == (f"beside it: the same network untrained, test_knn_accuracy {untrained['test_knn_accuracy']:.4f}, "
+                    "chance 0.1000")

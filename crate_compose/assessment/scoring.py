@@ -93,8 +93,9 @@ def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path
     settings = Settings(task=task, data=subject.data, seed=subject.seed, normalize=normalize, workers=workers)
     top_k = TOP_K if (data.classes or 0) > TOP_K else None  # a classifier's top-5 beside its top-1
     metrics = chosen.evaluate(model, data, settings, top_k=top_k)
+    chance = {"chance": 1 / data.classes} if data.classes else {}  # a uniform guess over the classes
     return {"spec": spec.name, "data": subject.data, "weights": _weights_said(subject, untrained), "task": task,
-            "normalize": normalize, "examples": len(data.test), **metrics}
+            "normalize": normalize, "examples": len(data.test), **metrics, **chance}
 
 
 def _features_of(model, data: Data, split, normalize: str, workers: int, layer: int | None,

@@ -78,6 +78,11 @@ def run_train(args: argparse.Namespace) -> int:
     extra = "".join(f", {name}" for name in ("final-ema/", "recipe.yaml", "tokenizer.json", "tensorboard/")
                     if (Path(result.run) / name).exists())
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
+    task = get_task(settings.task)
+    if task.metric == "test_knn_accuracy" and task.metric in result.metrics:  # self-supervised: what it rose from
+        baseline = cc.evaluate(result.run, untrained=True)  # one more k-NN evaluation, of the seed's network
+        chance = f", chance {baseline['chance']:.4f}" if baseline.get("chance") else ""
+        print(f"beside it: the same network untrained, {task.metric} {baseline[task.metric]:.4f}{chance}")
     return 0
 
 
