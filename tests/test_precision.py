@@ -110,3 +110,19 @@ def test_the_docs_state_these_bounds():
         cells = [c.strip() for c in row.group(1).split("|")]
         assert [float(c) for c in cells[:4]] == list(astuple(bound)), (precision, cells)
     assert f"at most {FAST_OVER_WRITTEN:g} times" in text and f"{HALF_OUTPUT_OVER_WRITTEN:g} times" in text
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_said_before_the_run():
+    import torch
+
+    from crate_compose.settings import Settings
+    from crate_compose.training.optimizers import bf16_note
+
+    cpu, avx2 = torch.device("cpu"), {"avx2", "fma", "sse4_2"}
+    said = bf16_note(Settings(precision="bf16"), cpu, flags=avx2)
+    assert said.startswith("--precision bf16 on a CPU without native bf16 (no AVX-512 BF16, no AMX)")
+    assert "float32 (--precision fp32) is the faster choice here" in said
+    assert bf16_note(Settings(precision="bf16"), cpu, flags=avx2 | {"avx512_bf16"}) is None
+    assert bf16_note(Settings(precision="bf16"), cpu, flags=avx2 | {"amx_bf16"}) is None
+    assert bf16_note(Settings(precision="fp32"), cpu, flags=avx2) is None
+    assert bf16_note(Settings(precision="bf16"), torch.device("meta"), flags=avx2) is None

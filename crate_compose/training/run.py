@@ -56,7 +56,7 @@ from . import checkpoint, eventlog, finetune
 from .distributed import Distributed
 from .metrics import Metrics, Result, finite, read_metrics, rows_of, said
 from .opening import Opening, Plan
-from .optimizers import autocast, lr_at, scaler_for
+from .optimizers import autocast, bf16_note, lr_at, scaler_for
 from .description import RunDescription, describe
 from .preparation import Loaded, as_recorded, check_run, check_run_memory, default_run
 from .progress import bar as progress_bar
@@ -141,6 +141,9 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
         spec = as_recorded(spec, described, data, run)
     device = torch.device(device if not (dist.active and device == "cuda") else f"cuda:{dist.local}")
     check_run_memory(spec, settings, max(1, settings.batch_size // dist.world), device, memory_limit)
+    slow = bf16_note(settings, device)
+    if slow and dist.rank == 0:
+        (notes or _say)(slow)
     dist.start(device)
     try:
         with contextlib.ExitStack() as stack:
