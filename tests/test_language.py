@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 import crate_compose as cc
 from crate_compose import cli, registry
 from crate_compose.generation.decoding import CachedModel, DecodingError, decode_bytes, encode_bytes, generate
-from crate_compose.errors import SpecError
+from crate_compose.errors import SpecError, TrainError
+from crate_compose.settings import Settings
 from crate_compose.registry import Context
 
 LANGUAGE_PRESETS = ["causal-crate-bytes", "gpt2-bytes", "tost-lm-bytes"]
@@ -358,9 +359,12 @@ def test_a_language_model_reports_the_bigram_baseline_below_the_unigram(capsys, 
     assert 0 < metrics["test_bigram_loss"] < metrics["test_unigram_loss"], metrics  # source code: pairs tell
 
 
-def test_lm_on_images_and_images_on_text_are_refused(capsys):
+def test_lm_on_images_and_images_on_text_are_refused(capsys, tmp_path):
     code, _, err = _run(capsys, "train", "crate-digits", "--task", "lm", "--data", "digits", "--steps", 1)
-    assert code == 2 and "--task lm goes with --data text" in err
+    assert code == 2 and "ends in classify" in err and "which task lm does not train" in err  # said from the spec
+    with pytest.raises(TrainError, match="--task lm goes with --data text"):  # the data's kind, once loaded
+        cc.train("crate-digits", Settings(task="lm", data="digits", steps=1), out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
     code, _, err = _run(capsys, "train", "crate-digits", "--task", "lm", "--data", "text", "--steps", 1)
     assert code == 2 and "no language model" in err
     code, _, err = _run(capsys, "train", "causal-crate-bytes", "--task", "lm", "--data", "text", "--steps", 1,

@@ -86,7 +86,8 @@ def test_bad_task_or_data_is_one_line(tmp_path, capsys):
     assert cli.main([*_run_args(tmp_path / "a", 5), "--data", "digitz"]) == 2
     assert "did you mean 'digits'" in capsys.readouterr().err
     assert cli.main([*_run_args(tmp_path / "b", 5), "--task", "mae"]) == 2
-    assert "has no mask step" in capsys.readouterr().err
+    assert "which task mae does not train (it trains a spec with a mask step and no other task's head); --task classify" \
+        in capsys.readouterr().err
     with pytest.raises(TrainError, match="no labels to classify"):
         train("mae", Settings(task="classify", data="photos", steps=1), overrides=["sizes.depth=1"],
               out=tmp_path / "c", progress=False)

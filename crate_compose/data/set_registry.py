@@ -307,6 +307,7 @@ def register(pattern: str, *, summary: str, source: str, provides: str,
             raise ValueError(f"data set {pattern!r} is registered already (loader {_origin(held.loader)}); "
                              "register yours under another pattern")
         _SETS[pattern] = one
+        _RESOLVED.clear()  # a name read before may be claimed otherwise now
         return function
 
     if loader is None:
@@ -344,7 +345,12 @@ def resolve(name: "str | DataChoice") -> DataChoice:
         return name
     if not isinstance(name, str):
         raise DataError(f"{name!r} is not a data set name")
-    return _claim(name, redirected=False)
+    if name not in _RESOLVED:  # each name read once per process, however many checks ask (a refusal is not kept)
+        _RESOLVED[name] = _claim(name, redirected=False)
+    return _RESOLVED[name]
+
+
+_RESOLVED: dict[str, DataChoice] = {}  # the names read so far (cleared when a set registers)
 
 
 def _claim(name: str, redirected: bool) -> DataChoice:

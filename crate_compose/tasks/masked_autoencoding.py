@@ -32,12 +32,13 @@ class MaskedAutoencoding(Task):
     maximize = False
     example = ExampleRun("crate-mae-photos", "photos", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"))
 
+    heads_said = "it trains a spec with a mask step and no other task's head"
+
     def check_head(self, spec: Any) -> None:
-        """A masked autoencoder has a mask step (said first: what a classifier lacks to be one), and no other task's
-        head."""
+        """No other task's head, and a mask step."""
+        super().check_head(spec)
         if not any(step.primitive == "mask" for step in spec.preprocess):
             raise TrainError(f"spec '{spec.name}' has no mask step, so it cannot be trained as a masked autoencoder")
-        super().check_head(spec)
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
         from ..modules.precision import float32

@@ -83,9 +83,14 @@ class Task:
 
     def check(self, spec: Any, data: "Data") -> None:
         """Refuse (:class:`~crate_compose.errors.TrainError`) a spec or data set this task cannot train;
-        the default: the spec's head must be one this task trains (:meth:`check_head`) and the data set of one
-        of :attr:`data_kinds`."""
+        the default: the data set must be of one of :attr:`data_kinds` (said first: what the data is decides
+        the most) and the spec's head one this task trains (:meth:`check_head`)."""
+        self.check_data(data)
         self.check_head(spec)
+
+    def check_data(self, data: Any) -> None:
+        """Refuse a data set of a kind this task does not train on; ``data``: the loaded :class:`Data` or, before
+        torch loads, the name's :class:`~crate_compose.data.set_registry.DataChoice` (both say what they provide)."""
         if data.provides not in self.data_kinds:
             raise TrainError(f"task '{self.name}' does not fit data set '{data.name}' ({_which_task(data)}); "
                              f"--task {self.name} goes with {self.trains_on}")
@@ -103,7 +108,8 @@ class Task:
         from ..registry import get as primitive
 
         output = primitive(last).description.rstrip(".")
-        wanted = f"it trains a {' or '.join(self.heads)} head" if self.heads else "it trains no other task's head"
+        wanted = getattr(self, "heads_said", None) or (f"it trains a {' or '.join(self.heads)} head" if self.heads
+                                                         else "it trains no other task's head")
         example = getattr(self, "head_spec", None)
         wanted += f", as {example} has" if example else ""
         raise TrainError(f"spec '{spec.name}' ends in {last} ({output}), which task {self.name} does not train "

@@ -83,8 +83,9 @@ def check_task_input(spec, task: str) -> None:
 
 def check_task_head(spec, task: str) -> None:
     """A task's refusal of a spec whose head is another task's (a SimDINO head trained as a classifier), from the
-    spec alone, before torch loads (:meth:`crate_compose.tasks.Task.check_head`)."""
-    tasks.get(task).check_head(spec)
+    spec alone, before torch loads (the check every task makes, :meth:`crate_compose.tasks.Task.check_head`; what
+    depends on the data is said once it is loaded)."""
+    tasks.Task.check_head(tasks.get(task), spec)
 
 
 __all__ = ["ABLATION_FILE", "ablation_folder", "check_language_model", "check_task_head", "check_task_input",
