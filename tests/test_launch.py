@@ -91,7 +91,7 @@ def test_a_failing_run_is_reported_the_others_finish_and_the_table_says_so(tmp_p
     out = tmp_path / "grid"
     argv = ["ablate", DIGITS, *[a for o in TINY for a in ("--set", o)], "--swap",
             "encoder.layer.sparsify.args.step_size=0.1,1e30", "--seeds", "2", "--steps", "8", "--batch-size", "16",
-            "--no-progress", "--out", str(out), "--launcher", "local", "--jobs", "1"]
+            "--no-progress", "--out", str(out), "--launcher", "local", "--jobs", str(min(2, CORES))]
     assert cli.main(argv) == 4
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err

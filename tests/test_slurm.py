@@ -177,7 +177,7 @@ def test_a_job_requeued_in_the_middle_of_its_run_ends_bit_identical(tmp_path, re
 
 def test_a_cancelled_job_is_reported_one_resume_at_a_time_and_resume_completes_the_grid(tmp_path):
     out = tmp_path / "grid"
-    argv = _ablate(out, "--launcher", "slurm", "--time", "30", "--eval-every", "0", "--log-every", "50", steps=15000,
+    argv = _ablate(out, "--launcher", "slurm", "--time", "30", "--eval-every", "0", "--log-every", "50", steps=8000,
                    seeds=1)
     sent = _cli([*argv, "--no-wait"])
     assert sent.returncode == 0, sent.stderr
