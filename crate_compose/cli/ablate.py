@@ -102,7 +102,7 @@ def run_ablate(args: argparse.Namespace) -> int:
 def _status(out: Path) -> int:
     """``ablate --status DIR``: every run of the ablation, as its folder and scheduler say."""
     from ..ablation.study import folder_jobs
-    from ..launch.status import Display, survey
+    from ..launch.status import Display, counts, survey
     from ..training.preflight import ABLATION_FILE
 
     if not (out / ABLATION_FILE).is_file():
@@ -113,10 +113,7 @@ def _status(out: Path) -> int:
         return 0
     runs = survey(jobs)
     Display(stream=sys.stdout).show(runs)
-    states: dict[str, int] = {}
-    for one in runs:
-        states[one.state] = states.get(one.state, 0) + 1
-    print(f"{len(runs)} runs: " + ", ".join(f"{n} {state}" for state, n in states.items()))
+    print(f"{len(runs)} runs: {counts(runs)}")
     return 0
 
 

@@ -73,8 +73,10 @@ class Local:
         SLURM launcher's submission folder; unused here)."""
         if not wait:
             raise LaunchError(NO_WAIT_LOCAL)
+        from ..training.run import Termination  # Ctrl-C and SIGTERM noted, as a run notes them
+
         free, waiting, running = self.slots(), list(todo), {}
-        stop = _Stop()
+        stop, passed = Termination((signal.SIGINT, signal.SIGTERM)), False  # passed: the runs were sent SIGTERM
         try:
             with stop:
                 while waiting or running:
@@ -90,8 +92,8 @@ class Local:
                         board.show(survey(every))
                     if stop.signal is not None and not running:
                         break
-                    if stop.signal is not None and not stop.passed:  # the runs stop at their next step, kept
-                        stop.passed = True
+                    if stop.signal is not None and not passed:  # the runs stop at their next step, kept
+                        passed = True
                         for process, _ in running.values():
                             process.send_signal(signal.SIGTERM)
                     time.sleep(POLL)
@@ -140,28 +142,3 @@ def _visible_gpus() -> list[str]:
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]
-
-
-class _Stop:
-    """Ctrl-C and SIGTERM while the queue runs: noted (no new run starts; the running ones are passed SIGTERM and
-    waited for); a second one meets the handler there was before."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self.previous: dict[int, object] = {}
-        self.passed = False  # whether the runs were passed SIGTERM
-
-    def __enter__(self) -> "_Stop":
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {n: signal.signal(n, self._note) for n in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def _note(self, number: int, frame) -> None:
-        self.signal = self.signal or number
-        signal.signal(number, self.previous.get(number) or signal.SIG_DFL)
-
-    def __exit__(self, *exc) -> None:
-        for number, handler in self.previous.items():
-            signal.signal(number, handler if handler is not None else signal.SIG_DFL)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..training.world import alive
 from .jobs import FOLDER, LAUNCH_FILE, LOG_FILE, STATE_FILE, Job, LaunchError, read_record
 
 TAIL_BYTES = 16_384  # of metrics.jsonl and a log: the last rows are all the board needs
@@ -101,20 +102,7 @@ def _live(launched: dict, scheduled: str | None) -> bool:
     if launched.get("launcher") == "slurm":
         return scheduled is not None and (scheduled in QUEUED or scheduled in RUNNING)
     pid, host = launched.get("pid"), launched.get("host")
-    return host == socket.gethostname() and isinstance(pid, int) and "ended" not in launched and _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    try:  # a zombie (ended, not yet waited for) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return True
+    return host == socket.gethostname() and isinstance(pid, int) and "ended" not in launched and alive(pid)
 
 
 def _record(path: Path, what: str) -> dict | None:
@@ -204,8 +192,7 @@ class Display:
 
     def show(self, runs: list[Seen]) -> None:
         if self.live:
-            counts = _counts(runs)
-            lines = [one.line(self.metric) for one in runs] + [counts]
+            lines = [one.line(self.metric) for one in runs] + [f"{time.strftime('%H:%M:%S')}: {counts(runs)}"]
             width = shutil.get_terminal_size((120, 20)).columns
             up = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""
             self.stream.write(up + "\n".join(line[:width - 1] for line in lines) + "\n")
@@ -218,8 +205,9 @@ class Display:
                 print(one.line(self.metric), file=self.stream, flush=True)
 
 
-def _counts(runs: list[Seen]) -> str:
+def counts(runs: list[Seen]) -> str:
+    """``3 finished, 1 failed``: how many runs are in each state, in the order they are first met."""
     states: dict[str, int] = {}
     for one in runs:
         states[one.state] = states.get(one.state, 0) + 1
-    return f"{time.strftime('%H:%M:%S')}: " + ", ".join(f"{n} {state}" for state, n in states.items())
+    return ", ".join(f"{n} {state}" for state, n in states.items())

@@ -57,10 +57,10 @@ def _recorded(path: Path) -> dict:
 def stale(holder: dict) -> str | None:
     """Why the lock ``holder`` recorded is known to be held by nobody alive, or None (a live holder, or one
     that cannot be told from here)."""
-    from .world import slurm_job
+    from .world import alive, slurm_job
 
     pid, host = holder.get("pid"), holder.get("host")
-    if host == socket.gethostname() and isinstance(pid, int) and pid > 0 and not _alive(pid):
+    if host == socket.gethostname() and isinstance(pid, int) and pid > 0 and not alive(pid):
         return f"its process {pid} on {host} is gone"
     job, mine = holder.get("job"), slurm_job()
     if not isinstance(job, str):
@@ -70,16 +70,6 @@ def stale(holder: dict) -> str | None:
     if mine.get("job") != job and not _slurm_runs(job):
         return f"SLURM no longer runs its job {job}"
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: alive
-        return True
-    return True
 
 
 def _slurm_runs(job: str) -> bool:

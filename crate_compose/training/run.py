@@ -371,16 +371,17 @@ class Termination:
     start of its next step (:meth:`agreed`), writing a checkpoint of the steps done unless one holds them
     already; a second one meets the handler the process had before (Ctrl-C: KeyboardInterrupt, the process
     ends at once, its last complete checkpoint intact). The handlers are restored on exit, or earlier by
-    :meth:`restore`."""
+    :meth:`restore`. ``signals``: those it takes (the local launcher's queue: Ctrl-C and SIGTERM)."""
 
-    def __init__(self) -> None:
+    def __init__(self, signals: tuple[int, ...] = STOPPING) -> None:
+        self.signals = signals
         self.signal: int | None = None
         self.previous: dict[int, object] = {}
         self.installed = False
 
     def __enter__(self) -> "Termination":
         if threading.current_thread() is threading.main_thread():
-            self.previous = {number: signal.signal(number, self._note) for number in STOPPING}
+            self.previous = {number: signal.signal(number, self._note) for number in self.signals}
             self.installed = True
         return self
 
@@ -400,7 +401,7 @@ class Termination:
         """The handlers the signals had before (once; again on exit, nothing)."""
         if self.installed:
             self.installed = False
-            for number in STOPPING:
+            for number in self.signals:
                 signal.signal(number, self._previous(number))
 
     def agreed(self, dist: Distributed, device: torch.device) -> bool:

@@ -79,3 +79,18 @@ def slurm_job() -> dict:
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     job = f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
     return {"job": job, "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)}
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs: it exists (another user's counts) and is no zombie (ended,
+    its parent not having waited for it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    try:
+        return open(f"/proc/{pid}/stat").read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
