@@ -188,6 +188,25 @@ def test_byte_level_runs_keep_reading_bytes(tmp_path, texts, capsys):
     assert result.prompt == b"\xff[MASK]"  # the bytes as typed; "[MASK]" is six bytes, not a special
 
 
+@pytest.mark.parametrize("which", ["wordpiece_run", "gpt2_run", "bytes"])
+def test_a_runs_tokenizer_json_is_hugging_faces_own(which, request, tmp_path, texts):
+    """tokenizers and transformers read a run's tokenizer.json as is and give the run's ids; its record lies
+    beside it."""
+    from tokenizers import Tokenizer as HuggingFace
+    from transformers import PreTrainedTokenizerFast
+
+    run = _train(tmp_path / "run", f"bytes:folder:{texts}", steps=1) if which == "bytes" else \
+        request.getfixturevalue(which)
+    ours = Tokenizer.read(run / "tokenizer.json")
+    assert json.loads((run / "tokenizer.record.json").read_text())["kind"] == ours.kind == which.split("_")[0]
+    text = PROMPT + " [MASK] déjà vu\n\tx[SEP]"
+    theirs = HuggingFace.from_file(str(run / "tokenizer.json"))
+    fast = PreTrainedTokenizerFast(tokenizer_file=str(run / "tokenizer.json"))
+    assert theirs.encode(text, add_special_tokens=False).ids == fast.encode(text, add_special_tokens=False) \
+        == ours.encode(text)
+    assert theirs.get_vocab_size() == ours.size and theirs.token_to_id("[MASK]") == ours.mask
+
+
 # ----------------------------------------------------------------------------------------- metrics
 
 

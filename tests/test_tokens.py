@@ -3,6 +3,7 @@ modelling: round trips, determinism, safe storage, BERT's windows, folders of te
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -108,6 +109,46 @@ def test_encode_decode_and_storage(trained):
     back = Tokenizer.from_json(stored)
     assert back.kind == kind and back.size == tok.size and back.encode(text) == ids and back.to_json() == stored
     assert json.loads(stored)["tokenizer"]["model"]["type"] == {"wordpiece": "WordPiece", "bpe": "BPE"}[kind]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "wordpiece", "bpe"])
+def test_saved_as_hugging_faces_file_with_the_record_beside_it(kind, tmp_path):
+    from tokenizers import Tokenizer as HuggingFace
+
+    tok = Tokenizer("bytes") if kind == "bytes" else train_tokenizer(kind, 300, corpus())
+    path = tmp_path / "tokenizer.json"
+    files = tok.save(path)
+    assert sorted(p.name for p in files) == ["tokenizer.json", "tokenizer.record.json"]
+    for where, text in files.items():
+        where.write_text(text)
+    text = "def alpha_beta(self, gamma):\n    return [MASK] é 日本\n"
+    back = Tokenizer.read(path)
+    assert back.kind == kind and back.encode(text) == tok.encode(text) == \
+        HuggingFace.from_file(str(path)).encode(text, add_special_tokens=False).ids
+    assert back.sha256 == tok.sha256  # the data's fingerprint: a run recorded before the record resumes
+    path.write_text(tok.to_json())  # the single file runs wrote before (its record beside it is not read)
+    assert Tokenizer.read(path).encode(text) == tok.encode(text)
+
+
+def test_a_tokenizer_file_that_is_not_its_records_is_refused(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    for where, text in Tokenizer("bytes").save(path).items():
+        where.write_text(text)
+    record = tmp_path / "tokenizer.record.json"
+    other = train_tokenizer("bpe", 300, corpus()).to_huggingface()
+    path.write_text(other)  # another vocabulary in its place
+    with pytest.raises(DataError, match=f"^the tokenizer {path} is not the file its record tokenizer.record.json"):
+        Tokenizer.read(path)
+    stored = json.loads(record.read_text())
+    record.write_text(json.dumps({**stored, "sha256": hashlib.sha256(other.encode()).hexdigest()}))
+    with pytest.raises(DataError, match="its record says bytes, and it is not the bytes tokenizer"):
+        Tokenizer.read(path)  # the record edited to match: the kind still tells
+    record.write_text("[1]")
+    with pytest.raises(DataError, match=f"^the tokenizer's record {record}: not a tokenizer record"):
+        Tokenizer.read(path)
+    record.unlink()
+    with pytest.raises(DataError, match="its record tokenizer.record.json is missing beside it"):
+        Tokenizer.read(path)
 
 
 def _tampered(stored: str, change) -> str:

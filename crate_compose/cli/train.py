@@ -75,8 +75,8 @@ def run_train(args: argparse.Namespace) -> int:
     count = f"{result.trainable:,} of {result.params:,}" if freeze != "none" else f"{result.params:,}"
     print(f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
           f"last batch's train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
-    extra = "".join(f", {name}" for name in ("final-ema/", "recipe.yaml", "tokenizer.json", "tensorboard/")
-                    if (Path(result.run) / name).exists())
+    written = ("final-ema/", "recipe.yaml", "tokenizer.json", "tokenizer.record.json", "tensorboard/")
+    extra = "".join(f", {name}" for name in written if (Path(result.run) / name).exists())
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
     task = get_task(settings.task)
     if task.metric == "test_knn_accuracy" and task.metric in result.metrics:  # self-supervised: what it rose from

@@ -18,11 +18,18 @@ map, and breaks ties between merges of equal counts by those numbers), so :func:
 same algorithm through the BPE trainer on words whose non-initial characters are marked (mapped to
 private-use code points, every piece of the alphabet given up front, numbered in code point order), then
 turns the marked pieces back into "##" pieces: the vocabulary HF's WordPiece trainer learns, numbered
-reproducibly. A tokenizer is stored as JSON (:meth:`Tokenizer.to_json`), read back by
-:meth:`Tokenizer.from_json` (or from a file by :meth:`Tokenizer.read`, through
+reproducibly.
+
+A tokenizer is saved (:meth:`Tokenizer.save`) as Hugging Face's own ``tokenizer.json``, which
+``tokenizers.Tokenizer.from_file`` and ``transformers.PreTrainedTokenizerFast(tokenizer_file=...)`` read as is
+(the bytes kind as a byte-level BPE without merges: the same ids), with the project's record beside it
+(``tokenizer.record.json``: the kind, the size, the specials and the SHA-256 of the Hugging Face file, so a file
+that is not the record's is refused). :meth:`Tokenizer.read` reads that pair, and the single file runs wrote
+before it (the record with Hugging Face's JSON inside, :meth:`Tokenizer.to_json`), through
 :func:`crate_compose.files.read_json`: a regular file of at most :data:`MAX_TOKENIZER_BYTES`, nested at most
-:data:`~crate_compose.files.MAX_JSON_DEPTH` deep), which parses JSON only (``tokenizers.Tokenizer.from_str``
-for trained ones); every refusal names the file.
+:data:`~crate_compose.files.MAX_JSON_DEPTH` deep; JSON is only parsed (``tokenizers.Tokenizer.from_str`` for
+trained ones), and every refusal names the file. :meth:`Tokenizer.to_json` stays the canonical text a data
+set's fingerprint hashes, so a run recorded before the change resumes.
 
 What training sees is capped, so that no text makes it slow: a word longer than :data:`MAX_WORD` characters
 (a base64 blob, a minified line, a run of one letter) is left out of WordPiece training (WordPiece encodes
@@ -37,11 +44,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import DataError
-from ..files import MAX_JSON_DEPTH, json_depth, read_json
+from ..files import MAX_JSON_DEPTH, json_depth, read_json, sha256_of
 from .byte_level import SPECIALS, byte_level_bytes
 
 if TYPE_CHECKING:  # imported where ids become tensors: the constants and check_vocab name the data sets torch-free
@@ -58,6 +67,7 @@ DEFAULT_VOCAB = 8192
 MIN_VOCAB = {"wordpiece": 64, "bpe": 256 + len(SPECIALS)}  # bpe: every byte and the specials
 MAX_VOCAB = 1 << 18
 FORMAT = "crate-compose-tokenizer"
+RECORD_SUFFIX = ".record.json"  # tokenizer.json's record: tokenizer.record.json
 CHUNK = 1 << 16  # characters per piece of text the Rust side encodes in parallel
 MAX_WORD = 100  # characters of a word tokenizer training sees (WordPiece's max_input_chars_per_word)
 MAX_TOKENIZER_BYTES = 64 << 20  # a stored tokenizer (one of MAX_VOCAB pieces and its merges is about 10 MB)
@@ -225,6 +235,21 @@ class Tokenizer:
         """SHA-256 of :meth:`to_json` (UTF-8)."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
+    def to_huggingface(self) -> str:
+        """Hugging Face's own JSON of this tokenizer (``tokenizers.Tokenizer.from_str`` reads it, giving the same
+        ids): a trained one's as is; the bytes kind as a byte-level BPE without merges (each byte its own id,
+        the specials after them)."""
+        return (self._backend or _bytes_backend()).to_str()
+
+    def save(self, path: Any) -> dict[Path, str]:
+        """The files that store this tokenizer at ``path`` (a ``tokenizer.json``): Hugging Face's JSON there and
+        the project's record beside it (:func:`record_path`), as ``{path: text}`` for
+        :func:`crate_compose.files.write_together` (both files or neither)."""
+        text = self.to_huggingface()
+        record = {"format": FORMAT, "version": 2, "kind": self.kind, "size": self.size, "specials": list(SPECIALS),
+                  "huggingface": Path(path).name, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        return {Path(path): text, record_path(path): json.dumps(record, indent=1) + "\n"}
+
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "tokenizer") -> "Tokenizer":
         """The tokenizer :meth:`to_json` wrote. JSON is only parsed (a trained vocabulary by
@@ -240,11 +265,29 @@ class Tokenizer:
 
     @classmethod
     def read(cls, path: Any) -> "Tokenizer":
-        """The tokenizer stored in the file ``path`` (a run's ``tokenizer.json``), read by
-        :func:`crate_compose.files.read_json` (a regular file, its size and nesting bounded); every refusal is a
-        DataError naming the file."""
+        """The tokenizer stored at ``path`` (a run's ``tokenizer.json``): Hugging Face's file and its record
+        beside it (:meth:`save`), or the single file of :meth:`to_json` (runs before the record), read by
+        :func:`crate_compose.files.read_json` (regular files, their size and nesting bounded); every refusal is
+        a DataError naming the file."""
         what = "the tokenizer"
-        return cls.from_stored(read_json(path, limit=MAX_TOKENIZER_BYTES, what=what), f"{what} {path}")
+        stored = read_json(path, limit=MAX_TOKENIZER_BYTES, what=what)
+        if isinstance(stored, dict) and stored.get("format") == FORMAT:
+            return cls.from_stored(stored, f"{what} {path}")
+        beside = record_path(path)
+        where = f"{what}'s record {beside}"
+        if not os.path.lexists(beside):
+            raise DataError(f"{what} {path}: its record {beside.name} is missing beside it (the kind and specials "
+                            "crate-compose reads with Hugging Face's file); restore it from the run it came from")
+        record = read_json(beside, limit=1 << 16, what=f"{what}'s record")
+        if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("version") != 2:
+            raise DataError(f"{where}: not a tokenizer record (expected a JSON object with \"format\": "
+                            f"\"{FORMAT}\", \"version\": 2)")
+        if record.get("sha256") != sha256_of(path):
+            raise DataError(f"{what} {path} is not the file its record {beside.name} describes (its SHA-256 "
+                            "differs): restore the pair from the run it came from")
+        if record.get("kind") == "bytes" and stored != json.loads(_bytes_backend().to_str()):
+            raise DataError(f"{what} {path}: its record says bytes, and it is not the bytes tokenizer")
+        return cls.from_stored({**record, "tokenizer": None if record.get("kind") == "bytes" else stored}, where)
 
     @classmethod
     def from_stored(cls, stored: Any, where: str = "tokenizer") -> "Tokenizer":
@@ -285,6 +328,25 @@ def _backend_from(kind: str, body: Any, where: str = "tokenizer") -> Any:
     ids = sorted(backend.get_vocab(with_added_tokens=True).values())
     if ids != list(range(len(ids))):
         raise DataError(f"{where}: the {kind} vocabulary's ids are not 0..{len(ids) - 1}")
+    return backend
+
+
+def record_path(path: Any) -> Path:
+    """Where the record of the Hugging Face tokenizer file ``path`` lies: beside it, ``NAME.record.json``."""
+    path = Path(path)
+    return path.with_name(path.stem + RECORD_SUFFIX)
+
+
+def _bytes_backend() -> Any:
+    """The bytes kind as Hugging Face's tokenizer: every byte its own id (byte-level BPE, GPT-2's byte alphabet,
+    no merges, no splitting), the specials 256..260 after them, the byte-level decoder."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, pre_tokenizers
+
+    backend = Backend(models.BPE(vocab=dict(byte_level_bytes()), merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(list(SPECIALS))
     return backend
 
 

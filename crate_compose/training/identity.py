@@ -49,7 +49,8 @@ from ..files import write_atomic
 from ..settings import OPTIONS, Settings
 
 RUN_FILE = "run.json"
-TOKENIZER_FILE = "tokenizer.json"  # a text run's vocabulary (its ids' meaning), for fill and fine-tuning
+TOKENIZER_FILE = "tokenizer.json"  # a text run's vocabulary (its ids' meaning) in Hugging Face's format, for fill
+TOKENIZER_RECORD = "tokenizer.record.json"  # and fine-tuning; its record beside it (crate_compose.data.tokens)
 FORMAT = 1
 # what each setting is to a run, from its declaration (crate_compose.options.Option.role)
 CADENCE = tuple(name for name, one in OPTIONS.items() if one.role == "cadence")  # what is logged and saved
@@ -75,7 +76,7 @@ MAX_RECORD_BYTES = 4_000_000  # a record is a few kB; its history grows by one l
 # What a run folder may hold: its own files, the lock, temporary siblings ('.NAME.*')
 OWN = frozenset({RUN_FILE, ".lock", "spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", "checkpoints",
                  "final", "final-ema", "probes", "superseded", "recipe.yaml", "tensorboard", TOKENIZER_FILE,
-                 "launch"})  # launch/: a launcher's record of how the run was started (crate_compose.launch.jobs)
+                 TOKENIZER_RECORD, "launch"})  # launch/: a launcher's record of how the run was started (crate_compose.launch.jobs)
 
 
 class RunMismatch(WorkbenchError):

@@ -26,7 +26,7 @@ from ..building.builder import compile_spec, spec_of
 from ..data.sets import Data
 from ..data.sets import verify as verify_data
 from ..errors import TrainError
-from ..files import writable, write_atomic
+from ..files import writable, write_atomic, write_together
 from ..spec_language import loader
 from ..modules.residual import stochastic_depth
 from ..settings import Settings, flat
@@ -177,7 +177,7 @@ class Opening:
         if self.recipe is not None:  # the recipe as written (what it set is in the identity, with every setting)
             write_atomic(run / "recipe.yaml", self.recipe)
         if getattr(self.data, "tokenizer", None) is not None:  # the vocabulary the ids mean (hashed in the data's
-            write_atomic(run / identity.TOKENIZER_FILE, self.data.tokenizer.to_json())  # fingerprint): fill reads it
+            write_together(self.data.tokenizer.save(run / identity.TOKENIZER_FILE))  # fingerprint): fill reads it
         identity.write(run, plan.record)
 
     def _check_disk(self, plan: Plan) -> None:

@@ -1491,6 +1491,14 @@ def _write(content: str | bytes):
     return damage
 
 
+def _before_the_record(path: Path) -> None:
+    from crate_compose.data.tokens import Tokenizer
+
+    text = Tokenizer.read(path).to_json()
+    path.with_name("tokenizer.record.json").unlink()
+    path.write_text(text)
+
+
 def _bytes_vocabulary(c: h.Ctx, path: Path) -> None:
     from crate_compose.data.tokens import Tokenizer
 
@@ -1501,7 +1509,8 @@ bad_tokenizer("r221", "not-json", "tokenizer.json cut in half", lambda c, p: p.w
               r".*not JSON")
 bad_tokenizer("r222", "deep-json", "tokenizer.json nested 100,000 lists deep (exhausts the decoder's recursion)",
               _write("[" * 100_000 + "]" * 100_000), r".*nested too deeply")
-bad_tokenizer("r223", "wrong-schema", "tokenizer.json a JSON list", _write("[1, 2, 3]"), r".*not a tokenizer file")
+bad_tokenizer("r223", "wrong-schema", "tokenizer.json a JSON list (not the file its record describes)",
+              _write("[1, 2, 3]"), r" is not the file its record tokenizer\.record\.json describes")
 bad_tokenizer("r224", "vocab-beyond-embedding", "tokenizer.json replaced by a valid vocabulary of 261 tokens, the "
               "model's embedding 64 rows (fill indexed past it)", _bytes_vocabulary,
               r" holds 261 tokens, more than the \d+ rows of the model's input embedding")
@@ -1513,8 +1522,14 @@ bad_tokenizer("r227", "huge", "tokenizer.json of 65 MB (sparse)", _replace_with(
               r".*68,157,440 bytes, more than the 67,108,864")
 bad_tokenizer("r228", "not-utf8", "tokenizer.json of bytes that are not UTF-8", _write(b'{"format": "\xff\xfe"}'),
               r".*not UTF-8 \(byte 0xff")
-bad_tokenizer("r229", "unknown-kind", "tokenizer.json of another kind (unigram)", lambda c, p: c.edit_json(
-    p, lambda t: t.update(kind="unigram")), r".*unknown kind 'unigram'")
+case("r229", "tokenizer", "unknown-kind", "tokenizer.json's record of another kind (unigram)", _tokenizer(
+    lambda c, p: c.edit_json(p.with_name("tokenizer.record.json"), lambda t: t.update(kind="unigram"))),
+    fill_argv("a [MASK]"), 2, r"<RUN>/tokenizer\.record\.json: unknown kind 'unigram'", seconds=5)
+bad_tokenizer("r275", "record-missing", "tokenizer.json without its record beside it",
+              lambda c, p: p.with_name("tokenizer.record.json").unlink(), r": its record tokenizer\.record\.json is missing")
+case("r276", "tokenizer", "before-the-record", "a run written before the record: its tokenizer.json the single file "
+     "of the project's own JSON (read as before: fill runs)", _tokenizer(lambda c, p: _before_the_record(p)),
+     fill_argv("a [MASK]"), 0, seconds=5)
 case("r230", "tokenizer", "missing", "a run without tokenizer.json", _tokenizer(lambda c, p: p.unlink()), fill_argv(), 2,
      r"<RUN> has no tokenizer\.json", seconds=5)
 
