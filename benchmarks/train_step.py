@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/train_step.py [--batch 8] [--size 224] [--device cpu|cuda|auto]
         [--dtypes float32,bfloat16] [--compile off,on] [--compile-mode MODE] [--forward eager|all|none]
-        [--runs N] [--warmup N] [--threads N] [--json FILE]
+        [--runs N] [--warmup N] [--threads N] [--onednn on,off] [--json FILE]
 
 Needs timm, which crate-compose itself never imports: ``pip install -e '.[bench]'`` (or
 ``pip install 'timm>=1.0'``). timm pulls torchvision, whose build must match torch's: install the
@@ -43,6 +43,14 @@ interleaved the same way) against a matrix product of the shape of CRATE-B's lar
 autocast); ``of mm`` is the model's forward FLOP rate over the product's (goal for CRATE: >= 0.85).
 ``--forward eager`` (the CPU default) times it in the eager settings only: compiling the second,
 no-grad graph of each model costs about a minute per setting on 2 cores.
+
+A CPU without native bf16 (no AVX-512 BF16, no AMX; an AVX2-only AMD EPYC, say): torch then computes bf16
+matrix products with its own portable kernels instead of oneDNN's. ``--onednn off`` takes that path on any CPU
+(``torch.backends.mkldnn.flags(enabled=False)``), so the slowdown can be measured where it cannot be met, and
+prints the bf16 product of ``(batch * tokens, 768) x (768, 768)`` in its four layouts (each operand row-major
+or a transposed view) with oneDNN and without: without it, two row-major operands are many times slower
+than one transposed (``nn.Linear``'s layout), which is why every crate-compose product takes that layout in
+half precision on the CPU (``crate_compose.modules.precision.linear_layout``).
 
 Prints Markdown (the machine, both tables, the goals); ``--json FILE`` writes every timing too.
 The defaults on CPU (2 dtypes x eager/compiled, 3 rounds after 1 warm-up step: fewer than the other
@@ -176,9 +184,38 @@ def matrix_product(args, device: torch.device, dtype: torch.dtype, tokens: int):
     return (lambda: torch.mm(a, b)), 2 * rows * 768 * 768
 
 
-def configuration(args, device, dtype_name: str, compiled: bool, flops: dict, timm) -> dict:
-    """Both models' training steps in one (dtype, compile) setting, then (unless ``--forward`` leaves this
+def layouts(args, tokens: int) -> dict[str, dict[str, float]]:
+    """The bf16 product ``(batch * tokens, 768) x (768, 768)`` in its four layouts, with torch's oneDNN kernels
+    and without (a CPU without native bf16): median seconds of 5 after one, per layout and setting."""
+    rows = args.batch * tokens
+    made = {"row-major x row-major": (torch.randn(rows, 768), torch.randn(768, 768)),
+            "row-major x transposed (nn.Linear)": (torch.randn(rows, 768), torch.randn(768, 768).t()),
+            "transposed x row-major": (torch.randn(768, rows).t(), torch.randn(768, 768)),
+            "transposed x transposed": (torch.randn(768, rows).t(), torch.randn(768, 768).t())}
+    found: dict[str, dict[str, float]] = {}
+    for label, (a, b) in made.items():
+        a, b = a.bfloat16(), b.bfloat16()  # .bfloat16() keeps a transposed view's strides
+        for onednn in ("on", "off"):
+            with torch.backends.mkldnn.flags(enabled=onednn == "on"):
+                torch.mm(a, b)
+                times = []
+                for _ in range(5):
+                    began = time.perf_counter()
+                    torch.mm(a, b)
+                    times.append(time.perf_counter() - began)
+            found.setdefault(label, {})[onednn] = statistics.median(times)
+    return found
+
+
+def configuration(args, device, dtype_name: str, compiled: bool, flops: dict, timm, onednn: str = "on") -> dict:
+    """Both models' training steps in one (dtype, compile, oneDNN) setting, then (unless ``--forward`` leaves this
     setting out) their forward passes against the matrix product."""
+    with torch.backends.mkldnn.flags(enabled=onednn == "on"):
+        result = _configuration(args, device, dtype_name, compiled, flops, timm)
+    return {**result, "onednn": onednn}
+
+
+def _configuration(args, device, dtype_name: str, compiled: bool, flops: dict, timm) -> dict:
     dtype = DTYPES[dtype_name]
     trainers = {name: Trainer(name, args, device, dtype, compiled, timm) for name in MODELS}
     result: dict = {"dtype": dtype_name, "compile": compiled, "models": {}}
@@ -242,9 +279,13 @@ def machine(device: torch.device) -> str:
             f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
 
 
-def report(results: list[dict], args, device, flops: dict, two_products: tuple[int, int], wall_s: float) -> str:
+def report(results: list[dict], args, device, flops: dict, two_products: tuple[int, int], wall_s: float,
+           layout_s: dict | None = None) -> str:
     def ms(seconds: float) -> str:
         return f"{seconds * 1000:,.1f}"
+
+    for r in results:  # a setting without oneDNN is named in its dtype's cell
+        r["label"] = r["dtype"] + (" (no oneDNN)" if r.get("onednn") == "off" else "")
 
     out = [(f"{datetime.date.today()}, {machine(device)}, Python {platform.python_version()}; batch {args.batch} at "
             f"{args.size}x{args.size}, {args.runs} interleaved rounds after {args.warmup} warm-up steps; {wall_s:.0f} s "
@@ -264,7 +305,7 @@ def report(results: list[dict], args, device, flops: dict, two_products: tuple[i
         for name in MODELS:
             m = r["models"][name]
             ratio = f"{r['rate_ratio']:.2f}" if name == MODELS[0] else ""
-            out.append(f"| {r['dtype']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {m['first_step_s']:.1f} | "
+            out.append(f"| {r['label']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {m['first_step_s']:.1f} | "
                        f"{ms(m['step']['median_s'])} | {ms(m['step']['min_s'])} | {m['step']['images_per_s']:.1f} | "
                        f"{m['step']['gflops_per_s']:,.0f} | {ratio} | {m['step']['stall_max']:.0%} |")
     if any("mm" in r for r in results):
@@ -274,11 +315,16 @@ def report(results: list[dict], args, device, flops: dict, two_products: tuple[i
     for r in (r for r in results if "mm" in r):
         for name in MODELS:
             f = r["models"][name]["forward"]
-            out.append(f"| {r['dtype']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {ms(f['median_s'])} | "
+            out.append(f"| {r['label']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {ms(f['median_s'])} | "
                        f"{f['images_per_s']:.1f} | {f['gflops_per_s']:,.0f} | {r['mm']['gflops_per_s']:,.0f} | {f['of_mm']:.2f} |")
-    out += ["", "Goals:", ""]
-    for r in results:
-        label = f"{r['dtype']}, compile {'on' if r['compile'] else 'off'}"
+    if layout_s:
+        out += ["", f"The bf16 product ({args.batch} x {(args.size // 16) ** 2 + 1} tokens, 768) x (768, 768) by its "
+                "operands' layout, median ms of 5:", "", "| layout | oneDNN | without oneDNN (no native bf16) |",
+                "| --- | ---: | ---: |"]
+        out += [f"| {label} | {ms(t['on'])} | {ms(t['off'])} |" for label, t in layout_s.items()]
+    out += ["", "Goals (the settings with oneDNN: without it the matrix product itself is the slow path):", ""]
+    for r in (r for r in results if r.get("onednn", "on") == "on"):
+        label = f"{r['label']}, compile {'on' if r['compile'] else 'off'}"
         crate = r["models"][MODELS[0]]
         ok = r["rate_ratio"] >= RATE_GOAL
         formula = r["rate_ratio"] * two_products[0] / crate["step"]["flops"]
@@ -313,6 +359,9 @@ def main() -> None:
     parser.add_argument("--retakes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--tf32", action="store_true", help="CUDA: let float32 matrix products use TF32")
+    parser.add_argument("--onednn", default="on",
+                        help="comma-separated: on (torch's default), off (CPU: torch's own kernels, the bf16 path of a "
+                             "CPU without native bf16; also times the bf16 product by layout)")
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement to this file")
     args = parser.parse_args()
     timm = need_timm()
@@ -321,8 +370,11 @@ def main() -> None:
         parser.error("--size must be a multiple of 16")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     compiles = [c.strip() for c in args.compile.split(",") if c.strip()]
-    if not set(dtypes) <= set(DTYPES) or not set(compiles) <= {"off", "on"}:
-        parser.error(f"--dtypes from {sorted(DTYPES)}, --compile from off, on")
+    onednns = [o.strip() for o in args.onednn.split(",") if o.strip()]
+    if not set(dtypes) <= set(DTYPES) or not set(compiles) <= {"off", "on"} or not set(onednns) <= {"off", "on"}:
+        parser.error(f"--dtypes from {sorted(DTYPES)}, --compile and --onednn from off, on")
+    if "off" in onednns and device.type != "cpu":
+        parser.error("--onednn off is a CPU setting")
     args.runs = args.runs or (20 if device.type == "cuda" else 3)
     args.warmup = args.warmup if args.warmup is not None else (5 if device.type == "cuda" else 1)
     args.forward = args.forward or ("all" if device.type == "cuda" else "eager")
@@ -335,18 +387,20 @@ def main() -> None:
     flops = {name: count_flops(name, args, device, timm) for name in MODELS}
     two_products = count_flops(MODELS[0], args, device, timm, fold=False)
     results = []
-    for compiled in compiles:
-        for dtype_name in dtypes:
-            print(f"... {dtype_name}, compile {compiled}", file=sys.stderr, flush=True)
-            results.append(configuration(args, device, dtype_name, compiled == "on", flops, timm))
-            release()
+    for onednn in onednns:
+        for compiled in compiles:
+            for dtype_name in dtypes:
+                print(f"... {dtype_name}, compile {compiled}, oneDNN {onednn}", file=sys.stderr, flush=True)
+                results.append(configuration(args, device, dtype_name, compiled == "on", flops, timm, onednn))
+                release()
+    layout_s = layouts(args, (args.size // 16) ** 2 + 1) if "off" in onednns else None
     wall_s = time.perf_counter() - began
-    print(report(results, args, device, flops, two_products, wall_s))
+    print(report(results, args, device, flops, two_products, wall_s, layout_s))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()},
                                          "flops": {n: {"step": s, "forward": f} for n, (s, f) in flops.items()},
                                          "crate_two_product_flops": {"step": two_products[0], "forward": two_products[1]},
-                                         "results": results, "wall_s": wall_s}, indent=1))
+                                         "results": results, "layouts_s": layout_s, "wall_s": wall_s}, indent=1))
 
 
 if __name__ == "__main__":

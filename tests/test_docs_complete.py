@@ -149,3 +149,34 @@ def test_the_readme_is_read_in_minutes():
     lines = README.splitlines()
     assert len(lines) <= 250, len(lines)
     assert max(len(line) for line in lines) <= 130, max(lines, key=len)
+
+
+DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
+RGB32 = ["sizes.image_size=32", "sizes.channels=3"]  # pasted-digits and shapes: 32x32 RGB
+LM_4X128 = ["sizes.context=128", "sizes.d=128", "sizes.heads=4", "sizes.depth=4", "sizes.vocab=256"]
+DOCUMENTED_COUNTS = [  # (page, spec, overrides, the parameter count the page states for it)
+    ("workbench.md", DIGITS, [], 52_682),
+    ("workbench.md", DIGITS, ["encoder.layer.compress.primitive=tssa"], 52_954),  # the MSSA/TSSA ablation
+    ("workbench.md", "crate-mini", ["sizes.depth=4", *RGB32], 215_434),  # shapes
+    ("workbench.md", "vit-mini", ["sizes.depth=4", *RGB32], 809_354),
+    ("language.md", "causal-crate-bytes", ["encoder.layer.compress.primitive=tssa"], 251_152),  # the ablation
+    ("language.md", "causal-crate-bytes", ["encoder.layer.compress.primitive=mhsa"], 381_184),
+    ("language.md", "crate-bert-mini", ["sizes.vocab=4096"], 1_944_832),  # wordpiece-4096:text
+    ("language.md", "bert-mini", ["sizes.vocab=4096"], 4_311_808),
+    ("shakespeare.md", "crate-lm-base", LM_4X128, 445_184),  # benchmarks/shakespeare.py's SIZES, bytes
+    ("shakespeare.md", "crate-bert-mini", ["sizes.vocab=8192"], 2_997_504),  # wordpiece:shakespeare
+    ("shakespeare.md", "bert-mini", ["sizes.vocab=8192"], 5_364_480),
+    ("dino-segmentation.md", "crate-mini", RGB32, 613_770),  # pasted-digits:40000
+    ("dino-segmentation.md", "vit-mini", RGB32, 2_395_530),
+    ("dino-segmentation.md", "crate-dino-mini", RGB32, 1_138_944),
+    ("dino-segmentation.md", "vit-dino-mini", RGB32, 2_920_704),
+]
+
+
+@pytest.mark.parametrize(("page", "spec", "overrides", "count"), DOCUMENTED_COUNTS,
+                         ids=[f"{page}-{count}" for page, _, _, count in DOCUMENTED_COUNTS])
+def test_every_documented_parameter_count_is_the_built_one(page, spec, overrides, count):
+    """A parameter count a page states of a network (a preset at the sizes the page trains it) is what
+    ``inspect`` counts, and the page still states it: a changed preset fails here, not in a reader's table."""
+    assert f"{count:,}" in (ROOT / "docs" / page).read_text(encoding="utf-8"), f"docs/{page} no longer says {count:,}"
+    assert cc.inspect(spec, overrides).params_total == count

@@ -8,8 +8,12 @@ agree with float32 to their precision, and ``torch.export`` captures it with the
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import crate_compose as cc
 from crate_compose import registry
@@ -160,6 +164,79 @@ def test_half_precision_follows_float32(name, dtype, scale, device):
         single = _tokens(reference(x.float() if x.is_floating_point() else x, *extra))
     error = (half - single).abs().max() / single.abs().max().clamp_min(1.0)
     assert error < HALF_TOLERANCE[dtype], f"{name} in {dtype}: relative error {error:.2e}"
+
+
+PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+@contextlib.contextmanager
+def torchs_own_kernels():
+    """oneDNN switched off: torch's portable CPU kernels compute the products, as on a CPU where oneDNN has no
+    bf16 (torch warns, setting the flags, of a TF32 option for Intel GPUs: not this)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
+
+
+class RowMajorProducts(TorchDispatchMode):
+    """Records each half-precision matrix product whose two operands are both row-major matrices: the layout
+    for which torch's own bf16 product on a CPU without native bf16 is many times slower than for the
+    layout ``nn.Linear`` gives (one operand a transposed view; ``benchmarks/train_step.py --onednn off``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in PRODUCTS:
+            a, b = [t for t in args if isinstance(t, torch.Tensor)][-2:]
+            if a.dtype in HALF_TOLERANCE and all(t.stride(-1) == 1 and min(t.shape[-2:]) > 1 for t in (a, b)):
+                self.found.append(f"{func.__name__} {tuple(a.shape)} @ {tuple(b.shape)}")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("half", ["bf16-autocast", "bf16-build"])
+@pytest.mark.parametrize("name", WITH_EXAMPLE)
+def test_half_products_on_the_cpu_take_the_linear_layout(name, half):
+    """Where torch's own kernels compute bf16 products on the CPU (an AVX2-only CPU; here oneDNN switched off),
+    every product of the step's forward, under bf16 autocast and as a bf16 build, has one operand transposed, as
+    ``nn.Linear``'s has (CRATE-B's bf16 forward took 23x its float32 time on an AVX2 CPU where ViT-B's took
+    4.4x: ISTA's ``u M`` and attention's ``A w`` were row-major products), and follows float32 as closely as
+    with oneDNN."""
+    primitive = cc.all_primitives()[name]
+    module, reference = _half_and_reference(primitive, torch.bfloat16, "cpu")
+    if half == "bf16-autocast":
+        module = module.float()
+    x, *extra = _inputs(primitive, torch.float32)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half == "bf16-autocast"), \
+            torchs_own_kernels(), RowMajorProducts() as products:
+        torch.manual_seed(1)  # steps that draw randomness (the mask) draw the same in both
+        out = _tokens(module(x.to(torch.bfloat16) if half == "bf16-build" and x.is_floating_point() else x, *extra))
+    assert not products.found, f"{name}: row-major half products {products.found}"
+    with torch.no_grad():
+        torch.manual_seed(1)
+        single = _tokens(reference(x.to(torch.bfloat16).float() if x.is_floating_point() else x, *extra))
+    error = (out.float() - single).abs().max() / single.abs().max().clamp_min(1.0)
+    assert error < HALF_TOLERANCE[torch.bfloat16], f"{name} ({half}, torch's own kernels): relative error {error:.2e}"
+
+
+def test_the_linear_layout_is_taken_only_where_it_pays():
+    """The copy is made only for torch's own bf16 kernels; with oneDNN (where this CPU has it) the operand is
+    passed as it is, and float32 never changes layout."""
+    from crate_compose.modules.precision import fallback_products, linear_layout
+
+    w = torch.randn(6, 4)
+    with torchs_own_kernels():
+        assert fallback_products()
+        laid = linear_layout(w.bfloat16())
+        assert laid.stride() == (1, 6) and torch.equal(laid, w.bfloat16())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert linear_layout(w).dtype == torch.bfloat16 and linear_layout(w).stride() == (1, 6)
+        assert linear_layout(w) is w
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        half = w.bfloat16()
+        assert not fallback_products() and linear_layout(half) is half
 
 
 def test_half_builds_compute_statistics_in_float32():

@@ -70,6 +70,23 @@ def test_every_preset_runs_forward_on_a_small_input(preset):
     assert out["output"].shape[1:] == tuple(expected)
 
 
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_presets_half_products_on_the_cpu_take_the_linear_layout(preset):
+    """Under bf16 autocast on the CPU every product of the forward has one operand transposed, as
+    ``nn.Linear``'s has (torch's bf16 product on a CPU without native bf16 is about 20x slower for two
+    row-major operands; each primitive alone: tests/test_every_primitive.py)."""
+    from test_every_primitive import RowMajorProducts, torchs_own_kernels
+
+    model = cc.build(preset, overrides=small(preset))
+    spec = cc.spec_of(model)
+    x = torch.randint(0, 64, (2, spec.input.shape[0] - 3)) if spec.input.dtype == "int64" else \
+        torch.randn(2, *spec.input.shape)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), torchs_own_kernels(), \
+            RowMajorProducts() as products:  # the products torch's own kernels compute (an AVX2-only CPU)
+        model(x)
+    assert not products.found, f"{preset}: row-major half products {products.found}"
+
+
 EXACT = {  # the counts the papers give exactly (README.md, docs/language.md)
     "tost-tiny": 5_769_328, "tost-small": 22_589_944, "vit-tiny": 5_717_416, "vit-small": 22_050_664,
     "crate-alpha-base16": 72_328_936,

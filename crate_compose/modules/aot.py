@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .causal import softmax_attention
-from .precision import LayerNorm, float32, softmax
+from .precision import LayerNorm, float32, linear_layout, softmax
 from .residual import Residual
 
 
@@ -61,7 +61,8 @@ class AoT(Residual):
         return q, k, v, self.out.weight.t()  # (K*p, d)
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        scores = self.scale * float32(q) @ float32(k).transpose(-1, -2)  # (B, K, n, n), float32 for half builds
+        q, k = float32(q).contiguous(), float32(k).contiguous()  # a batch of matrices each: k^T a transposed view
+        scores = self.scale * (q @ k.transpose(-1, -2))  # (B, K, n, n), float32 for half builds
         return self.weights(scores)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
@@ -79,5 +80,5 @@ class AoT(Residual):
         if fused:  # exactly softmax attention: the fused kernel (attention() writes it out)
             h = softmax_attention(q, k, v, scale=self.scale)  # (B, K, n, p)
         else:
-            h = self._attention(q, k).to(v.dtype) @ v  # (B, K, n, p)
-        return x, self.step_size * (h.transpose(1, 2).flatten(2) @ back)  # (B, n, d)
+            h = self._attention(q, k).to(v.dtype) @ linear_layout(v)  # (B, K, n, p)
+        return x, self.step_size * (h.transpose(1, 2).flatten(2) @ linear_layout(back))  # (B, n, d)

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..errors import WorkbenchError
 from . import paths
-from .precision import float32, softmax
+from .precision import float32, linear_layout, softmax
 
 
 class DecodingError(WorkbenchError):
@@ -85,7 +85,9 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, caus
     accumulate in float32, except for bfloat16 on CPU with at most :data:`EXPLICIT_BF16_CPU_KEYS` keys,
     where the three products are written out: logits in bfloat16 (float32's range, so no overflow) and
     the softmax computed in float32 by the CPU kernel and rounded to bfloat16, as the fused kernel
-    rounds the weights it applies. ``q is k is v`` (MSSA) is made contiguous once. With the formulas as
+    rounds the weights it applies. ``q is k is v`` (MSSA) is made contiguous once; where torch's own kernels
+    compute the products (:func:`.precision.fallback_products`), ``v`` is read through a transposed copy
+    (:func:`.precision.linear_layout`), many times faster there. With the formulas as
     written (:mod:`crate_compose.modules.paths`): :func:`written_attention`."""
     if not paths.fast():
         mask = visible(q.shape[-2], k.shape[-2], q.device) if causal else None
@@ -99,7 +101,7 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, caus
         scores = (q * scale) @ k.transpose(-1, -2)  # (..., n, t)
         if causal:
             scores = scores.masked_fill(~visible(*scores.shape[-2:], scores.device), float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v
+        return torch.softmax(scores, dim=-1) @ linear_layout(v)
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
 

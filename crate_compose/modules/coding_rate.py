@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .precision import LayerNorm
+from .precision import LayerNorm, linear_layout
 from .residual import Residual
 
 
@@ -36,13 +36,14 @@ class CodingRateStep(Residual):
         """``grad_u R^c(u | U)`` of shape ``(B, n, d)`` for tokens ``u`` of shape ``(B, n, d)``."""
         n, p = u.shape[-2], self.head_dim
         a = p / (n * self.precision**2)
-        w = self.subspaces(u).unflatten(-1, (self.heads, p)).transpose(1, 2)  # (B, K, n, p)
+        w = self.subspaces(u).unflatten(-1, (self.heads, p)).transpose(1, 2).contiguous()  # (B, K, n, p), a batch of
+        # matrices (w^T w is then one batched product of a transposed view and w, the layout half products want)
         solve_dtype = torch.promote_types(u.dtype, torch.float32)  # no LU in half precision
         wt = w.transpose(-1, -2).to(solve_dtype)  # (B, K, p, n)
-        gram = torch.eye(p, dtype=solve_dtype, device=u.device) + a * wt @ wt.transpose(-1, -2)  # (B, K, p, p)
+        gram = torch.eye(p, dtype=solve_dtype, device=u.device) + a * (wt @ wt.transpose(-1, -2))  # (B, K, p, p)
         # w (I + a w^T w)^{-1} = (gram^{-1} w^T)^T, gram being symmetric
         h = torch.linalg.solve(gram, wt).transpose(-1, -2).to(u.dtype)  # (B, K, n, p)
-        return a * h.transpose(1, 2).flatten(2) @ self.subspaces.weight  # (B, n, d): sum_k h_k U_k^T
+        return a * h.transpose(1, 2).flatten(2) @ linear_layout(self.subspaces.weight)  # (B, n, d): sum_k h_k U_k^T
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, -self.kappa * self.gradient(self.norm(x))

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .causal import DecodingError, Growing, attention_weights, causal_attention, softmax_attention
-from .precision import LayerNorm
+from .precision import LayerNorm, linear_layout
 from .residual import Residual
 
 
@@ -75,7 +75,7 @@ class MSSA(Residual):
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """Back to tokens: the learned output, or (tied) ``eta * h U^T`` in row notation."""
         if self.out is None:
-            return self.step_size * (h @ self.subspaces.weight)
+            return self.step_size * (h @ linear_layout(self.subspaces.weight))
         return self.out(h)
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import paths
-from .precision import LayerNorm
+from .precision import LayerNorm, linear_layout
 from .residual import Residual
 
 
@@ -69,6 +69,11 @@ def ista_step(
     token stream itself to bf16 at every ISTA step: 5x the formula's error on a whole CRATE-B/16
     (``docs/precision.md``).
 
+    ``M`` (``K``) is formed as its transpose and read through a transposed view, as ``nn.Linear`` reads its
+    weight, at no cost: where torch computes bf16 products with its own kernels (an AVX2-only CPU), a product of
+    two row-major operands is about 20x slower than one of this layout
+    (:func:`~crate_compose.modules.precision.fallback_products`; oneDNN, float32 and CUDA do not care).
+
     ``folded=None`` takes the one product when there are at least ``d`` tokens (a training batch), the
     two otherwise (decoding a few tokens), and :func:`ista_written` when the formulas are as written
     (:mod:`crate_compose.modules.paths`). They compute the same step and differ by rounding
@@ -84,21 +89,22 @@ def ista_step(
     if lowered(rows):  # the products in half precision, u added in its own
         d = dictionary.to(torch.get_autocast_dtype(rows.device.type))  # D cast once (autocast casts D^T apart)
         if folded:
-            k = torch.addmm(d, d.t(), d, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
+            k = torch.addmm(d.t(), d.t(), d, beta=step_size, alpha=-step_size).t()  # eta (D - D^T D), K^T stored
             step = rows + rows @ k
         else:
-            step = torch.add(rows, (rows - rows @ d.t()) @ d, alpha=step_size)
+            step = torch.add(rows, (rows - rows @ d.t()) @ linear_layout(d), alpha=step_size)
         out = F.softshrink(step, shift) if threshold == "soft" else step.sub_(shift).relu_()
     elif folded:
-        m = torch.addmm(dictionary, dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # eta (D - D^T D)
+        m = torch.addmm(dictionary.t(), dictionary.t(), dictionary, beta=step_size, alpha=-step_size)  # M^T stored
         m.diagonal().add_(1.0)  # + I
+        m = m.t()  # M = I + eta (D - D^T D), read as nn.Linear reads its weight (see above)
         if threshold == "soft":  # S_{eta lambda}, 003 eq. 116-117
             out = F.softshrink(rows @ m, shift)
         else:
             out = torch.addmm(rows.new_full((1,), -shift), rows, m).relu_()
     else:
         r = torch.addmm(rows, rows, dictionary.t(), alpha=-1.0)  # u - u D^T
-        step = torch.addmm(rows, r, dictionary, alpha=step_size)  # u + eta r D
+        step = torch.addmm(rows, r, linear_layout(dictionary), alpha=step_size)  # u + eta r D
         out = F.softshrink(step, shift) if threshold == "soft" else step.sub_(shift).relu_()
     return out.view(u.shape)
 
@@ -164,7 +170,8 @@ class ISTAMM(nn.Module):
         if not paths.fast():  # as written
             return torch.relu(gain * (u @ self.dictionary) - 4 * self.lambd / (9 * alpha))
         rows = u.reshape(-1, u.shape[-1])
-        out = torch.addmm(rows.new_full((1,), -4 * self.lambd / (9 * alpha)), rows, self.dictionary, alpha=gain)
+        out = torch.addmm(rows.new_full((1,), -4 * self.lambd / (9 * alpha)), rows, linear_layout(self.dictionary),
+                          alpha=gain)
         return out.relu_().view(u.shape)  # eq. 87-88, 92: ReLU(gain u D - 4 lambda / (9 alpha)), one addmm
 
 
@@ -216,10 +223,11 @@ class ISTAODL(Residual):
         if not paths.fast():
             return self.code_written(u)
         rows = u.reshape(-1, u.shape[-1])  # (N, d)
-        first = torch.addmm(rows.new_full((1,), -threshold), rows, self.dictionary, alpha=eta)  # eta u D - eta lambda
+        dictionary = linear_layout(self.dictionary)  # D as u D reads it fast in half precision (D^T as it is)
+        first = torch.addmm(rows.new_full((1,), -threshold), rows, dictionary, alpha=eta)  # eta u D - eta lambda
         a1 = F.relu(first)  # (N, r*d)
         # a1 - eta (a1 D^T - u) D - eta lambda = (a1 + first) - eta (a1 D^T) D: one product and one addmm
-        a2 = torch.addmm(a1 + first, a1 @ self.dictionary.t(), self.dictionary, alpha=-eta).relu_()
+        a2 = torch.addmm(a1 + first, a1 @ self.dictionary.t(), dictionary, alpha=-eta).relu_()
         return a2.view(*u.shape[:-1], a2.shape[-1])  # (B, n, r*d)
 
     def code_written(self, u: torch.Tensor) -> torch.Tensor:

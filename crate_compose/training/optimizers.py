@@ -295,9 +295,10 @@ def bf16_note(settings: Settings, device: torch.device, flags: set[str] | None =
     flags = cpu_flags() if flags is None else flags
     if flags is None or any(flag in flags for flag in NATIVE_BF16):
         return None
-    return ("--precision bf16 on a CPU without native bf16 (no AVX-512 BF16, no AMX): its products run emulated, "
-            "and CRATE-B's forward took 16.0 s under bf16 autocast against 0.68 s in float32 on such a CPU (a 2-core "
-            "AVX2 AMD EPYC, batch 8, 2026-11-28); float32 (--precision fp32) is the faster choice here")
+    return ("--precision bf16 on a CPU without native bf16 (no AVX-512 BF16, no AMX): its products run emulated; "
+            "where oneDNN has no bf16 either (AVX2 only), a CRATE-B training step took 26x its float32 time (22.7 s "
+            "against 0.87 s at batch 4, 2026-11-29: benchmarks/train_step.py --onednn off), ViT-B's 35x; float32 "
+            "(--precision fp32) is the faster choice here")
 
 
 def autocast(settings: Settings, device: torch.device):
