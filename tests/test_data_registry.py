@@ -258,7 +258,7 @@ def test_a_declaration_is_checked_when_registered(own_sets):
         registry.register("shapes", summary="s", source="s", provides="Images!", loader="x:y")
     with pytest.raises(ValueError, match="closes no"):
         registry.register("shapes]", summary="s", source="s", provides="images", loader="x:y")
-    with pytest.raises(ValueError, match="'digits' is registered already"):
+    with pytest.raises(ValueError, match="'digits' is already registered"):
         registry.register("digits", summary="s", source="s", provides="images", loader="x:y")
     assert registry.register("digits", summary="again", source="s", provides="labeled-images",
                              loader=".shipped:load_digits").summary == "again"  # from the same loader: replaced

@@ -244,7 +244,7 @@ def test_lm_trains_on_it_and_keeps_its_tokenizer(fetched, tmp_path):
                       overrides=["sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"],
                       out=tmp_path / "run", progress=False)
     assert result.steps == 2 and "test_loss" in result.metrics
-    assert json.loads((tmp_path / "run" / "tokenizer.json").read_text())["kind"] == "bytes"
+    assert json.loads((tmp_path / "run" / "tokenizer.record.json").read_text())["kind"] == "bytes"
 
 
 # ---------------------------------------------------------------- the set: KIND[-V]:plays

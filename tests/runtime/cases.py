@@ -1525,11 +1525,6 @@ bad_tokenizer("r228", "not-utf8", "tokenizer.json of bytes that are not UTF-8", 
 case("r229", "tokenizer", "unknown-kind", "tokenizer.json's record of another kind (unigram)", _tokenizer(
     lambda c, p: c.edit_json(p.with_name("tokenizer.record.json"), lambda t: t.update(kind="unigram"))),
     fill_argv("a [MASK]"), 2, r"<RUN>/tokenizer\.record\.json: unknown kind 'unigram'", seconds=5)
-bad_tokenizer("r275", "record-missing", "tokenizer.json without its record beside it",
-              lambda c, p: p.with_name("tokenizer.record.json").unlink(), r": its record tokenizer\.record\.json is missing")
-case("r276", "tokenizer", "before-the-record", "a run written before the record: its tokenizer.json the single file "
-     "of the project's own JSON (read as before: fill runs)", _tokenizer(lambda c, p: _before_the_record(p)),
-     fill_argv("a [MASK]"), 0, seconds=5)
 case("r230", "tokenizer", "missing", "a run without tokenizer.json", _tokenizer(lambda c, p: p.unlink()), fill_argv(), 2,
      r"<RUN> has no tokenizer\.json", seconds=5)
 
@@ -1833,6 +1828,13 @@ case("r274", "cache", "gpt2-sound-trains", "sound caches of two works and a 257-
      "refuse only damage)", _works_cache(gpt2=True), lambda c: lm_text_args(c, "gpt2:shakespeare"), 0, r"wrote",
      seconds=20, may_change=("run*",))
 
+
+# ---------------------------------------------------------------- a run's tokenizer.json and its record (later cases)
+bad_tokenizer("r275", "record-missing", "tokenizer.json without its record beside it",
+              lambda c, p: p.with_name("tokenizer.record.json").unlink(), r": its record tokenizer\.record\.json is missing")
+case("r276", "tokenizer", "before-the-record", "a run written before the record: its tokenizer.json the single file "
+     "of the project's own JSON (read as before: fill runs)", _tokenizer(lambda c, p: _before_the_record(p)),
+     fill_argv("a [MASK]"), 0, seconds=5)
 
 
 BY_ID = {c.id: c for c in CASES}

@@ -1,0 +1,79 @@
+"""One way to register everything a spec, a run or a command names: primitives, tasks, data sets, and the
+checkpoint families ``import`` and ``export`` read.
+
+Each entry is declared where it is written, by one call of its registry (the ``@primitive`` decorator of
+:mod:`crate_compose.registry`, the ``@task`` decorator of :mod:`crate_compose.tasks.task_registry`,
+:func:`crate_compose.data.set_registry.register`, :func:`crate_compose.interop.catalog.family`), and a
+plug-in registers with the same call. A :class:`Registry` holds one kind of entry. It imports the modules
+that declare the built-in entries (:attr:`Registry.builtin`, a tuple of module names) the first time it is
+read, so no package ``__init__`` imports every family up front and the built-in entries come first (a
+plug-in that takes a built-in name is the one refused). An entry registered again from the same place (a
+re-run notebook cell, a plug-in imported twice) replaces itself; another one under a taken name is a
+ValueError naming where the first was declared.
+
+Declaring imports no torch: what needs it is imported where it is used (a primitive's factory, a data
+set's loader), so every name is read and checked before torch loads.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from collections.abc import Iterator, Mapping
+from typing import Callable, TypeVar
+
+__all__ = ["Registry"]
+
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, T]):
+    """Entries of one kind by name, in the order they were registered (the built-in ones first): a mapping,
+    read-only but for :meth:`add` and :meth:`pop` (a test removing what it registered).
+
+    ``what`` names the kind in messages ("primitive", "data set"); ``builtin`` are the modules whose import
+    registers the built-in entries; ``origin`` says where an entry was declared (a function's module and name):
+    registering a name again from the same origin replaces the entry."""
+
+    def __init__(self, what: str, builtin: tuple[str, ...], origin: Callable[[T], str]) -> None:
+        self.what, self.builtin, self._origin = what, builtin, origin
+        self._entries: dict[str, T] = {}
+        self._loaded = False
+
+    def add(self, name: str, entry: T, *, owner: Callable[[T], str | None] | None = None) -> T:
+        """Register ``entry`` as ``name`` (after the built-in entries: :meth:`load`); ``owner`` says, for the
+        message refusing a taken name, who holds it (a built-in entry, a plug-in)."""
+        self.load()
+        held = self._entries.get(name)
+        if held is not None and self._origin(held) != self._origin(entry):
+            said = owner(held) if owner is not None else None
+            raise ValueError(f"{self.what} {name!r} is already registered by {self._origin(held)}"
+                             f"{f' ({said})' if said else ''}; register yours under another name")
+        self._entries[name] = entry
+        return entry
+
+    def load(self) -> dict[str, T]:
+        """Every entry by name, the built-in modules imported first, once."""
+        if not self._loaded:
+            self._loaded = True  # first: a built-in module registering while imported must not recurse
+            for module in self.builtin:
+                import_module(module)
+        return self._entries
+
+    def is_builtin(self, entry: T) -> bool:
+        """Whether ``entry`` was declared in one of the built-in modules."""
+        return any(self._origin(entry).startswith(module + ".") for module in self.builtin)
+
+    def pop(self, name: str, *default: T | None) -> T | None:
+        return self.load().pop(name, *default)
+
+    def __delitem__(self, name: str) -> None:
+        del self.load()[name]
+
+    def __getitem__(self, name: str) -> T:
+        return self.load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.load()))
+
+    def __len__(self) -> int:
+        return len(self.load())
