@@ -59,6 +59,13 @@ class Registry(Mapping[str, T]):
                 import_module(module)
         return self._entries
 
+    def copy(self) -> "Registry[T]":
+        """A registry of the same kind holding the same entries (loaded), which registering into leaves this one
+        as it was (a test's own registry)."""
+        made: Registry[T] = Registry(self.what, self.builtin, self._origin)
+        made._entries, made._loaded = dict(self.load()), True
+        return made
+
     def is_builtin(self, entry: T) -> bool:
         """Whether ``entry`` was declared in one of the built-in modules."""
         return any(self._origin(entry).startswith(module + ".") for module in self.builtin)

@@ -31,10 +31,11 @@ proximal step on a LASSO, ...). It is registered under a name with
   takes a ``context`` keyword receives the :class:`Context` of the build: what earlier steps
   established about the token stream (the patch grid, the image, whether tokens were dropped).
 
-Built-in primitives are declared in :mod:`crate_compose.primitives` (torch-free: arguments,
-footprints, inverse rules) and implemented in :mod:`crate_compose.modules`, which a factory imports
-when it builds. Other packages add their own with
-the :func:`primitive` decorator, either by importing it themselves or through the entry-point
+Built-in primitives are declared in the modules of :mod:`crate_compose.primitives` (:data:`BUILTIN`,
+imported when the registry is first read; torch-free: arguments, footprints, inverse rules) and
+implemented in :mod:`crate_compose.modules`, which a factory imports when it builds. Every registry
+of the package works this way (:mod:`crate_compose.registering`). Other packages add their own with
+the same :func:`primitive` decorator, either by importing it themselves or through the entry-point
 group ``crate_compose.primitives`` (loaded on first use). A spec only ever names a registered
 primitive: it can never make the tool import code by a dotted path.
 """
@@ -50,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from .errors import PluginError
+from .registering import Registry
 
 if TYPE_CHECKING:
     from torch import nn
@@ -239,7 +241,10 @@ class Primitive:
         return self.update(args)
 
 
-_REGISTRY: dict[str, Primitive] = {}
+BUILTIN = tuple(f"crate_compose.primitives.{family}" for family in (  # the built-in families, declared there
+    "embed", "compress", "coding_rate", "aot", "tssa", "tost", "denoise", "sparsify", "diffuse", "mask", "norm",
+    "head", "language", "standard"))
+_REGISTRY: Registry[Primitive] = Registry("primitive", BUILTIN, lambda held: _origin(held.factory))
 _PLUGINS_LOADED = False
 _PLUGIN_FAILURES: list[str] = []  # entry points that failed: reported on every look-up, not only the first
 _LOADING: str | None = None  # the plug-in being imported, recorded on the primitives it registers
@@ -278,12 +283,7 @@ def primitive(
         raise ValueError(f"primitive {name!r}: kind {kind!r} is not one of {KINDS}")
 
     def register(factory: Factory) -> Factory:
-        if name in _REGISTRY and _origin(_REGISTRY[name].factory) != _origin(factory):
-            held = _REGISTRY[name]
-            owner = "a built-in primitive" if held.factory.__module__.startswith("crate_compose.") else held.plugin
-            raise ValueError(f"primitive {name!r} is already registered by {_origin(held.factory)}"
-                             f"{f' ({owner})' if owner else ''}; register yours under another name")
-        _REGISTRY[name] = Primitive(
+        _REGISTRY.add(name, Primitive(
             name=name,
             factory=factory,
             args=args,
@@ -299,7 +299,7 @@ def primitive(
             measure=measure,
             footprint=footprint,
             plugin=_LOADING,
-        )
+        ), owner=lambda held: "a built-in primitive" if _REGISTRY.is_builtin(held) else held.plugin)
         return factory
 
     return register
@@ -312,7 +312,7 @@ def _origin(factory: Factory) -> str:
 
 def _load() -> dict[str, Primitive]:
     global _PLUGINS_LOADED
-    import_module("crate_compose.primitives")  # registers the built-in primitives
+    _REGISTRY.load()  # the built-in primitives first
 
     if not _PLUGINS_LOADED:
         _PLUGINS_LOADED = True  # first: a plug-in that looks up primitives while imported must not recurse
@@ -322,7 +322,7 @@ def _load() -> dict[str, Primitive]:
                 _PLUGIN_FAILURES.append(failure)
     if _PLUGIN_FAILURES:
         raise PluginError("primitive plugins failed to load: " + "; ".join(_PLUGIN_FAILURES))
-    return _REGISTRY
+    return _REGISTRY.load()
 
 
 def load_plugins(names: list[str] | tuple[str, ...]) -> None:

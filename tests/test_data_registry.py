@@ -67,7 +67,7 @@ def load_stripes(*, count: int, seed: int = 0) -> Data:
 def own_sets(monkeypatch):
     """The registry as it is, restored after the test (a set this file registers is its own)."""
     registry.all_sets()  # the built-in sets registered first, into the registry kept
-    monkeypatch.setattr(registry, "_SETS", dict(registry._SETS))
+    monkeypatch.setattr(registry, "_SETS", registry._SETS.copy())
     yield
     sys.modules.pop("crate_compose_plugin_stripes", None)
 

@@ -17,7 +17,8 @@ import pytest
 
 import crate_compose as cc
 from crate_compose.interop.catalog import FAMILIES
-from crate_compose.interop.families import CRATE, CRATE_MAE, Published
+from crate_compose.interop.authors import CRATE, CRATE_MAE
+from crate_compose.interop.families import Published
 
 
 def _rows(keys: tuple[str, ...], rows: dict[str, tuple]) -> dict[str, dict]:

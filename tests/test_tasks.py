@@ -102,7 +102,8 @@ class _Hinge(Classification):
 
 
 def test_a_task_added_in_one_class_trains_through_train_and_the_command_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setitem(registry._TASKS, "hinge", _Hinge())
+    monkeypatch.setattr(registry, "_TASKS", registry._TASKS.copy())
+    registry._TASKS.add("hinge", _Hinge())
     assert "hinge" in tasks.names() and settings_problems(Settings(task="hinge")) == []
     example = _Hinge.example
     hinge = train(example.spec, replace(_settings(tasks.get("hinge")), steps=2), overrides=example.overrides,

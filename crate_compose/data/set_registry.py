@@ -41,6 +41,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import DataError
+from ..registering import Registry
 
 if TYPE_CHECKING:
     from .record import Data
@@ -270,12 +271,8 @@ def _form(parts: list, keep: set[str]) -> str:
 
 # ---------------------------------------------------------------- the registry
 
-_SETS: dict[str, DataSet] = {}
-
-
-def _builtins() -> None:
-    """Register the built-in sets (:mod:`.builtin_sets`) before any other: importing it registers them, once."""
-    import_module(f"{__package__}.builtin_sets")
+BUILTIN = (f"{__package__}.builtin_sets",)  # the modules declaring the built-in sets, registered before any other
+_SETS: Registry[DataSet] = Registry("data set", BUILTIN, lambda held: _origin(held.loader))
 
 
 def _origin(loader: Any) -> str:
@@ -300,13 +297,7 @@ def register(pattern: str, *, summary: str, source: str, provides: str,
     A pattern is registered once; registering it again from another loader is a ValueError."""
 
     def add(function: Callable[..., "Data"] | str) -> Callable[..., "Data"] | str:
-        one = DataSet(pattern, summary, source, provides, function, **declared)
-        _builtins()
-        held = _SETS.get(pattern)
-        if held is not None and _origin(held.loader) != _origin(function):
-            raise ValueError(f"data set {pattern!r} is registered already (loader {_origin(held.loader)}); "
-                             "register yours under another pattern")
-        _SETS[pattern] = one
+        _SETS.add(pattern, DataSet(pattern, summary, source, provides, function, **declared))
         _RESOLVED.clear()  # a name read before may be claimed otherwise now
         return function
 
@@ -318,13 +309,11 @@ def register(pattern: str, *, summary: str, source: str, provides: str,
 
 def all_sets() -> list[DataSet]:
     """Every registered set, in registration order (the built-in ones first)."""
-    _builtins()
     return list(_SETS.values())
 
 
 def get(pattern: str) -> DataSet:
     """The set registered under ``pattern`` (``"pasted-digits[:N]"``); another pattern is a DataError."""
-    _builtins()
     if pattern not in _SETS:
         raise DataError(f"no data set is registered as {pattern!r}; registered: {', '.join(_SETS)}")
     return _SETS[pattern]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .catalog import family
 from .families import (LM_EMBEDDINGS, TRANSPOSED, Family, Place, Published, conv_patch_sizes, gpt2_sizes, head_sizes,
                        layer_count, pair, preset_sizes)
 
@@ -127,7 +128,7 @@ def _timm_vit_models() -> dict[str, dict[str, Any]]:
     return models
 
 
-TIMM_VIT = Family(
+TIMM_VIT = family(Family(
     name="timm-vit",
     code="huggingface/pytorch-image-models (timm), timm/models/vision_transformer.py (VisionTransformer)",
     spec="vit-small",
@@ -148,7 +149,7 @@ TIMM_VIT = Family(
     sizes=_timm_vit_sizes,
     recorded=_timm_vit_recorded,
     published=Published(_timm_vit_models, _TIMM_VIT_PRESETS),
-)
+))
 
 
 # --- transformers' GPT-2 (huggingface/transformers, models/gpt2/modeling_gpt2.py) --------------------
@@ -226,7 +227,7 @@ def _gpt2_models() -> dict[str, dict[str, Any]]:
                               for name, (d, heads, depth) in others.items()}}
 
 
-GPT2 = Family(
+GPT2 = family(Family(
     name="gpt2",
     code="huggingface/transformers, models/gpt2/modeling_gpt2.py (GPT2LMHeadModel)",
     spec="gpt2-small",
@@ -251,6 +252,5 @@ GPT2 = Family(
     recorded=_gpt2_recorded,
     published=Published(_gpt2_models, _GPT2_PRESETS),
     canonical=_gpt2_names,
-)
+))
 
-PEERS = (TIMM_VIT, GPT2)  # the baselines' own releases

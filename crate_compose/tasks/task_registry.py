@@ -20,11 +20,11 @@ without it. The built-in tasks are :mod:`.classification`, :mod:`.masked_autoenc
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from importlib import import_module
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import TrainError
 from ..options import Option
+from ..registering import Registry
 from ..settings import OPTIONS, field_problems
 
 if TYPE_CHECKING:
@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 __all__ = ["ExampleRun", "Session", "Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs",
            "settings_problems", "task", "task_options"]
 
-_TASKS: dict[str, "Task"] = {}
+BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation",  # modules of this
+           "masked_language_modelling", "coding_rate_distillation")  # package, in this order
+_TASKS: Registry["Task"] = Registry("task", tuple(f"{__package__}.{module}" for module in BUILTIN),
+                                    lambda held: f"{type(held).__module__}.{type(held).__qualname__}")
 
 
 @dataclass(frozen=True)
@@ -157,17 +160,16 @@ def _which_task(data: "Data") -> str:
 def task(cls: type[Task]) -> type[Task]:
     """Register a task class (a decorator); its name must be new, and so must each of its options' (a general
     setting's name, or another task's option declared otherwise, is refused)."""
-    if cls.name in _TASKS:
-        raise ValueError(f"task '{cls.name}' is registered already")
     cls.options = tuple(one if one.task == cls.name else replace(one, task=cls.name) for one in cls.options)
     for one in cls.options:
         if not one.name.isidentifier() or one.name in OPTIONS or one.name == "options":
             raise ValueError(f"task '{cls.name}': option {one.name!r} is not a new setting name (the general "
                              "settings are crate_compose.settings.OPTIONS)")
-        other = next((o for t in _TASKS.values() for o in t.options if o.name == one.name), None)
+        other = next((o for t in _TASKS.values() for o in t.options if o.name == one.name and t.name != cls.name),
+                     None)
         if other is not None and replace(other, task=None, help="") != replace(one, task=None, help=""):
             raise ValueError(f"task '{cls.name}': option '{one.name}' is task {other.task}'s, declared otherwise")
-    _TASKS[cls.name] = cls()
+    _TASKS.add(cls.name, cls())
     return cls
 
 
@@ -208,17 +210,6 @@ def settings_problems(settings: "Settings", task: Task | None = None) -> list[tu
     return problems
 
 
-BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation",  # modules of this
-           "masked_language_modelling", "coding_rate_distillation")  # package, in this order
-
-
-def _builtins() -> None:
-    """Import the built-in tasks' modules, each of which registers its task (once: a module is imported once,
-    whether here or by a caller that imported it first)."""
-    for module in BUILTIN:
-        import_module(f"{__package__}.{module}")
-
-
 def names() -> tuple[str, ...]:
     """The registered tasks' names, in registration order."""
     return tuple(one.name for one in all_tasks())
@@ -227,14 +218,12 @@ def names() -> tuple[str, ...]:
 def all_tasks() -> list[Task]:
     """Every registered task: the built-in ones in :data:`BUILTIN` order, then the others as registered (an
     order that does not depend on which module was imported first: it is metrics.csv's column order)."""
-    _builtins()
     rank = {f"{__package__}.{module}": place for place, module in enumerate(BUILTIN)}
     return sorted(_TASKS.values(), key=lambda one: rank.get(type(one).__module__, len(rank)))
 
 
 def get(name: str) -> Task:
     """The task named ``name``; an unknown name is a :class:`~crate_compose.errors.TrainError` naming them all."""
-    _builtins()
     if name not in _TASKS:
         raise TrainError(f"unknown task '{name}'; expected one of: {', '.join(names())}")
     return _TASKS[name]
