@@ -21,8 +21,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .errors import DiagramError, PluginError, Problem, SpecError, WorkbenchError
-
-__version__ = "0.1.0"
+from .version import __version__
 
 # public name -> (module, attribute): loaded on first access (PEP 562)
 _LAZY = {

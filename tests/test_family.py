@@ -418,7 +418,7 @@ def test_the_import_graph_has_no_cycles():
 # The layers, lowest first: a module imports only from its own layer or those below (docs/architecture.md).
 LAYERS = [
     ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.options", "crate_compose.settings",
-              "crate_compose.seeds", "crate_compose.memory", "crate_compose.registering"]),
+              "crate_compose.seeds", "crate_compose.memory", "crate_compose.registering", "crate_compose.version"]),
     ("spec language and the registry of primitives", ["crate_compose.spec_language", "crate_compose.registry"]),
     ("torch building blocks", ["crate_compose.modules"]),
     ("primitive declarations", ["crate_compose.primitives"]),
@@ -468,7 +468,8 @@ def test_the_import_graph_follows_the_layers():
 
 def test_the_package_top_holds_only_entry_points_and_base():
     top = sorted(p.stem for p in (ROOT / "crate_compose").glob("*.py"))
-    assert top == ["__init__", "errors", "files", "memory", "options", "registering", "registry", "seeds", "settings"], top
+    assert top == ["__init__", "errors", "files", "memory", "options", "registering", "registry", "seeds", "settings",
+                   "version"], top
     assert (ROOT / "crate_compose" / "cli" / "__init__.py").is_file()  # the command line: a package, a module a command
 
 

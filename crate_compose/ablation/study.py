@@ -223,7 +223,7 @@ def _described(spec_ref, grid: Grid, init, freeze: str, recipe: str | None) -> R
 
 
 def _identity(base: RunDescription, grid: Grid) -> dict[str, Any]:
-    from .. import __version__
+    from ..version import __version__
 
     spec = base.spec
     # the logger (OUTPUTS) is where metrics go, not what a run learns: an ablation resumes with another

@@ -75,7 +75,7 @@ class Opening:
         self.session = task.session(self.model, settings, data)
 
     def identity(self, settings: Settings) -> dict[str, Any]:
-        from .. import __version__
+        from ..version import __version__
 
         return identity.identity(self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__,
                              self.start)
