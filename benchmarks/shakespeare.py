@@ -58,8 +58,8 @@ def _ngrams(data) -> dict:
     """Unigram and bigram models of the training stream (add-one counts, as task ``lm`` reports them), scored on
     exactly the characters the networks predict on the held-out split: the targets of every window, each with
     its true previous byte (a bigram's one byte of context; the networks see up to 127)."""
-    from crate_compose.data.corpus import bigram_loss, unigram_loss
-    from crate_compose.data.tokens import Tokenizer
+    from crate_compose.data.text_sets.corpus import bigram_loss, unigram_loss
+    from crate_compose.data.text_sets.tokens import Tokenizer
 
     covered = data.test.tokens[: len(data.test) * data.test.context + 1]  # every window's inputs and targets
     targets = covered[1:]

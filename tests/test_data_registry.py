@@ -245,7 +245,7 @@ def test_the_default_task_is_the_first_that_trains_on_what_a_set_provides():
 
 def test_a_loader_must_give_what_its_set_provides(own_sets):
     registry.register("plain-digits", summary="digits declared as unlabeled", source="scikit-learn",
-                      provides="images", loader=".shipped:load_digits")
+                      provides="images", loader=".image_sets.shipped:load_digits")
     with pytest.raises(DataError, match="its loader gave 'labeled-images' data, but the set is declared to provide "
                                         "'images'"):
         sets.load_data("plain-digits")
@@ -261,6 +261,6 @@ def test_a_declaration_is_checked_when_registered(own_sets):
     with pytest.raises(ValueError, match="'digits' is already registered"):
         registry.register("digits", summary="s", source="s", provides="images", loader="x:y")
     assert registry.register("digits", summary="again", source="s", provides="labeled-images",
-                             loader=".shipped:load_digits").summary == "again"  # from the same loader: replaced
+                             loader=".image_sets.shipped:load_digits").summary == "again"  # from the same loader: replaced
     with pytest.raises(DataError, match="no data set is registered as 'shapes'"):
         registry.get("shapes")

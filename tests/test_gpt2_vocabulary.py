@@ -22,16 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crate_compose.data import archives
-from crate_compose.data import gpt2_vocabulary as G
-from crate_compose.data.tokens import SPECIALS, Tokenizer, gpt2_tokenizer, train_tokenizer
+from crate_compose.data import common
+from crate_compose.data.text_sets import gpt2_vocabulary as G
+from crate_compose.data.text_sets.tokens import SPECIALS, Tokenizer, gpt2_tokenizer, train_tokenizer
 from crate_compose.errors import DataError
 from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
 regex = pytest.importorskip("regex", reason="the transcription of GPT-2's encoder.py needs the regex package "
                             "(pip install -e '.[dev]')")
 
-REAL = archives.data_home() / G.PINNED.name  # read before any test points the data home elsewhere
+REAL = common.data_home() / G.PINNED.name  # read before any test points the data home elsewhere
 HAS_REAL = (REAL / G.ENCODER).is_file() and (REAL / G.MERGES).is_file()
 NO_REAL = f"GPT-2's real encoder.json and vocab.bpe are not cached in {REAL} (make data, or crate-compose fetch " \
           "gpt2-tokenizer); the comparison with the generated vocabulary ran"
@@ -222,7 +222,7 @@ def real():
 
 
 def test_the_byte_table_is_gpt2s():
-    from crate_compose.data.tokens import byte_level_bytes
+    from crate_compose.data.text_sets.tokens import byte_level_bytes
 
     assert {c: b for b, c in bytes_to_unicode().items()} == byte_level_bytes()
 
@@ -259,7 +259,7 @@ def test_real_vocabulary_encodes_as_gpt2s_encoder(real):
 
 def test_real_vocabulary_encodes_the_held_out_plays_as_gpt2s_encoder(real):
     """Shakespeare's held-out works (995,917 characters: both editions of Hamlet, ...), when cached."""
-    from crate_compose.data import shakespeare
+    from crate_compose.data.text_sets import shakespeare
 
     if not shakespeare.cache_path(REAL.parent).is_file():
         pytest.skip(f"Shakespeare's texts are not cached in {REAL.parent} (make data, or crate-compose fetch "
@@ -286,7 +286,7 @@ def test_newer_characters_are_the_only_difference():
     for code points Python's Unicode tables do not assign (regex's newer letters and numbers)."""
     from tokenizers import pre_tokenizers
 
-    from crate_compose.data.tokens import byte_level_bytes
+    from crate_compose.data.text_sets.tokens import byte_level_bytes
 
     table, pattern = byte_level_bytes(), regex.compile(PATTERN)
     splitter = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

@@ -12,8 +12,9 @@ import time
 import pytest
 import torch
 
-from crate_compose.data import archives, tokens
-from crate_compose.data.tokens import MAX_WORD, Tokenizer, train_tokenizer
+from crate_compose.data import archives
+from crate_compose.data.text_sets import tokens
+from crate_compose.data.text_sets.tokens import MAX_WORD, Tokenizer, train_tokenizer
 from crate_compose.errors import DataError, WorkbenchError
 from crate_compose.files import json_depth, read_input, read_json
 from crate_compose.generation.fill import check_text

@@ -339,7 +339,7 @@ def test_the_bigram_baseline_is_add_one_pair_counts(vocab):
     import math
     from collections import Counter
 
-    from crate_compose.data.corpus import bigram_loss
+    from crate_compose.data.text_sets.corpus import bigram_loss
 
     generator = torch.Generator().manual_seed(0)
     train = torch.randint(0, 5, (400,), generator=generator) * (vocab // 5)

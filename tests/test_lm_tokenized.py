@@ -22,8 +22,8 @@ import crate_compose as cc
 from crate_compose import cli, tasks
 from crate_compose.assessment.run_probes import load_weights
 from crate_compose.building.builder import compile_spec
-from crate_compose.data import gpt2_vocabulary as G
-from crate_compose.data.tokens import Tokenizer, train_tokenizer
+from crate_compose.data.text_sets import gpt2_vocabulary as G
+from crate_compose.data.text_sets.tokens import Tokenizer, train_tokenizer
 from crate_compose.generation.text import generate_text
 from crate_compose.errors import WorkbenchError
 from crate_compose.training.checkpoint import latest_checkpoint
@@ -73,7 +73,7 @@ def gpt2_home(tmp_path_factory) -> Path:
     """A data home holding a GPT-2 vocabulary in GPT-2's formats: the 256 byte characters (GPT-2's table, in byte
     order), 16 merges (the prompt's words) and <|endoftext|>: 273 ids of text, as ``make data`` would leave the
     real one."""
-    from crate_compose.data.tokens import byte_level_bytes
+    from crate_compose.data.text_sets.tokens import byte_level_bytes
 
     home = tmp_path_factory.mktemp("data-home")
     characters = sorted(byte_level_bytes(), key=byte_level_bytes().__getitem__)

@@ -13,7 +13,8 @@ import torch
 from sklearn.datasets import load_digits
 
 from crate_compose.cli import main
-from crate_compose.data import generated, pasted, sets
+from crate_compose.data.image_sets import generated, pasted
+from crate_compose.data import sets
 from crate_compose.errors import DataError
 from crate_compose.settings import Settings
 from crate_compose.training.run import train
@@ -141,7 +142,7 @@ def test_pasted_digits_n_names_the_set_with_n_training_images():
 def test_a_large_set_is_kept_once_made_checked_when_read_and_made_again_when_damaged(tmp_path, monkeypatch, capsys):
     """pasted-digits:40000 takes a minute to make: from CACHE_FROM images on, a made split is kept in the data
     cache and read back (the same tensors, nothing drawn again); a damaged file is said and made again."""
-    from crate_compose.data import pasted
+    from crate_compose.data.image_sets import pasted
 
     monkeypatch.setenv("CRATE_COMPOSE_DATA", str(tmp_path))
     monkeypatch.setattr(pasted, "CACHE_FROM", 1)

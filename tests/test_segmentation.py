@@ -18,7 +18,7 @@ import crate_compose as cc
 from crate_compose.assessment.mask_scores import (average_precision, jaccard, mass_mask, roc_auc, score,
     summarize, to_pixels)
 from crate_compose.cli import main
-from crate_compose.data import pasted
+from crate_compose.data.image_sets import pasted
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

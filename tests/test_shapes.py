@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from crate_compose.cli import main
-from crate_compose.data import sets, shapes
+from crate_compose.data import sets
+from crate_compose.data.image_sets import shapes
 from crate_compose.errors import DataError
 from crate_compose.settings import Settings
 from crate_compose.training.run import train

@@ -1,4 +1,4 @@
-"""Tokenizers made without a download (crate_compose.data.tokens, .texts) and the text sets for masked language
+"""Tokenizers made without a download (crate_compose.data.text_sets.tokens, .texts) and the text sets for masked language
 modelling: round trips, determinism, safe storage, BERT's windows, folders of text, the modules set."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from crate_compose.data import sets as D
-from crate_compose.data import texts as T
-from crate_compose.data.corpus import stdlib_source
-from crate_compose.data.tokens import SPECIALS, Tokenizer, train_tokenizer
+from crate_compose.data.text_sets import texts as T
+from crate_compose.data.text_sets.corpus import stdlib_source
+from crate_compose.data.text_sets.tokens import SPECIALS, Tokenizer, train_tokenizer
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import fingerprint
 
@@ -81,7 +81,7 @@ def test_determinism_does_not_follow_the_thread_count():
     """One thread (TOKENIZERS_PARALLELISM=false, RAYON_NUM_THREADS=1) in a fresh process learns the same
     vocabularies as this process's thread pool: the trainer's merges are ordered by count, then by pair."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from test_tokens import corpus; "
-            "from crate_compose.data.tokens import train_tokenizer; "
+            "from crate_compose.data.text_sets.tokens import train_tokenizer; "
             "print(*(train_tokenizer(kind, 300, corpus()).sha256 for kind in ('wordpiece', 'bpe')))")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAYON_NUM_THREADS="1")
     done = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], env=env, capture_output=True,

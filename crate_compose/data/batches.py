@@ -51,7 +51,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from ..seeds import step_seed
 from ..errors import DataError, TrainError
 from ..settings import Settings
-from .folders import FolderImages, read_rgb
+from .image_sets.folders import FolderImages, read_rgb
 from .sets import Data
 
 __all__ = ["AUGMENTING", "Examples", "StepBatches", "batch_indices", "batch_of", "batches", "check",

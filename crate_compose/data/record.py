@@ -3,8 +3,8 @@
 :class:`Data` is a data set ready to train on (its splits, input shape, classes, statistics and the
 spec sizes it fixes); :class:`Tensors` a split held in memory; :func:`spec_overrides` the ``--set``
 strings that fit a spec to a data set; :func:`check_size` the bound on an image side every image set
-checks before it allocates anything. The loaders (:mod:`.shipped`, :mod:`.subspaces`, :mod:`.folders`,
-:mod:`.corpus`) import from here, and :mod:`.sets` dispatches to them, so the import graph has no cycle.
+checks before it allocates anything. The loaders (:mod:`.image_sets.shipped`, :mod:`.subspaces`, :mod:`.image_sets.folders`,
+:mod:`.text_sets.corpus`) import from here, and :mod:`.sets` dispatches to them, so the import graph has no cycle.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Data:
     the true [U_1 .. U_K] for "subspaces"; ``sizes`` the spec sizes this data fixes; ``unigram_loss``
     the held-out loss of the train split's token frequencies (text sets), ``bigram_loss`` its pairs' (next-token
     sets); ``tokenizer`` the
-    :class:`~.tokens.Tokenizer` that made the ids of a tokenized text set (``KIND:text``,
+    :class:`~.text_sets.tokens.Tokenizer` that made the ids of a tokenized text set (``KIND:text``,
     ``KIND:folder:PATH``, ``KIND:modules``; None elsewhere), its JSON part of the run's data fingerprint;
     ``views`` the same data in the form of another kind, made when asked (a tokenized text set's token streams
     as "next-byte-text" windows, for a language model): :meth:`for_kinds`.

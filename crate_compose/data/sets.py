@@ -31,7 +31,7 @@ generated from a seed, or read from a folder the user already has on disk.
     (photo, top, left) of every crop.
 
 ``pasted-digits``
-    A segmentation set generated from ``split_seed`` (:mod:`crate_compose.data.pasted`): each of scikit-learn's
+    A segmentation set generated from ``split_seed`` (:mod:`crate_compose.data.image_sets.pasted`): each of scikit-learn's
     8x8 digits drawn is resized (bilinear) to a random side of 10/32 to 24/32 of the image's (10 to 24 pixels
     at 32), and pasted at a random place on a textured background (smooth coloured noise, stripes or checks
     of random frequency and orientation, or a mix of two), in a random colour with its intensity as alpha.
@@ -45,7 +45,7 @@ generated from a seed, or read from a folder the user already has on disk.
 
 ``shapes``
     A set on which self-supervision can learn the object, generated from ``split_seed``
-    (:mod:`crate_compose.data.shapes`): ten kinds of large filled shapes (disc, square, triangle, ring, cross,
+    (:mod:`crate_compose.data.image_sets.shapes`): ten kinds of large filled shapes (disc, square, triangle, ring, cross,
     star, crescent, L, half disc, T; 50% to 85% of the image's side, a little stretched and tilted, anti-aliased)
     at random places, each on one of 64 muted textured backgrounds drawn once for the whole set and picked at
     random, in a colour of a shared palette, so neither background nor colour tells the image or its class.
@@ -65,7 +65,7 @@ generated from a seed, or read from a folder the user already has on disk.
 
 ``text``
     Byte-level text for language models: the Python standard library's own source files, read in
-    sorted order up to 3 MB (:mod:`crate_compose.data.corpus`); the last whole files (about 10%) are
+    sorted order up to 3 MB (:mod:`crate_compose.data.text_sets.corpus`); the last whole files (about 10%) are
     the held-out split. Samples are consecutive windows of the spec's context size (its input
     shape ``[N]``): the input is N bytes, the target the same N bytes shifted by one. Vocabulary
     256 (``vocab`` is set to 256 where the spec declares it). ``Data.unigram_loss`` is the
@@ -84,11 +84,11 @@ generated from a seed, or read from a folder the user already has on disk.
     would go over the memory limit, or past Pillow's decompression-bomb threshold (a PNG of a few kB
     can hold 13000x13000 pixels), is refused naming the file and its size. :func:`verify`, which
     ``train`` calls before its first step, reads every file's header and decodes every test image.
-    The folder is read, scanned and split by :mod:`crate_compose.data.folders`.
+    The folder is read, scanned and split by :mod:`crate_compose.data.image_sets.folders`.
 
 ``bytes:text``, ``wordpiece:text``, ``bpe:text``, ``KIND-V:text``
     Tokenized text for masked language modelling (BERT): the ``text`` set's corpus and split, tokenized
-    (:mod:`crate_compose.data.tokens`, :mod:`crate_compose.data.texts`). ``KIND`` is ``bytes`` (ids 0..255 the UTF-8 bytes, the specials
+    (:mod:`crate_compose.data.text_sets.tokens`, :mod:`crate_compose.data.text_sets.texts`). ``KIND`` is ``bytes`` (ids 0..255 the UTF-8 bytes, the specials
     256..260; takes no ``V``), ``wordpiece`` (BERT's WordPiece, "##" continuing pieces, not lowercased) or
     ``bpe`` (byte-level BPE, whitespace kept); ``V`` the vocabulary, at most (default 8192; the trainer may
     stop below it). The tokenizer is trained without a download, deterministically, on the train split's
@@ -137,8 +137,8 @@ Every set is declared in :mod:`.builtin_sets` and registered in :mod:`.set_regis
 on) and takes sets of your own (:func:`.registry.register`); ``crate-compose list data`` lists them.
 Here are :func:`load_data` (which loads a name or a choice), :func:`names`, :func:`takes` and :func:`verify`; the
 record :class:`Data`, :class:`Tensors` and :func:`spec_overrides` are in :mod:`.record`, and the loaders beside
-it: :mod:`.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.pasted` (``pasted-digits``), :mod:`.shapes`,
-:mod:`.subspaces`, :mod:`.folders` (``folder:PATH``), :mod:`.corpus` (``text``), :mod:`.tokens` (the tokenizers) and :mod:`.texts`
+it: :mod:`.image_sets.shipped` (``digits``, ``fashion-mnist``, ``mnist``, ``photos``), :mod:`.image_sets.pasted` (``pasted-digits``), :mod:`.image_sets.shapes`,
+:mod:`.subspaces`, :mod:`.image_sets.folders` (``folder:PATH``), :mod:`.text_sets.corpus` (``text``), :mod:`.text_sets.tokens` (the tokenizers) and :mod:`.text_sets.texts`
 (``KIND:text``, ``KIND:folder:PATH``, ``KIND:modules``). Their names are importable from here too.
 """
 
@@ -148,16 +148,16 @@ import inspect
 from typing import Any
 
 from ..errors import DataError
-from .corpus import load_text
-from .folders import FolderImages, image_header, load_folder, read_image
+from .text_sets.corpus import load_text
+from .image_sets.folders import FolderImages, image_header, load_folder, read_image
 from .record import Data, Tensors, spec_overrides
-from .pasted import load_pasted_digits
-from .shapes import load_shapes
+from .image_sets.pasted import load_pasted_digits
+from .image_sets.shapes import load_shapes
 from .set_registry import DataChoice, resolve
 from .set_registry import names as registry_names
-from .shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
+from .image_sets.shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
-from .texts import load_modules, load_text_folder, load_tokens
+from .text_sets.texts import load_modules, load_text_folder, load_tokens
 
 __all__ = [
     "Data", "DataChoice", "Tensors", "load_archived", "load_data", "load_digits", "load_fashion_mnist", "load_folder",

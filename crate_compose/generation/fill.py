@@ -1,7 +1,7 @@
 """The masks of a text filled by a masked language model: ``crate-compose fill RUN "text with [MASK]"``.
 
 The run's own vocabulary (``RUN/tokenizer.json``, written when it started, read by
-:meth:`~crate_compose.data.tokens.Tokenizer.read`) turns the text into ids; the window the model reads is
+:meth:`~crate_compose.data.text_sets.tokens.Tokenizer.read`) turns the text into ids; the window the model reads is
 framed as it was trained, ``[CLS] text [SEP]``, and may be shorter than the context (the positions table is
 read from its start). At every ``[MASK]`` the model's distribution over the vocabulary gives the ``top_k``
 most likely tokens with their probabilities; the text is also given back as it was written, spacing and

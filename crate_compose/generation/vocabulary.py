@@ -1,7 +1,7 @@
 """A run's vocabulary as the text commands read it: ``fill`` (:mod:`.fill`) and ``generate`` (:mod:`.text`).
 
 A run trained on tokenized text keeps its tokenizer in ``RUN/tokenizer.json`` (written when it started), read here
-by :meth:`~crate_compose.data.tokens.Tokenizer.read` (a regular file, its size and nesting bounded; a damaged file
+by :meth:`~crate_compose.data.text_sets.tokens.Tokenizer.read` (a regular file, its size and nesting bounded; a damaged file
 is a DataError naming it). A text is checked before it is encoded (:func:`check_text`), and the vocabulary against
 the rows of the model's input embedding (:func:`check_vocabulary`: a ``tokenizer.json`` that is not the run's).
 """
@@ -43,9 +43,9 @@ def input_rows(spec: Any, model: Any) -> int | None:
 
 def read_tokenizer(run: Path, missing: str = FILL_HINT):
     """The vocabulary of the run folder ``run`` (its ``tokenizer.json``, read by
-    :meth:`~crate_compose.data.tokens.Tokenizer.read`: a damaged file is a DataError naming it); ``missing`` says
+    :meth:`~crate_compose.data.text_sets.tokens.Tokenizer.read`: a damaged file is a DataError naming it); ``missing`` says
     why a run without one cannot be read."""
-    from ..data.tokens import Tokenizer
+    from ..data.text_sets.tokens import Tokenizer
 
     path = Path(run) / TOKENIZER_FILE
     if not os.path.lexists(path):

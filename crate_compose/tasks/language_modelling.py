@@ -7,7 +7,7 @@ texts.next_token_data`). The test split reports, on its first :data:`EVAL_WINDOW
 ones), the cross-entropy per token in nats (``test_loss``: per byte on a byte set) beside the unigram baseline
 (``test_unigram_loss``, the training split's token frequencies, also per token) and the bigram baseline
 (``test_bigram_loss``, its add-one pair counts, each token given the one before), and, where the ids say how
-much text they stand for (every kind but wordpiece: :meth:`~crate_compose.data.tokens.Tokenizer.lengths`), the
+much text they stand for (every kind but wordpiece: :meth:`~crate_compose.data.text_sets.tokens.Tokenizer.lengths`), the
 same nats over the text those tokens decode to: ``test_bits_per_byte`` (bits per UTF-8 byte) and
 ``test_loss_per_char`` (nats per character), figures that compare across tokenizers.
 """
@@ -64,7 +64,7 @@ class LanguageModelling(Task):
         much text they stand for, the same nats per byte (in bits) and per character (module docstring)."""
         import math
 
-        from ..data.tokens import Tokenizer
+        from ..data.text_sets.tokens import Tokenizer
         from .held_out import evaluating, test_batches
 
         lengths = (data.tokenizer or Tokenizer("bytes")).lengths()  # the text set: bytes, no tokenizer

@@ -50,7 +50,7 @@ from ..settings import OPTIONS, Settings
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.json"  # a text run's vocabulary (its ids' meaning) in Hugging Face's format, for fill
-TOKENIZER_RECORD = "tokenizer.record.json"  # and fine-tuning; its record beside it (crate_compose.data.tokens)
+TOKENIZER_RECORD = "tokenizer.record.json"  # and fine-tuning; its record beside it (crate_compose.data.text_sets.tokens)
 FORMAT = 1
 # what each setting is to a run, from its declaration (crate_compose.options.Option.role)
 CADENCE = tuple(name for name, one in OPTIONS.items() if one.role == "cadence")  # what is logged and saved

@@ -1492,7 +1492,7 @@ def _write(content: str | bytes):
 
 
 def _before_the_record(path: Path) -> None:
-    from crate_compose.data.tokens import Tokenizer
+    from crate_compose.data.text_sets.tokens import Tokenizer
 
     text = Tokenizer.read(path).to_json()
     path.with_name("tokenizer.record.json").unlink()
@@ -1500,7 +1500,7 @@ def _before_the_record(path: Path) -> None:
 
 
 def _bytes_vocabulary(c: h.Ctx, path: Path) -> None:
-    from crate_compose.data.tokens import Tokenizer
+    from crate_compose.data.text_sets.tokens import Tokenizer
 
     path.write_text(Tokenizer("bytes").to_json())
 
@@ -1731,7 +1731,7 @@ def _works_cache(change=None, gpt2: bool = False):
     """A sound shakespeare.json of two works (one each split), changed by ``change(stored)``; with ``gpt2``, a sound
     gpt2-tokenizer/ beside it (GPT-2's 256 byte characters and <|endoftext|>, no merges)."""
     def setup(c: h.Ctx) -> None:
-        from crate_compose.data.tokens import byte_level_bytes
+        from crate_compose.data.text_sets.tokens import byte_level_bytes
 
         home = _home(c)
         home.mkdir()

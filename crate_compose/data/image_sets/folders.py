@@ -23,48 +23,22 @@ from __future__ import annotations
 import contextlib
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..memory import human, resolve_limit
-from ..errors import DataError
-from .record import Data, check_size
-from .set_registry import LABELED_IMAGES
+from ...memory import resolve_limit
+from ...errors import DataError
+from ..common import Limit, check_memory, stratified_split
+from ..record import Data, check_size
+from ..set_registry import LABELED_IMAGES
 
-__all__ = ["FolderImages", "Limit", "check_memory", "image_header", "load_folder", "read_folder", "read_image",
-           "read_rgb", "scan_classes", "stratified_split"]
+__all__ = ["FolderImages", "image_header", "load_folder", "read_folder", "read_image", "read_rgb", "scan_classes"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
 STATS_SAMPLE = 512  # images read to estimate a folder's channel statistics
-
-Limit = tuple[float | None, str]  # bytes (None: no limit) and where the limit came from (memory.resolve_limit)
-
-
-def check_memory(needed: float, what: str, limit: Limit, hint: str, held: str = "in memory") -> None:
-    """Raise :class:`DataError` when ``needed`` bytes are over the memory limit: ``what`` would take
-    ``needed`` (``held``), with the limit, where it came from, and ``hint``."""
-    bound, source = limit
-    if bound is not None and needed > bound:
-        raise DataError(f"{what} would take about {human(needed)} {held}, over the memory limit of "
-                        f"{human(bound)} ({source}); {hint}, or set --memory-limit")
-
-
-def stratified_split(
-    labels: Sequence[int], test_fraction: float, seed: int, where: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (train, test) of a seeded split keeping each class's share in both parts."""
-    from sklearn.model_selection import train_test_split
-
-    indices = np.arange(len(labels))
-    try:
-        train, test = train_test_split(indices, test_size=test_fraction, stratify=labels, random_state=seed)
-    except ValueError as error:
-        raise DataError(f"{where}: cannot split it into train and test ({error})") from None
-    return np.sort(train), np.sort(test)
-
 
 # ---------------------------------------------------------------- reading a file
 
@@ -274,7 +248,7 @@ def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: 
     Deterministic: the 80/20 split (when there is no train/test layout) and the images sampled for
     the channel statistics depend on ``split_seed`` only. Every image is checked from its header
     before it is decoded, against ``memory_limit`` (:func:`crate_compose.memory.resolve_limit`) and
-    Pillow's decompression-bomb threshold (:func:`read_image`); :func:`~.sets.verify` checks them all.
+    Pillow's decompression-bomb threshold (:func:`read_image`); :func:`~..sets.verify` checks them all.
     """
     root = Path(path).expanduser()
     check_size(image_size, str(root))

@@ -13,7 +13,7 @@ The data sets (:mod:`crate_compose.data.sets` dispatches to them; ``KIND`` is by
 
 ``KIND[-V]:shakespeare`` (:mod:`.shakespeare`) is built the same way. Every set of token streams
 (:func:`framed_data`) is also a language model's: task ``lm`` reads the same streams in next-token windows
-(:func:`next_token_data`, the set's view for ``next-byte-text``, :meth:`~.record.Data.for_kinds`).
+(:func:`next_token_data`, the set's view for ``next-byte-text``, :meth:`~..record.Data.for_kinds`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataError
-from ..files import read_input
+from ...errors import DataError
+from ...files import read_input
 from .corpus import HELD_OUT, next_token_windows, stdlib_files, stdlib_source, unigram_loss
-from .folders import IMAGE_SUFFIXES
-from .record import Data, Tensors
-from .set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
+from ..image_sets.folders import IMAGE_SUFFIXES
+from ..record import Data, Tensors
+from ..set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
 from .tokens import DEFAULT_VOCAB, Tokenizer, check_vocab, train_tokenizer
 
 __all__ = ["Framed", "context_of", "corpus_tokenizer", "framed_data", "is_text_folder", "labelled_snippets",
@@ -101,7 +101,7 @@ def _corpus_streams(kind: str, vocab: int | None) -> tuple[torch.Tensor, torch.T
 
 def framed_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: torch.Tensor, context: int) -> Data:
     """A tokenized text set from its two token streams: BERT's windows (:class:`Framed`), and as a view
-    (:attr:`~.record.Data.views`) the same streams in a language model's windows (:func:`next_token_data`)."""
+    (:attr:`~..record.Data.views`) the same streams in a language model's windows (:func:`next_token_data`)."""
     for split, stream in (("train", train), ("held-out", test)):
         if len(stream) < context - 2:
             raise DataError(f"{name}: the {split} split ({len(stream):,} tokens) is shorter than a window's "

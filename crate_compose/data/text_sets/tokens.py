@@ -49,8 +49,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from ..errors import DataError
-from ..files import MAX_JSON_DEPTH, json_depth, read_json, sha256_of
+from ...errors import DataError
+from ...files import MAX_JSON_DEPTH, json_depth, read_json, sha256_of
 from .byte_level import SPECIALS, byte_level_bytes
 
 if TYPE_CHECKING:  # imported where ids become tensors: the constants and check_vocab name the data sets torch-free

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataError
-from .record import Data
-from .set_registry import NEXT_BYTES
+from ...errors import DataError
+from ..record import Data
+from ..set_registry import NEXT_BYTES
 
 VOCAB = 256  # bytes
 CORPUS_BYTES = 3_000_000  # read files until this many bytes
