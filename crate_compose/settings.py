@@ -117,7 +117,7 @@ class Settings:
                             "default: 0, off)", low=0, metavar="ALPHA", later=True)
     normalize: str = setting("data", "standardize images with the data's own statistics or ImageNet's, train and "
                              "test alike", choices=NORMALIZATIONS, later=True)
-    # logging: where metrics go besides metrics.jsonl and metrics.csv (training/eventlog.py); None: tensorboard
+    # logging: where metrics go besides metrics.jsonl and metrics.csv (training/run_folder/eventlog.py); None: tensorboard
     # when the package imports, else none. Not part of a run's identity: a resume may change it
     logger: str | None = setting(None, "tensorboard: the metrics also as TensorBoard event files in RUN/tensorboard/; "
                                  "none: metrics.jsonl and metrics.csv only (default: tensorboard when the package is "

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from crate_compose.training import locks
+from crate_compose.training.run_folder import locks
 
 
 def snapshot(folder: Path) -> dict[str, str]:

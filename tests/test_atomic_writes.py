@@ -103,7 +103,7 @@ def test_a_file_writer_killed_midway_leaves_the_old_file(tmp_path, moment, write
 
 
 def test_a_checkpoint_killed_midway_is_never_taken_for_a_complete_one(tmp_path):
-    from crate_compose.training import checkpoint
+    from crate_compose.training.run_folder import checkpoint
 
     model = cc.build("crate-digits", overrides=TINY)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -152,7 +152,7 @@ import os, signal, sys
 from pathlib import Path
 import safetensors.torch, torch
 import crate_compose as cc
-from crate_compose.training import checkpoint
+from crate_compose.training.run_folder import checkpoint
 
 run = Path(sys.argv[1])
 model = cc.build("crate-digits", overrides={tiny!r})
@@ -173,7 +173,7 @@ def test_a_checkpoint_killed_while_its_build_is_written_leaves_nothing_a_resume_
     """SIGKILL while the build inside a checkpoint is written leaves the checkpoint's staging folder and, beside it,
     the build's own (``..step-000020.X.partial.Y.partial``): the cleanup of a resume removes both, and nothing
     else (a complete checkpoint, a user's files and folders whose names only look alike)."""
-    from crate_compose.training import checkpoint
+    from crate_compose.training.run_folder import checkpoint
 
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-c", KILLED_CHECKPOINT.format(tiny=TINY), str(run)], cwd=ROOT,

@@ -473,6 +473,15 @@ def test_the_package_top_holds_only_entry_points_and_base():
     assert (ROOT / "crate_compose" / "cli" / "__init__.py").is_file()  # the command line: a package, a module a command
 
 
+def test_no_folder_of_the_package_holds_more_than_15_modules():
+    """A folder is grouped by what it holds (data/image_sets, training/run_folder, ...) before it grows past 15
+    modules; primitives/ and modules/ hold a module per family of steps and are exempt."""
+    crowded = {str(folder.relative_to(ROOT)): count for folder in (ROOT / "crate_compose").rglob("*")
+               if folder.is_dir() and folder.name not in ("primitives", "modules", "__pycache__")
+               and (count := len(list(folder.glob("*.py")))) > 15}
+    assert not crowded, crowded
+
+
 def test_loading_a_spec_with_a_derived_decoder_builds_nothing(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("loading marched through the steps")

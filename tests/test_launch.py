@@ -27,7 +27,7 @@ from crate_compose.launch.jobs import LaunchError
 from crate_compose.launch.local import Local
 from crate_compose.settings import Settings
 from crate_compose.training import world
-from crate_compose.training.locks import FolderBusy, hold
+from crate_compose.training.run_folder.locks import FolderBusy, hold
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
@@ -165,7 +165,7 @@ def test_ranks_come_from_torchrun_else_from_srun_else_one_process(monkeypatch):
 
 HOLDER = """
 import os, sys, time
-from crate_compose.training.locks import hold
+from crate_compose.training.run_folder.locks import hold
 with hold(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)

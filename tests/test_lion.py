@@ -170,7 +170,7 @@ def test_a_run_checkpointed_with_lion_pytorch_resumes_with_ours_exactly(tmp_path
     """Runs before this Lion saved lion_pytorch's state: such a run killed after its step-3 checkpoint
     and resumed (with ours) ends where the whole run with lion_pytorch ends, and so does ours from the
     start; with the CPU's default (per parameter) and with the multi-tensor path CUDA takes."""
-    from crate_compose.training import opening as training  # where a run builds its optimizer
+    from crate_compose.training.run_folder import opening as training  # where a run builds its optimizer
 
     if batched:
         monkeypatch.setattr(optimizers, "_foreach_devices", lambda: ("cpu",))

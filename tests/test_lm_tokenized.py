@@ -26,7 +26,7 @@ from crate_compose.data.text_sets import gpt2_vocabulary as G
 from crate_compose.data.text_sets.tokens import Tokenizer, train_tokenizer
 from crate_compose.generation.text import generate_text
 from crate_compose.errors import WorkbenchError
-from crate_compose.training.checkpoint import latest_checkpoint
+from crate_compose.training.run_folder.checkpoint import latest_checkpoint
 from crate_compose.training.metrics import Metrics
 
 WORDS = ("the king and queen of denmark speak to their loyal friends about love war honour and death in the "

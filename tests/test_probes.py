@@ -507,7 +507,7 @@ def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, mon
 
 def test_probe_into_a_folder_another_process_writes_exits_3(tmp_path, capsys):
     from crate_compose.cli import main
-    from crate_compose.training.locks import hold
+    from crate_compose.training.run_folder.locks import hold
 
     spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
     out = tmp_path / "probes"

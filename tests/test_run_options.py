@@ -172,7 +172,7 @@ def test_a_run_recorded_when_dinos_options_were_every_runs_settings_resumes(tmp_
     assert train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=run, resume=True, progress=False).steps == 4
 
     from crate_compose.settings import settings_of
-    from crate_compose.training import identity
+    from crate_compose.training.run_folder import identity
 
     recorded = identity.Record({"spec": {"name": "x", "sha256": "0"}, "task": "dino",
                                 "data": {"name": "digits", "fingerprint": "0"},

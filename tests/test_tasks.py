@@ -131,7 +131,7 @@ def test_every_preset_and_task_pair_is_trained_by_its_heads_task_or_refused_nami
     import crate_compose as cc
     from crate_compose import tasks
     from crate_compose.errors import TrainError
-    from crate_compose.training.preflight import check_task_head
+    from crate_compose.training.run_folder.preflight import check_task_head
 
     spec = cc.load_spec(preset)
     last = spec.head[-1].primitive if spec.head else None

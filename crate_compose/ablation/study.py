@@ -21,7 +21,7 @@ What makes the table trustworthy:
   holds a run record: train refuses a run whose identity differs, continues an unfinished one exactly
   and reads a finished one back without writing; the table is written only from the runs it accepted,
   and states the settings of the identity;
-* the folder is locked (:func:`crate_compose.training.locks.hold`) for the whole ablation.
+* the folder is locked (:func:`crate_compose.training.run_folder.locks.hold`) for the whole ablation.
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ from ..files import ABLATIONS, write_atomic
 from ..spec_language import loader
 from ..spec_language.naming import GENERIC_KEYS, safe_name
 from ..spec_language.overrides import parse_key_path
-from ..training import preflight
+from ..training.run_folder import preflight
 from ..training.finetune import Init, fit_init, read_init, start_identity
-from ..training.identity import RUN_FILE, differences, digest, learned
+from ..training.run_folder.identity import RUN_FILE, differences, digest, learned
 from ..training import world
-from ..training.locks import hold
-from ..training.preflight import ABLATION_FILE
+from ..training.run_folder.locks import hold
+from ..training.run_folder.preflight import ABLATION_FILE
 from ..training.description import RunDescription, describe
 from ..training.preparation import Loaded, check_run_memory
 from ..training.run import train_described

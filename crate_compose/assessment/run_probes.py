@@ -37,11 +37,11 @@ from ..interop.reading import InteropError, read_checkpoint
 from ..spec_language import loader
 from ..spec_language.zoo import presets
 from ..settings import settings_of
-from ..training import identity as run_records
-from ..training.checkpoint import latest_checkpoint
-from ..training.eventlog import choose as choose_logger
-from ..training.eventlog import write_probe_curves
-from ..training.locks import hold
+from ..training.run_folder import identity as run_records
+from ..training.run_folder.checkpoint import latest_checkpoint
+from ..training.run_folder.eventlog import choose as choose_logger
+from ..training.run_folder.eventlog import write_probe_curves
+from ..training.run_folder.locks import hold
 from ..training.preparation import HEADLESS, prepare
 from .layer_probes import probe, probes_json, write_probes
 
@@ -98,7 +98,7 @@ def check_recorded_spec(run: Path, record: run_records.Record, weights: Path) ->
 
 def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     """The weights of the run folder ``run`` and what it was trained on (:class:`RunWeights`);
-    :class:`WorkbenchError` when it holds no weights yet, :class:`~crate_compose.training.identity.RunRecordError`
+    :class:`WorkbenchError` when it holds no weights yet, :class:`~crate_compose.training.run_folder.identity.RunRecordError`
     when its record cannot be trusted."""
     run = Path(run)
     record = run_records.read(run)
@@ -251,7 +251,7 @@ def probe_run(
     """Probe ``spec_ref`` (its input size set from the data) untrained, and trained with ``weights``
     (a run's ``final/`` or a checkpoint) when given; write probes.json and probes.png into ``out``
     (default: :func:`probe_folder`), both new or neither (:func:`crate_compose.assessment.layer_probes.write_probes`),
-    holding the folder's lock (:func:`crate_compose.training.locks.hold`: another writer exits 3).
+    holding the folder's lock (:func:`crate_compose.training.run_folder.locks.hold`: another writer exits 3).
 
     A run folder as ``weights`` or as ``spec_ref`` (:func:`run_weights`) gives the weights, the spec
     (unless ``spec_ref`` names one), the data, image size and seed (unless given); a ``data_name``
@@ -259,7 +259,7 @@ def probe_run(
     ``weights=RUN/final`` to measure it on other data). ``notes`` receives what was inferred
     (default: printed on stderr). Without a run: ``data_name`` defaults to digits, ``seed`` to 0.
     ``logger``: ``"tensorboard"`` also writes the curves as TensorBoard scalars beside the pair
-    (:func:`crate_compose.training.eventlog.write_probe_curves`), ``"none"`` not; default: tensorboard
+    (:func:`crate_compose.training.run_folder.eventlog.write_probe_curves`), ``"none"`` not; default: tensorboard
     when the package imports. ``normalize`` (``"data"`` or ``"imagenet"``) standardizes the inputs;
     default: as the weights were trained (:func:`normalization_of`)."""
     say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
@@ -299,7 +299,7 @@ def probe_over_training(run: str | Path, *, out: str | Path | None = None, sampl
     (``{"step N": rows}``) and ``probes.png`` (:func:`crate_compose.assessment.timelines.timeline_png`: every
     measure by layer, a line per checkpoint, and by training step, a line per layer) into ``out`` (default
     ``RUN/probes/over-training``). Checkpoints without weights (cut short) are skipped with a note."""
-    from ..training.checkpoint import checkpoints
+    from ..training.run_folder.checkpoint import checkpoints
     from .timelines import timeline_png
 
     say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))

@@ -6,7 +6,7 @@ An output path that cannot take the output is an :class:`~crate_compose.errors.O
 an ``--out`` a command may not write (inside a build, inside its source) is status 2.
 
 :mod:`.artifacts` writes and reads build folders with these names; run and ablation folders are
-:mod:`crate_compose.training.preflight`'s."""
+:mod:`crate_compose.training.run_folder.preflight`'s."""
 
 from __future__ import annotations
 

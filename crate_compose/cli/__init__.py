@@ -17,7 +17,7 @@ Only the standard library and torch-free modules load at start-up (``crate_compo
 its names on first use): ``--help`` and argument errors answer before torch is imported, and
 ``validate`` reports a wrong path or a YAML syntax error before the primitives (and torch) load. An
 ``--out`` that cannot take the output, or a spec whose input does not fit the command, is refused
-before torch loads too (:mod:`crate_compose.training.preflight`).
+before torch loads too (:mod:`crate_compose.training.run_folder.preflight`).
 
 Each command's arguments live beside its code, in a module of this package: :mod:`.spec` (build, render, validate,
 inspect, derive, list, schema), :mod:`.train`, :mod:`.probe`, :mod:`.generate`, :mod:`.fill`, :mod:`.evaluate` (evaluate,

@@ -65,7 +65,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     for note in grid.notes:
         print(f"note: {note}", file=sys.stderr)
     from ..spec_language.loader import read as read_spec
-    from ..training import preflight
+    from ..training.run_folder import preflight
 
     try:
         spec_ref = read_spec(args.spec)  # the spec file, opened once for the whole grid
@@ -103,7 +103,7 @@ def _status(out: Path) -> int:
     """``ablate --status DIR``: every run of the ablation, as its folder and scheduler say."""
     from ..ablation.study import folder_jobs
     from ..launch.status import Display, counts, survey
-    from ..training.preflight import ABLATION_FILE
+    from ..training.run_folder.preflight import ABLATION_FILE
 
     if not (out / ABLATION_FILE).is_file():
         raise WorkbenchError(f"--status: {out} holds no ablation (no {ABLATION_FILE})")

@@ -34,7 +34,7 @@ def add(command: Command) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from ..training.preflight import check_language_model
+    from ..training.run_folder.preflight import check_language_model
 
     check_language_model(cc.load_spec(args.spec, args.overrides))  # an image spec: refused before torch loads
     from ..generation.text import generate_text

@@ -33,8 +33,8 @@ def add(command: Command) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from ..spec_language.loader import read as read_spec
-    from ..training import preflight
-    from ..training.identity import read
+    from ..training.run_folder import preflight
+    from ..training.run_folder.identity import read
     from ..data.set_registry import resolve as resolve_data
     from ..training.recipes import read_recipe
 
@@ -93,7 +93,7 @@ def _launched(source, settings, overrides, out: Path, resume: bool, args: argpar
     from ..launch.jobs import LAUNCH_FILE, LaunchError, forget_job, write_job
     from ..launch.status import LIVE, Display, survey
     from ..training.description import describe
-    from ..training.identity import RUN_FILE
+    from ..training.run_folder.identity import RUN_FILE
 
     if args.resume_from is not None:
         raise WorkbenchError("--resume-from: continue from a chosen checkpoint in this process (leave out --launcher)")

@@ -48,8 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..seeds import step_seed
 from ..errors import DataError, TrainError
+from ..seeds import step_seed
 from ..settings import Settings
 from .image_sets.folders import FolderImages, read_rgb
 from .sets import Data

@@ -12,9 +12,25 @@ import re
 from typing import Any
 
 from ..errors import DataError
-from .set_registry import (IMAGES, LABELED_IMAGES, LABELED_TOKENS, NEXT_BYTES, TOKEN_GROUPS, TOKENIZED_TEXT, Parameter,
-                       register, whole)
-from .text_sets.tokens import DEFAULT_VOCAB, FIXED, KINDS, MAX_VOCAB, MIN_VOCAB, check_vocab
+from .set_registry import (
+    IMAGES,
+    LABELED_IMAGES,
+    LABELED_TOKENS,
+    NEXT_BYTES,
+    TOKEN_GROUPS,
+    TOKENIZED_TEXT,
+    Parameter,
+    register,
+    whole,
+)
+from .text_sets.tokens import (
+    DEFAULT_VOCAB,
+    FIXED,
+    KINDS,
+    MAX_VOCAB,
+    MIN_VOCAB,
+    check_vocab,
+)
 
 __all__: list[str] = []
 

@@ -148,15 +148,21 @@ import inspect
 from typing import Any
 
 from ..errors import DataError
-from .text_sets.corpus import load_text
 from .image_sets.folders import FolderImages, image_header, load_folder, read_image
-from .record import Data, Tensors, spec_overrides
 from .image_sets.pasted import load_pasted_digits
 from .image_sets.shapes import load_shapes
+from .image_sets.shipped import (
+    load_archived,
+    load_digits,
+    load_fashion_mnist,
+    load_mnist,
+    load_photos,
+)
+from .record import Data, Tensors, spec_overrides
 from .set_registry import DataChoice, resolve
 from .set_registry import names as registry_names
-from .image_sets.shipped import load_archived, load_digits, load_fashion_mnist, load_mnist, load_photos
 from .subspaces import load_subspaces, random_subspaces, sample_tokens
+from .text_sets.corpus import load_text
 from .text_sets.texts import load_modules, load_text_folder, load_tokens
 
 __all__ = [

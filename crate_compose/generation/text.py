@@ -35,8 +35,8 @@ from ..assessment.run_probes import load_weights, run_of
 from ..building.builder import compile_spec
 from ..errors import WorkbenchError
 from ..spec_language import loader
-from ..training import identity as run_records
-from ..training.preflight import check_language_model  # torch-free: the CLI refuses before torch loads
+from ..training.run_folder import identity as run_records
+from ..training.run_folder.preflight import check_language_model  # torch-free: the CLI refuses before torch loads
 from .decoding import encode_bytes, generate, ids_to_bytes
 from .vocabulary import check_text, check_vocabulary, embedding_vocabulary, input_rows, read_tokenizer, tokenizer_kind
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, WorkbenchError
-from ..training.identity import TOKENIZER_FILE
+from ..training.run_folder.identity import TOKENIZER_FILE
 
 __all__ = ["MAX_TEXT", "check_text", "check_vocabulary", "embedding_vocabulary", "input_rows", "read_tokenizer",
            "tokenizer_kind"]

@@ -48,7 +48,7 @@ MAX_HUB_CONFIG = 16 << 20  # bytes of a config.json (the hubs' are a few kB)
 
 class InteropError(WorkbenchError):
     """Another code's checkpoint that cannot be read or does not fit the spec; the message names the file.
-    (A training checkpoint of this package's own that is damaged is a ``crate_compose.training.checkpoint.CheckpointError``.)"""
+    (A training checkpoint of this package's own that is damaged is a ``crate_compose.training.run_folder.checkpoint.CheckpointError``.)"""
 
 
 @dataclass

@@ -156,7 +156,7 @@ def run_job(run: Path) -> int:
 
             torch.set_num_threads(max(1, int(threads)))
         described = describe_job(record)
-        from ..training.identity import RUN_FILE
+        from ..training.run_folder.identity import RUN_FILE
         from ..training.run import train_described
 
         if writer:

@@ -33,7 +33,7 @@ from ..data.batches import normalization, renormalize
 from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
 from ..spec_language import loader
-from ..training.locks import hold
+from ..training.run_folder.locks import hold
 from ..training.preparation import HEADLESS, prepare
 from . import drawings
 from .show import picture_folder

@@ -19,10 +19,10 @@ from typing import Any, Iterable
 from .. import tasks
 from ..data.sets import resolve as resolve_data
 from ..errors import TrainError
+from ..settings import Settings
 from ..spec_language import loader
 from ..spec_language.source import Source
 from ..spec_language.spec import Spec
-from ..settings import Settings
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ into it by name (:func:`apply_init`):
 ``--freeze encoder`` (:func:`freeze`) trains the head alone: every parameter not under ``head.`` gets
 ``requires_grad = False`` and is not given to the optimizer.
 
-The initialization is part of the run's identity (:mod:`crate_compose.training.identity`): the resolved
+The initialization is part of the run's identity (:mod:`crate_compose.training.run_folder.identity`): the resolved
 path of ``DIR`` and the SHA-256 of its weights file, and the freeze choice, so a run resumed from
 another ``DIR``, or after ``DIR``'s weights changed, or with another freeze, is refused.
 """
@@ -38,8 +38,8 @@ from ..building.plan import part_of, target, tied
 from ..building.ties import untie
 from ..errors import TrainError
 from ..files import sha256_of
-from ..spec_language import loader
 from ..settings import FREEZES
+from ..spec_language import loader
 
 HEAD = "head."  # the module paths of the spec's head part
 SHOWN = 5  # tensors named in one error before "and N more"

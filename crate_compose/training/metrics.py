@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import tasks
 from ..files import naming, write_atomic
-from . import eventlog
+from .run_folder import eventlog
 
 
 @dataclass

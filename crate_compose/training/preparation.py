@@ -23,10 +23,10 @@ from ..data.sets import Data, load_data
 from ..data.sets import resolve as resolve_data
 from ..errors import TrainError
 from ..files import RUNS
-from ..spec_language import loader
 from ..settings import AUGMENTATIONS, Settings
-from . import identity
+from ..spec_language import loader
 from .optimizers import float32_copies
+from .run_folder import identity
 
 
 def check_run(task: tasks.Task, spec, data: Data, settings: Settings) -> None:

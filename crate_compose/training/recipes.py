@@ -30,9 +30,9 @@ from typing import Any
 
 from .. import tasks
 from ..errors import Location, Problem, SpecError, did_you_mean
+from ..settings import OPTIONS, settings_of
 from ..spec_language.source import Source, read_file
 from ..spec_language.zoo import shipped_folder
-from ..settings import OPTIONS, settings_of
 
 OWN_KEYS = ("description", "source", "set")
 

@@ -14,7 +14,7 @@ A run folder holds::
     spec.yaml                 the resolved spec that was trained
     metrics.jsonl, .csv       one row per logged step (train loss, learning rate) and per evaluation
     tensorboard/              the same rows and the throughput as TensorBoard scalars (--logger; training.eventlog)
-    checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.training.checkpoint), every N steps
+    checkpoints/step-NNNNNN/  weights, optimizer, RNG (see crate_compose.training.run_folder.checkpoint), every N steps
     final/                    the trained build (crate_compose.load_build, crate-compose probe --weights)
     result.json               the last train loss, the evaluation, parameters and wall time
 
@@ -45,21 +45,22 @@ import torch
 
 from .. import tasks
 from ..building.artifacts import save as save_build
-from ..seeds import step_seed
 from ..data.batches import batches
 from ..data.sets import Data
 from ..errors import Stopped, TrainError
 from ..files import write_atomic
 from ..modules.paths import use_formulas
+from ..seeds import step_seed
 from ..settings import MAX_STEPS, Settings, flat, plausibility_notes
-from . import checkpoint, eventlog, finetune
+from . import finetune
+from .description import RunDescription, describe
 from .distributed import Distributed
 from .metrics import Metrics, Result, finite, read_metrics, rows_of, said
-from .opening import Opening, Plan
 from .optimizers import autocast, bf16_note, lr_at, scaler_for
-from .description import RunDescription, describe
 from .preparation import Loaded, as_recorded, check_run, check_run_memory, default_run
 from .progress import bar as progress_bar
+from .run_folder import checkpoint, eventlog
+from .run_folder.opening import Opening, Plan
 
 EMA_FOLDER = "final-ema"  # the run's averaged weights (--ema), a build folder beside final/
 COLLAPSED = 50  # training steps in a row whose every example got the same output: the run is stopped
@@ -109,10 +110,10 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     Before anything is allocated, the weights, AdamW's state and one batch's activations are
     estimated from the spec's shapes; a run over ``memory_limit`` (see :mod:`crate_compose.building.budget`)
     raises :class:`~crate_compose.building.budget.ResourceError` with the estimate and the limit. Before the
-    first step, the run folder is locked and checked (:mod:`crate_compose.training.identity`): a new run needs a
+    first step, the run folder is locked and checked (:mod:`crate_compose.training.run_folder.identity`): a new run needs a
     folder that is empty or missing; ``resume`` (or ``resume_from``, a checkpoint's step) continues
     the run recorded there only when nothing that defines it differs, from a checkpoint that
-    :func:`crate_compose.training.checkpoint.verify` passes. A finished run resumed with the same steps is
+    :func:`crate_compose.training.run_folder.checkpoint.verify` passes. A finished run resumed with the same steps is
     returned as it is (``Result.already_finished``), nothing written. A SIGTERM (or SLURM's SIGUSR2) while
     the steps run (in the main thread) stops the run at the next step's start, keeps the steps done in a
     checkpoint and raises :class:`~crate_compose.errors.Stopped` naming it (the CLI's exit status 143).

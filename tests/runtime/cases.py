@@ -480,7 +480,7 @@ case("r079", "resume", "run-json-huge", "run.json of 5 MB", _record(
 
 
 def _rehashed(c: h.Ctx, path: Path) -> None:
-    from crate_compose.training import identity
+    from crate_compose.training.run_folder import identity
 
     def change(record):
         record["identity"]["settings"]["lr"] = 0.01
@@ -1160,7 +1160,7 @@ case("r171", "lock", "two-trains", "two train --resume of one run at once: the s
 
 
 def _other_version(c: h.Ctx) -> None:
-    from crate_compose.training import identity
+    from crate_compose.training.run_folder import identity
 
     c.killed(at=2)
 

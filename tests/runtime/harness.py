@@ -205,7 +205,7 @@ class Ctx:
         return process
 
     def hold_lock(self, folder: Path) -> int:
-        """Hold ``folder``'s lock from another process (crate_compose.training.locks); returns its pid."""
+        """Hold ``folder``'s lock from another process (crate_compose.training.run_folder.locks); returns its pid."""
         code = ("import sys, time\nfrom crate_compose.training import locks\nheld = locks.hold(sys.argv[1])\n"
                 "held.__enter__()\nprint('held', flush=True)\ntime.sleep(300)\n")
         process = self.spawn([PYTHON, "-c", code, str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

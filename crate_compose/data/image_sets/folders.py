@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ...memory import resolve_limit
 from ...errors import DataError
+from ...memory import resolve_limit
 from ..common import Limit, check_memory, stratified_split
 from ..record import Data, check_size
 from ..set_registry import LABELED_IMAGES

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from ...errors import DataError
+from ..common import channel_stats
 from ..record import Data, Tensors
 from ..set_registry import LABELED_IMAGES
-from ..common import channel_stats
 
 __all__ = ["SPLITS", "cache_file", "check_counts", "columns", "generate", "labeled_data", "load_splits", "uniforms"]
 

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...memory import resolve_limit
 from ...errors import DataError
-from . import generated
+from ...memory import resolve_limit
 from ..common import check_memory, stratified_split
 from ..record import Data, check_size
+from . import generated
 from .textures import WIDTHS, backgrounds, pick
 
 __all__ = ["Pasted", "load_pasted_digits", "paste"]

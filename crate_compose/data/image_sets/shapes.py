@@ -55,11 +55,11 @@ import numpy as np
 
 from ...errors import DataError
 from ...memory import resolve_limit
-from . import generated
 from ..common import check_memory
 from ..record import Data, check_size
-from .textures import WIDTHS, backgrounds, pick
+from . import generated
 from .textures import DRAWS as BACKGROUND_DRAWS
+from .textures import WIDTHS, backgrounds, pick
 
 __all__ = ["CLASSES", "Shape", "draw", "inside", "load_shapes", "pool"]
 

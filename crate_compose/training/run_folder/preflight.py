@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import tasks
-from ..building.outputs import output_folder
-from ..errors import OutputError, WorkbenchError
+from ... import tasks
+from ...building.outputs import output_folder
+from ...errors import OutputError, WorkbenchError
 from . import identity
 from .eventlog import FOLDER as EVENTS_FOLDER
 from .locks import LOCK_FILE

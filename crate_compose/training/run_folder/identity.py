@@ -18,7 +18,7 @@ Two things may change on resume without making another run:
 
 The logger (``logger``, ``--logger``: TensorBoard event files or none) is no part of the identity at
 all (:data:`OUTPUTS`): it says where the metrics are written besides metrics.jsonl, so a run may be
-resumed with another one (:mod:`crate_compose.training.eventlog`). Nor are the DataLoader's worker
+resumed with another one (:mod:`crate_compose.training.run_folder.eventlog`). Nor are the DataLoader's worker
 processes (``workers``, ``--workers``; :data:`MACHINERY`): the batches are the same with any number
 of them (:mod:`crate_compose.data.batches`), so a run may be resumed with another count.
 
@@ -44,9 +44,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import WorkbenchError
-from ..files import write_atomic
-from ..settings import OPTIONS, Settings
+from ...errors import WorkbenchError
+from ...files import write_atomic
+from ...settings import OPTIONS, Settings
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.json"  # a text run's vocabulary (its ids' meaning) in Hugging Face's format, for fill
@@ -65,7 +65,7 @@ LATER = {name: one.default for name, one in OPTIONS.items() if one.later}
 def learned(settings: Settings, leave: tuple[str, ...] = ()) -> dict[str, Any]:
     """The settings that shape what a run learns (not its cadence, steps, machinery or outputs, nor
     ``leave``), a later setting at its default left out (:data:`LATER`), and the task's own options as given
-    (those at their default are left out when the run is described: :func:`.description.describe`)."""
+    (those at their default are left out when the run is described: :func:`..description.describe`)."""
     general = {k: v for k, v in asdict(settings).items() if k in OPTIONS and OPTIONS[k].role == "learned"
                and k not in leave and not (k in LATER and v == LATER[k])}
     return {**general, **settings.options}
@@ -214,7 +214,7 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _with_later(identity: dict[str, Any]) -> dict[str, Any]:
     """An identity with the later settings it leaves out at their defaults written in (for messages)."""
-    from .. import tasks
+    from ... import tasks
 
     settings = identity.get("settings")
     later = {**LATER, **{name: one.default for name, one in tasks.task_options().items()}}  # a task option too

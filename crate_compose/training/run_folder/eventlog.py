@@ -40,9 +40,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import WorkbenchError
-from ..files import naming
-from ..settings import LOGGERS
+from ...errors import WorkbenchError
+from ...files import naming
+from ...settings import LOGGERS
 
 FOLDER = "tensorboard"  # RUN/tensorboard/
 INFIX = "tfevents"  # what TensorBoard looks for in a file's name (events.out.tfevents.<time>.<host>.<pid>.<n>)
@@ -347,7 +347,9 @@ def read_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 def _events(path: Path) -> Iterable[Any]:
     """The events of one file; a last record cut short by a killed writer ends it."""
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    from tensorboard.backend.event_processing.event_file_loader import (
+        LegacyEventFileLoader,
+    )
 
     try:
         yield from LegacyEventFileLoader(str(path)).Load()

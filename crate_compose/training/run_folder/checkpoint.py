@@ -37,14 +37,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import fx
 
-from ..building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
-from ..building.artifacts import save as save_build
-from ..building.builder import spec_of
-from ..building.plan import tied
-from ..errors import WorkbenchError
-from ..files import save_tensors, staged_folder, write_atomic
+from ...building.artifacts import SPEC_FILE, WEIGHTS_FILE, first_mismatch, read_weights
+from ...building.artifacts import save as save_build
+from ...building.builder import spec_of
+from ...building.plan import tied
+from ...errors import WorkbenchError
+from ...files import save_tensors, staged_folder, write_atomic
+from ..optimizers import EMA, state_keys
 from .identity import LATER
-from .optimizers import EMA, state_keys
 
 STATE_FILE, OPTIMIZER_FILE, EMA_FILE = "state.json", "optimizer.safetensors", "ema.safetensors"
 TASK_FILE = "task.safetensors"  # what a task keeps from step to step (DINO's center), when it keeps anything

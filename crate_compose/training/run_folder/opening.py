@@ -19,22 +19,23 @@ from typing import Any
 
 import torch
 
-from .. import tasks
-from ..building.artifacts import replaceable
-from ..memory import human
-from ..building.builder import compile_spec, spec_of
-from ..data.sets import Data
-from ..data.sets import verify as verify_data
-from ..errors import TrainError
-from ..files import writable, write_atomic, write_together
-from ..spec_language import loader
-from ..modules.residual import stochastic_depth
-from ..settings import Settings, flat
-from . import checkpoint, eventlog, finetune, identity, locks, preflight
-from .distributed import Distributed
-from .metrics import Result, read_metrics, rows_of
-from .optimizers import EMA, optimizer_for, state_keys
-from .preparation import fingerprint
+from ... import tasks
+from ...building.artifacts import replaceable
+from ...building.builder import compile_spec, spec_of
+from ...data.sets import Data
+from ...data.sets import verify as verify_data
+from ...errors import TrainError
+from ...files import writable, write_atomic, write_together
+from ...memory import human
+from ...modules.residual import stochastic_depth
+from ...settings import Settings, flat
+from ...spec_language import loader
+from .. import finetune
+from ..distributed import Distributed
+from ..metrics import Result, read_metrics, rows_of
+from ..optimizers import EMA, optimizer_for, state_keys
+from ..preparation import fingerprint
+from . import checkpoint, eventlog, identity, locks, preflight
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Opening:
         self.session = task.session(self.model, settings, data)
 
     def identity(self, settings: Settings) -> dict[str, Any]:
-        from ..version import __version__
+        from ...version import __version__
 
         return identity.identity(self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__,
                              self.start)
