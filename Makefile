@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 # torchvision pins one torch: installed in the same command, pip keeps the CPU torch above
 TORCHVISION ?= torchvision==0.28.0
 
-.PHONY: setup graphviz demo test test-long device-check device-wheels data clean
+.PHONY: setup graphviz demo lint test test-long device-check device-wheels data clean
 
 setup: $(VENV)/.installed graphviz
 
@@ -33,6 +33,10 @@ demo: setup
 # (as root; Debian's slurm packages installed when missing) and stops after; elsewhere they skip, saying why, and
 # CRATE_COMPOSE_REQUIRE_SLURM=1 (.ci/run) makes a missing cluster fail instead.
 JOBS ?= 2
+lint: setup
+	$(BIN)/ruff format --check crate_compose tests benchmarks scripts
+	$(BIN)/ruff check crate_compose tests benchmarks scripts
+
 test: setup
 	scripts/with-slurm $(BIN)/python -m pytest -q -n $(JOBS)
 

@@ -46,8 +46,8 @@ def measure(rounds: int) -> list[tuple[str, float, float]]:
         cc.build(spec)  # warm: imports, kernels
         now, before = [], []
         for _ in range(rounds):
-            now.append(_seconds(lambda: cc.build(spec)))
-            before.append(_seconds(lambda: (budget.estimate(spec), cc.build(spec, memory_limit="none"))))
+            now.append(_seconds(lambda spec=spec: cc.build(spec)))
+            before.append(_seconds(lambda spec=spec: (budget.estimate(spec), cc.build(spec, memory_limit="none"))))
         rows.append((name, statistics.median(now), statistics.median(before)))
     return rows
 

@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
 
 import crate_compose as cc
-from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -97,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                 token = ids[:, length - 1 + r : length + r]
                 if decoder.length + 1 > decoder.context:
                     continue
-                times[label].append(timed(lambda: decoder(token), device, args.stall_max, args.patience))
+                times[label].append(timed(lambda decoder=decoder, token=token: decoder(token), device, args.stall_max, args.patience))
             if r < recompute_rounds:  # the reference: GPT-2 recomputing all L tokens for one more logit
                 model = models["gpt-2 (cached)"]
-                times["no cache"].append(timed(lambda: model(ids[:, :length]), device, args.stall_max, args.patience))
+                times["no cache"].append(timed(lambda model=model, length=length: model(ids[:, :length]), device, args.stall_max, args.patience))
         memory = {label: decoder.nbytes for label, decoder in decoders.items()}
         rows.append((length, {k: statistics.median(v) for k, v in times.items() if v}, memory))
         cells = ", ".join(f"{k} {statistics.median(v) * 1e3:.2f} ms" for k, v in times.items() if v)

@@ -549,9 +549,8 @@ def kernel_summary(work: list[tuple[str, float, float]], steps: int, step_s: flo
 
 def part_profile(plan: Plan) -> dict:
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
     import train_step as ts
+    from torch.profiler import ProfilerActivity, profile
 
     timm = ts.need_timm()
     device = torch.device(plan.device)
@@ -617,9 +616,8 @@ def profile_step(check: Check) -> list[str]:
 
 
 def part_adamw(plan: Plan) -> dict:
-    import torch
-
     import optimizer_step as bench
+    import torch
 
     device = torch.device(plan.device)
     sizes = bench.shapes()
@@ -691,7 +689,7 @@ def collapse(rows: list[dict], band: float = COLLAPSE_BAND, low: float = LOW_LOS
     train = sorted((r["step"], float(r["loss"])) for r in rows if r.get("kind") == "train" and "loss" in r)
     below = False
     for i, (step, loss) in enumerate(train):
-        if below and len(train) - i >= least and all(abs(l - LN10) <= band for _, l in train[i:]):
+        if below and len(train) - i >= least and all(abs(later - LN10) <= band for _, later in train[i:]):
             return {"step": step, "loss": loss, "before_step": train[i - 1][0], "before_loss": train[i - 1][1],
                     "logged_after": len(train) - i, "last_step": train[-1][0]}
         below = below or loss < low

@@ -21,8 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import crate_compose as cc  # noqa: E402
 from reference.crate_paper import CRATE, load_from_built  # noqa: E402
+
+import crate_compose as cc  # noqa: E402
 
 
 def reference_for(model) -> CRATE:

@@ -66,6 +66,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from machine import cpu_name  # benchmarks/machine.py, beside this script
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import flop_counter
@@ -77,7 +78,6 @@ import crate_compose as cc
 from crate_compose.modules import causal
 from crate_compose.modules.sparsify import ISTA, ISTAMM, ISTAODL
 from crate_compose.training.optimizers import Lion
-from machine import cpu_name  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 aten = torch.ops.aten
@@ -401,10 +401,8 @@ def compiled(model: Model, depth: int) -> Compiled:
     import logging
 
     from torch._dynamo.utils import counters
-    from torch._inductor import metrics
+    from torch._inductor import compile_fx, metrics
     from torch._inductor.utils import run_and_get_code
-
-    from torch._inductor import compile_fx
 
     torch._dynamo.reset()
     metrics.reset()

@@ -36,17 +36,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from machine import cpu_stall_us, publish  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from crate_compose.settings import Settings  # noqa: E402
-from crate_compose.data.sets import load_data  # noqa: E402
 from crate_compose import tasks  # noqa: E402
 from crate_compose.data.batches import batches, transforms_v2  # noqa: E402
+from crate_compose.data.sets import load_data  # noqa: E402
+from crate_compose.settings import Settings  # noqa: E402
 
 CLASSES = 10
 AUGMENTS = ("none", "crop-flip", "randaugment")

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from machine import publish  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent

@@ -51,9 +51,9 @@ from pathlib import Path
 import torch
 
 import crate_compose as cc
+from crate_compose import tasks
 from crate_compose.modules.paths import use_formulas
 from crate_compose.modules.sparsify import ISTA, ISTAMM
-from crate_compose import tasks
 
 
 @dataclass(frozen=True)

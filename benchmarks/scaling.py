@@ -71,11 +71,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 from crate_compose import registry
-from machine import cpu_stall_us  # benchmarks/machine.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 DIM, HEADS, HEAD_DIM = 384, 6, 64

@@ -42,12 +42,12 @@ def main(argv: list[str] | None = None) -> int:
                         "of seeds 0..N-1 (default: the trained runs' seeds)")
     args = parser.parse_args(argv)
 
-    from crate_compose.building.builder import compile_spec
-    from crate_compose.files import write_atomic
-    from crate_compose.assessment.layer_probes import probe, probes_png
     from crate_compose import tasks
+    from crate_compose.assessment.layer_probes import probe, probes_png
     from crate_compose.assessment.run_probes import load_weights, probe_over_training, run_weights
     from crate_compose.assessment.timelines import spread_rows
+    from crate_compose.building.builder import compile_spec
+    from crate_compose.files import write_atomic
     from crate_compose.training.preparation import HEADLESS, prepare
 
     seeds = sorted(p for p in args.grid.glob("*/seed-*") if (p / "run.json").is_file())

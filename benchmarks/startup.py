@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from machine import cpu_stall_us, publish  # benchmarks/machine.py, beside this script (torch-free: a parent holding
+
 # torch would lend its pages to each child's peak RSS before the exec)
 
 HERE = Path(__file__).resolve().parent

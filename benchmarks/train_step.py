@@ -76,12 +76,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from machine import chosen_device, synchronize, timed  # benchmarks/machine.py, beside this script
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import crate_compose as cc
 from crate_compose.modules.paths import use_formulas
-from machine import chosen_device, synchronize, timed  # benchmarks/machine.py, beside this script
 
 MODELS = ("crate-base", "vit_base_patch16_224")
 SHORT = {"crate-base": "CRATE-B", "vit_base_patch16_224": "ViT-B/16 (timm)"}
@@ -237,7 +237,7 @@ def _configuration(args, device, dtype_name: str, compiled: bool, flops: dict, t
     result["time_ratio"] = crate["step"]["median_s"] / vit["step"]["median_s"]
     if args.forward == "none" or (compiled and args.forward == "eager"):
         return result
-    for name, trainer in trainers.items():  # warm up the forward pass (compiles a no-grad graph)
+    for trainer in trainers.values():  # warm up the forward pass (compiles a no-grad graph)
         for _ in range(1 + args.warmup):
             trainer.forward()
     tokens = (args.size // 16) ** 2 + 1

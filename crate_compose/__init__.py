@@ -75,31 +75,31 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .assessment.run_probes import probe_run as probe
     from .assessment.scoring import evaluate_weights as evaluate
     from .assessment.scoring import linear_probe_weights as linear_probe
-    from .data.archives import fetch
-    from .generation.fill import fill
-    from .pictures.segmentation import segment
-    from .settings import Settings
-    from .training.description import describe
-    from .training.run import train
     from .building.artifacts import load_build, save
     from .building.budget import ResourceError
     from .building.builder import build, compile_spec, spec_of
     from .building.derivation import derive_decoder
     from .building.inspection import derive, inspect, validate
     from .building.summary import Summary, summarize
+    from .data.archives import fetch
     from .generation.decoding import CachedModel, generate
+    from .generation.fill import fill
     from .interop.exchange import export_checkpoint, import_checkpoint, load_checkpoint, write_checkpoint
     from .interop.reading import InteropError, read_checkpoint
+    from .modules.paths import formulas, formulas_as_written, set_formulas, use_formulas
+    from .modules.residual import Residual
+    from .pictures.segmentation import segment
+    from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive
+    from .rendering.diagrams import diagram, render
+    from .settings import Settings
     from .spec_language.loader import dump as dump_spec
     from .spec_language.loader import load as load_spec
     from .spec_language.schema import json_schema
     from .spec_language.spec import Derive, Spec, Stack, Step
     from .spec_language.zoo import presets
-    from .modules.paths import formulas, formulas_as_written, set_formulas, use_formulas
-    from .modules.residual import Residual
-    from .registry import Args, Context, Example, Footprint, Inverse, Primitive, all_primitives, load_plugins, primitive
-    from .rendering.diagrams import diagram, render
     from .tasks.masked_autoencoding import masked_reconstruction_loss, reconstruction_loss
+    from .training.description import describe
+    from .training.run import train
 
 
 def __getattr__(name: str) -> Any:

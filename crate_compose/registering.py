@@ -17,8 +17,8 @@ set's loader), so every name is read and checked before torch loads.
 
 from __future__ import annotations
 
-from importlib import import_module
 from collections.abc import Iterator, Mapping
+from importlib import import_module
 from typing import Callable, TypeVar
 
 __all__ = ["Registry"]

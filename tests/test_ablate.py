@@ -19,12 +19,12 @@ import torch
 from test_workbench import one_thread  # noqa: F401  (autouse: one thread for small matrices)
 
 from crate_compose import cli
+from crate_compose.ablation.grids import Grid, GridError, parse_swap
+from crate_compose.ablation.study import _folder, ablate, variant_label
+from crate_compose.settings import MAX_RUNS, Settings
 from crate_compose.spec_language import loader
 from crate_compose.spec_language.naming import safe_name
-from crate_compose.settings import MAX_RUNS, Settings
 from crate_compose.training import run as train_module
-from crate_compose.ablation.study import _folder, ablate, variant_label
-from crate_compose.ablation.grids import Grid, GridError, parse_swap
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

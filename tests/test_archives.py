@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
-from crate_compose.errors import DataError
-from crate_compose.settings import ARCHIVED
 from crate_compose.data import archives
 from crate_compose.data.sets import load_data
-from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
+from crate_compose.errors import DataError
+from crate_compose.settings import ARCHIVED
 
 SIDE = 28
 

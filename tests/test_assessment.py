@@ -13,14 +13,14 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from torch import fx
 
+from crate_compose.assessment.run_probes import load_weights
+from crate_compose.assessment.scoring import evaluate_weights, linear_probe_weights, tensors_of
+from crate_compose.building.builder import compile_spec
 from crate_compose.cli import main
 from crate_compose.errors import WorkbenchError
-from crate_compose.assessment.scoring import tensors_of, evaluate_weights, linear_probe_weights
 from crate_compose.tasks.frozen_features import C_GRID, features, knn
-from crate_compose.assessment.run_probes import load_weights
 from crate_compose.training.preparation import prepare
 from crate_compose.training.run import Settings, train
-from crate_compose.building.builder import compile_spec
 
 DIGITS = "specs/crate-digits.yaml"
 

@@ -89,8 +89,9 @@ def _expected(family: str, depth: int = 2) -> dict[str, tuple]:
             fixed.update({f"{pre}.0.weight": (c_out, c_in, 3, 3), f"{pre}.1.weight": (c_out,),
                           f"{pre}.1.bias": (c_out,), f"{pre}.1.running_mean": (c_out,),
                           f"{pre}.1.running_var": (c_out,), f"{pre}.1.num_batches_tracked": ()})
-        mlp = lambda pre: {f"{pre}.mlp.fc1.weight": (192, 48), f"{pre}.mlp.fc1.bias": (192,),
-                           f"{pre}.mlp.fc2.weight": (48, 192), f"{pre}.mlp.fc2.bias": (48,)}
+        def mlp(pre):
+            return {f"{pre}.mlp.fc1.weight": (192, 48), f"{pre}.mlp.fc1.bias": (192,),
+                                   f"{pre}.mlp.fc2.weight": (48, 192), f"{pre}.mlp.fc2.bias": (48,)}
         per_layer = {"blocks.{i}.gamma1": (48,), "blocks.{i}.gamma2": (48,), **_norm("blocks.{i}.norm1"),
                      "blocks.{i}.attn.qkv.weight": (48, 48), "blocks.{i}.attn.qkv.bias": (48,),
                      "blocks.{i}.attn.temp": (4, 1), "blocks.{i}.attn.to_out.0.weight": (48, 48),
@@ -414,7 +415,8 @@ def test_crate_alpha_matches_the_authors_einsum_form():
 
 def _tost_literal(state, images, heads, tokens_norm):
     """ToST-vision in the authors' literal sequence of operations, with nn modules for the standard layers."""
-    ln = lambda prefix: _load(nn.LayerNorm(48, eps=1e-6).double(), state, prefix)
+    def ln(prefix):
+        return _load(nn.LayerNorm(48, eps=1e-6).double(), state, prefix)
     x = images
     for j, (c_in, c_out) in enumerate(((3, 6), (6, 12), (12, 24), (24, 48))):
         conv = _load(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False).double(), state,
@@ -437,8 +439,9 @@ def _tost_literal(state, images, heads, tokens_norm):
     pos = torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
     pos = _load(nn.Conv2d(64, 48, 1).double(), state, "pos_embeder.token_projection.")(pos.double())
     x = x + pos.reshape(b, -1, x.shape[1]).permute(0, 2, 1)
-    mlp = lambda prefix: nn.Sequential(_load(nn.Linear(48, 192).double(), state, prefix + "fc1."), nn.GELU(),
-                                       _load(nn.Linear(192, 48).double(), state, prefix + "fc2."))
+    def mlp(prefix):
+        return nn.Sequential(_load(nn.Linear(48, 192).double(), state, prefix + "fc1."), nn.GELU(),
+                                           _load(nn.Linear(192, 48).double(), state, prefix + "fc2."))
     for i in range(2):
         pre = f"blocks.{i}."
         h = ln(pre + "norm1.")(x)

@@ -11,8 +11,8 @@ import crate_compose as cc
 from crate_compose import memory
 from crate_compose.building import budget
 from crate_compose.building.budget import ResourceError, estimate
-from crate_compose.memory import parse_size
 from crate_compose.cli import main
+from crate_compose.memory import parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))

@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 
 import crate_compose as cc
 from crate_compose import cli
-from crate_compose.spec_language import zoo
 from crate_compose.errors import SpecError
+from crate_compose.spec_language import zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["name=crate-tiny", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",

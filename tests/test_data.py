@@ -14,11 +14,11 @@ import pytest
 import torch
 from PIL import Image
 
-from crate_compose.errors import DataError
+from crate_compose.data import record
 from crate_compose.data import sets as D
 from crate_compose.data.image_sets import folders as images
-from crate_compose.data import record
 from crate_compose.data.image_sets import shipped
+from crate_compose.errors import DataError
 from crate_compose.spec_language.loader import load
 
 DIGITS = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
@@ -158,7 +158,7 @@ def test_subspaces_seeded_and_parameters(subspaces):
 def write_folder(root, sizes=((10, 12), (16, 16), (8, 20), (12, 12))):
     """3 classes x 4 PNGs of different sizes (one grayscale per class)."""
     rng = np.random.default_rng(0)
-    for c, name in enumerate(["cat", "bird", "dog"]):
+    for _c, name in enumerate(["cat", "bird", "dog"]):
         (root / name).mkdir(parents=True)
         for i, (h, w) in enumerate(sizes):
             if i == 0:

@@ -7,8 +7,8 @@ import pytest
 
 import crate_compose as cc
 from crate_compose import cli
-from crate_compose.errors import DataError
 from crate_compose.data import sets as D
+from crate_compose.errors import DataError
 from crate_compose.training.preparation import prepare
 
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from crate_compose import cli, tasks
-from crate_compose.data import sets
 from crate_compose.data import set_registry as registry
+from crate_compose.data import sets
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import fingerprint
 

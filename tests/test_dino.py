@@ -218,7 +218,6 @@ def test_the_vit_dino_preset_counts_dinos_vit_s16_with_its_head():
     """vit-dino-small = DINO's ViT-S/16 backbone (timm's, no classifier: its final norm included) + DINO's head
     (22,352,128); the head's LayerNorm plays the backbone's final norm, which this project's ViT keeps in its head."""
     import crate_compose as cc
-
     from crate_compose.data.batches import transforms_v2
 
     transforms_v2()  # torchvision imported the way the package imports it (its C++ operators may not load)

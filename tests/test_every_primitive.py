@@ -17,8 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import crate_compose as cc
 from crate_compose import registry
-from crate_compose.modules.residual import Residual
 from crate_compose.building.placement import infer
+from crate_compose.modules.residual import Residual
 
 BATCH = 2
 BUILTIN = {name: p for name, p in cc.all_primitives().items() if p.factory.__module__.startswith("crate_compose.")}

@@ -26,10 +26,10 @@ import crate_compose as cc
 from crate_compose import registry
 from crate_compose.building.derivation import explicit
 from crate_compose.building.footprints import walk
-from crate_compose.modules.residual import Residual
-from crate_compose.registry import Context, Footprint
 from crate_compose.building.placement import infer, place
 from crate_compose.building.summary import summarize_march
+from crate_compose.modules.residual import Residual
+from crate_compose.registry import Context, Footprint
 
 WITH_FOOTPRINT = {name: p for name, p in cc.all_primitives().items() if p.footprint is not None}
 BUILTIN = [name for name, p in cc.all_primitives().items() if p.factory.__module__.startswith("crate_compose.")]

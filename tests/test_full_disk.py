@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from disks import Disk  # tests/disks.py
 
 import crate_compose as cc
 from crate_compose import files
 from crate_compose.cli import main
-from disks import Disk  # tests/disks.py
 
 DIGITS = str(Path(__file__).resolve().parent.parent / "specs" / "crate-digits.yaml")
 TINY = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"]

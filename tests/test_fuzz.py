@@ -50,20 +50,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import pytest
-
 import guards  # tests/guards.py
-from guards import Hang
+import pytest
 import yaml
+from guards import Hang
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import crate_compose as cc
 from crate_compose import SpecError
-from crate_compose.spec_language.source import key_paths
 from crate_compose.building.derivation import explicit
 from crate_compose.building.footprints import walk
 from crate_compose.building.summary import summarize_march
+from crate_compose.spec_language.source import key_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,6 @@ from crate_compose.data import common
 from crate_compose.data.text_sets import gpt2_vocabulary as G
 from crate_compose.data.text_sets.tokens import SPECIALS, Tokenizer, gpt2_tokenizer, train_tokenizer
 from crate_compose.errors import DataError
-from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
 regex = pytest.importorskip("regex", reason="the transcription of GPT-2's encoder.py needs the regex package "
                             "(pip install -e '.[dev]')")

@@ -40,9 +40,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import pytest
-
 import guards  # tests/guards.py
+import pytest
 from guards import Hang, process_state_kept
 
 ROOT = Path(__file__).resolve().parent.parent

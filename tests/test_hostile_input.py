@@ -15,8 +15,8 @@ import pytest
 
 import crate_compose as cc
 from crate_compose import cli
-from crate_compose.spec_language import yamlread
 from crate_compose.errors import SpecError
+from crate_compose.spec_language import yamlread
 
 VALID = """\
 name: tiny

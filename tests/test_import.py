@@ -20,8 +20,8 @@ from reference.authors import SIZES, state_dict
 
 import crate_compose as cc
 from crate_compose.errors import WorkbenchError
-from crate_compose.interop.exchange import export_checkpoint, import_checkpoint, write_checkpoint
 from crate_compose.interop.catalog import FAMILIES
+from crate_compose.interop.exchange import export_checkpoint, import_checkpoint, write_checkpoint
 from crate_compose.interop.reading import InteropError
 
 AUTHORS = [f for f in FAMILIES.values() if f.declared_in == "crate_compose.interop.authors"]

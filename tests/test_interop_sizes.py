@@ -16,8 +16,8 @@ import sys
 import pytest
 
 import crate_compose as cc
-from crate_compose.interop.catalog import FAMILIES
 from crate_compose.interop.authors import CRATE, CRATE_MAE
+from crate_compose.interop.catalog import FAMILIES
 from crate_compose.interop.families import Published
 
 

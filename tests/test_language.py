@@ -18,10 +18,10 @@ from safetensors.torch import load_file
 
 import crate_compose as cc
 from crate_compose import cli, registry
-from crate_compose.generation.decoding import CachedModel, DecodingError, decode_bytes, encode_bytes, generate
 from crate_compose.errors import SpecError, TrainError
-from crate_compose.settings import Settings
+from crate_compose.generation.decoding import CachedModel, DecodingError, decode_bytes, encode_bytes, generate
 from crate_compose.registry import Context
+from crate_compose.settings import Settings
 
 LANGUAGE_PRESETS = ["causal-crate-bytes", "gpt2-bytes", "tost-lm-bytes"]
 SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.depth=2", "sizes.context=24", "sizes.vocab=40"]

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from commands import CLI
+from safetensors.torch import load_file
 from test_ablate import _refused
+
 from crate_compose import cli
 from crate_compose.ablation.grids import Grid
 from crate_compose.ablation.study import ablate

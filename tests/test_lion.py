@@ -151,7 +151,7 @@ def test_on_the_test_device_ours_takes_lion_pytorchs_steps(device):
     ours_model, reference_model, ours, reference = _pair()
     ours_model.to(device), reference_model.to(device)
     generator = torch.Generator().manual_seed(4)
-    for step in range(10):
+    for _step in range(10):
         for named in zip(ours_model.named_parameters(), reference_model.named_parameters()):
             grad = torch.randn(named[0][1].shape, generator=generator).to(device)
             for _, p in named:

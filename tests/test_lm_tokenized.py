@@ -24,10 +24,10 @@ from crate_compose.assessment.run_probes import load_weights
 from crate_compose.building.builder import compile_spec
 from crate_compose.data.text_sets import gpt2_vocabulary as G
 from crate_compose.data.text_sets.tokens import Tokenizer, train_tokenizer
-from crate_compose.generation.text import generate_text
 from crate_compose.errors import WorkbenchError
-from crate_compose.training.run_folder.checkpoint import latest_checkpoint
+from crate_compose.generation.text import generate_text
 from crate_compose.training.metrics import Metrics
+from crate_compose.training.run_folder.checkpoint import latest_checkpoint
 
 WORDS = ("the king and queen of denmark speak to their loyal friends about love war honour and death in the "
          "castle while a ghost walks upon the platform at night").split()

@@ -13,13 +13,20 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from crate_compose import tasks
+from crate_compose.data.batches import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Examples,
+    StepBatches,
+    batch_indices,
+    batches,
+    renormalize,
+)
+from crate_compose.data.sets import load_data
 from crate_compose.errors import DataError, TrainError
 from crate_compose.settings import Settings
 from crate_compose.tasks import settings_problems
-from crate_compose.data.sets import load_data
-from crate_compose import tasks
-from crate_compose.data.batches import (IMAGENET_MEAN, IMAGENET_STD, Examples, StepBatches, batch_indices, batches,
-                                             renormalize)
 from crate_compose.training.run import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +128,7 @@ def test_mixup_and_cutmix_make_soft_targets_that_sum_to_one(digits, mix):
     settings = Settings(steps=4, batch_size=16, seed=2, **mix)
     plain = _all(digits, Settings(steps=4, batch_size=16, seed=2))
     mixed = _all(digits, settings)
-    for (x, y), (x0, y0) in zip(mixed, plain):
+    for (_x, y), (_x0, y0) in zip(mixed, plain):
         assert y.dtype == torch.float32 and y.shape == (16, 10)
         assert torch.allclose(y.sum(1), torch.ones(16)) and (y >= 0).all()
         rows, partner = torch.arange(16), y0.roll(1)  # each image is mixed with the one before it

@@ -256,7 +256,7 @@ def test_crate_mae_learns_masked_reconstruction():
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
     data = _synthetic_images(256, generator)
     losses = []
-    for step in range(60):
+    for _step in range(60):
         batch = data[torch.randint(0, 256, (32,), generator=generator)]
         loss = cc.reconstruction_loss(model, batch)
         optimizer.zero_grad()

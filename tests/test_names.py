@@ -14,7 +14,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-
 import crate_compose as cc
 from crate_compose.assessment import layer_probes as probes
 

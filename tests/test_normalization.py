@@ -16,16 +16,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from crate_compose.assessment.layer_probes import probe
+from crate_compose.assessment.run_probes import load_weights, normalization_of, probe_run, standardize
+from crate_compose.assessment.scoring import evaluate_weights, linear_probe_weights
 from crate_compose.building.builder import compile_spec
 from crate_compose.cli import main
-from crate_compose.assessment.scoring import evaluate_weights, linear_probe_weights
-from crate_compose.data.sets import load_data
 from crate_compose.data.batches import IMAGENET_MEAN, IMAGENET_STD, renormalize
-from crate_compose.pictures.views import display
+from crate_compose.data.sets import load_data
 from crate_compose.pictures.show import show
-from crate_compose.assessment.layer_probes import probe
+from crate_compose.pictures.views import display
 from crate_compose.tasks.held_out import probe_sample
-from crate_compose.assessment.run_probes import load_weights, normalization_of, probe_run, standardize
 from crate_compose.training.run import Settings, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")

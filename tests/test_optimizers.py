@@ -18,9 +18,9 @@ from safetensors.torch import load_file
 from crate_compose.modules.residual import Residual, stochastic_depth
 from crate_compose.settings import Settings
 from crate_compose.tasks import settings_problems
-from crate_compose.training.run_folder import identity
 from crate_compose.training.optimizers import EMA, lr_at, optimizer_for
 from crate_compose.training.run import train
+from crate_compose.training.run_folder import identity
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from reference.crate_paper import CRATE, key_mapping, load_from_built
 
 from crate_compose.building.builder import build
-from reference.crate_paper import CRATE, key_mapping, load_from_built
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 TOL = {"float32": 1e-5, "float64": 1e-10}

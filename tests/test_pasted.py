@@ -13,8 +13,8 @@ import torch
 from sklearn.datasets import load_digits
 
 from crate_compose.cli import main
-from crate_compose.data.image_sets import generated, pasted
 from crate_compose.data import sets
+from crate_compose.data.image_sets import generated, pasted
 from crate_compose.errors import DataError
 from crate_compose.settings import Settings
 from crate_compose.training.run import train

@@ -15,14 +15,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
 from authors_files import SMALL, saved
 from reference.authors import state_dict
+from safetensors.torch import save_file
 
 import crate_compose as cc
 from crate_compose.interop.catalog import FAMILIES
-from crate_compose.interop.exchange import (detect, export_checkpoint, import_checkpoint, in_family_names, infer_sizes,
-                                            load_checkpoint, write_checkpoint)
+from crate_compose.interop.exchange import (
+    detect,
+    export_checkpoint,
+    import_checkpoint,
+    in_family_names,
+    infer_sizes,
+    load_checkpoint,
+    write_checkpoint,
+)
 from crate_compose.interop.peers import GPT2, TIMM_VIT
 from crate_compose.interop.reading import Checkpoint, InteropError, read_checkpoint
 
@@ -334,7 +341,7 @@ def test_each_file_is_told_its_family(tmp_path):
     hub.parent.mkdir()
     save_file(bare(gpt2().state_dict()), hub)
     assert [detect(read_checkpoint(p)).name for p in (vit, gpt, hub)] == ["timm-vit", "gpt2", "gpt2"]
-    for family, (preset, sizes, _) in SMALL.items():  # the authors' families are still told apart from the peers
+    for family, (_preset, sizes, _) in SMALL.items():  # the authors' families are still told apart from the peers
         assert detect(read_checkpoint(saved(tmp_path, family, state_dict(family, sizes)))).name == family
 
 

@@ -24,8 +24,8 @@ from crate_compose.modules.embed import patchify
 from crate_compose.modules.standard import MHSA
 from crate_compose.modules.tssa import TSSA, CausalTSSA
 from crate_compose.pictures import drawings
-from crate_compose.pictures.views import look, pca_rgb, unpatchify
 from crate_compose.pictures.show import picture_folder
+from crate_compose.pictures.views import look, pca_rgb, unpatchify
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

@@ -8,9 +8,8 @@ checks run in float64 with a 1e-10 tolerance (plus one float32 run at 1e-5).
 
 from __future__ import annotations
 
-import sys
-
 import math
+import sys
 
 import pytest
 import torch

@@ -473,9 +473,9 @@ def test_the_table_and_the_figure_are_written_both_or_neither(tiny, tmp_path, mo
 
 
 def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, monkeypatch):
+    from crate_compose.assessment.run_probes import probe_run
     from crate_compose.building.artifacts import BUILD_FILES
     from crate_compose.errors import WorkbenchError
-    from crate_compose.assessment.run_probes import probe_run
 
     monkeypatch.chdir(tmp_path)
     spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")

@@ -16,9 +16,9 @@ from test_workbench import one_thread  # noqa: F401  (autouse: one thread for sm
 
 from crate_compose import cli, tasks
 from crate_compose.data import set_registry as data_registry
-from crate_compose.spec_language import loader
 from crate_compose.options import Option
 from crate_compose.settings import OPTIONS, Settings
+from crate_compose.spec_language import loader
 from crate_compose.tasks import task_registry as registry
 from crate_compose.tasks.classification import Classification
 from crate_compose.training.run import train

@@ -21,8 +21,7 @@ from runfiles import snapshot, train_losses
 from safetensors.torch import load_file, save_file
 
 from crate_compose import cli
-from crate_compose.training.run_folder import locks
-from crate_compose.training.run_folder import identity
+from crate_compose.training.run_folder import identity, locks
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

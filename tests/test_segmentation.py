@@ -15,8 +15,15 @@ from PIL import Image
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 import crate_compose as cc
-from crate_compose.assessment.mask_scores import (average_precision, jaccard, mass_mask, roc_auc, score,
-    summarize, to_pixels)
+from crate_compose.assessment.mask_scores import (
+    average_precision,
+    jaccard,
+    mass_mask,
+    roc_auc,
+    score,
+    summarize,
+    to_pixels,
+)
 from crate_compose.cli import main
 from crate_compose.data.image_sets import pasted
 

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
 import crate_compose as cc
 from crate_compose.data import common
-from crate_compose.data.text_sets import shakespeare as S
 from crate_compose.data.set_registry import LABELED_TOKENS, NEXT_BYTES, TOKENIZED_TEXT
 from crate_compose.data.sets import load_data
+from crate_compose.data.text_sets import shakespeare as S
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import prepare
-from fake_packages import sha, write_tarball  # tests/fake_packages.py; the fixture home: tests/conftest.py
 
 REAL = S.cache_path(common.data_home())  # read before any test points the data home elsewhere
 GUTENBERG_HEADER = ("The Project Gutenberg EBook of {title}, by William Shakespeare\n\nThis eBook is for the use "

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_pasted import DIGITS, TINY, _pixels  # a tiny crate-digits, and an image as made
 
 from crate_compose.cli import main
 from crate_compose.data import sets
@@ -17,7 +18,6 @@ from crate_compose.data.image_sets import shapes
 from crate_compose.errors import DataError
 from crate_compose.settings import Settings
 from crate_compose.training.run import train
-from test_pasted import DIGITS, TINY, _pixels  # a tiny crate-digits, and an image as made
 
 
 @pytest.fixture(scope="module")

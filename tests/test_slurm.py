@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from commands import CLI
+from safetensors.torch import load_file
 from test_launch import DIGITS, ENV, SPARSIFY, TINY, assert_same_runs
 
 REQUIRED = os.environ.get("CRATE_COMPOSE_REQUIRE_SLURM") == "1"

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_train import CLI, DIGITS, ENV, TINY, _losses, _run_args
 
 import crate_compose as cc
 from crate_compose import cli
 from crate_compose.settings import Settings
 from crate_compose.training import run as run_module
-from test_train import CLI, DIGITS, ENV, TINY, _losses, _run_args
 
 SETS = [arg for o in TINY for arg in ("--set", o)]
 

@@ -222,7 +222,7 @@ def test_the_summary_says_its_train_loss_is_the_last_batchs(tmp_path, capsys):
     assert cli.main(_run_args(out, 5)) == 0
     losses = _losses(out)
     summary = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("trained "))
-    assert f"steps in " in summary and f": last batch's train loss {losses[5]:.4f}, test_accuracy " in summary
+    assert "steps in " in summary and f": last batch's train loss {losses[5]:.4f}, test_accuracy " in summary
     result = json.loads((out / "result.json").read_text())
     assert set(result) == {"run", "steps", "train_loss", "metrics", "params", "seconds", "trainable"}
     assert result["train_loss"] == pytest.approx(losses[5])

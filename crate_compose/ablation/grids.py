@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import Location, Problem, SpecError, WorkbenchError, did_you_mean
-from ..spec_language.source import Source, read_file
 from ..settings import MAX_RUNS, MAX_SEEDS, Settings, settings_of
+from ..spec_language.source import Source, read_file
 from ..tasks import settings_problems
 from ..training.recipes import setting_keys
 

@@ -45,20 +45,21 @@ from ..building.builder import compile_spec, spec_of
 from ..building.inspection import validate
 from ..errors import Location, Problem, SpecError, Stopped, WorkbenchError
 from ..files import ABLATIONS, write_atomic
+from ..launch.jobs import FOLDER as JOB_FOLDER
+from ..launch.jobs import LAUNCH_FILE, Job, LaunchError, forget_job, read_job, write_job
+from ..launch.status import LIVE, Display, survey
 from ..spec_language import loader
 from ..spec_language.naming import GENERIC_KEYS, safe_name
 from ..spec_language.overrides import parse_key_path
-from ..training.run_folder import preflight
-from ..training.finetune import Init, fit_init, read_init, start_identity
-from ..training.run_folder.identity import RUN_FILE, differences, digest, learned
 from ..training import world
-from ..training.run_folder.locks import hold
-from ..training.run_folder.preflight import ABLATION_FILE
 from ..training.description import RunDescription, describe
+from ..training.finetune import Init, fit_init, read_init, start_identity
 from ..training.preparation import Loaded, check_run_memory
 from ..training.run import train_described
-from ..launch.jobs import FOLDER as JOB_FOLDER, LAUNCH_FILE, Job, LaunchError, forget_job, read_job, write_job
-from ..launch.status import LIVE, Display, survey
+from ..training.run_folder import preflight
+from ..training.run_folder.identity import RUN_FILE, differences, digest, learned
+from ..training.run_folder.locks import hold
+from ..training.run_folder.preflight import ABLATION_FILE
 from .grids import Grid, GridError
 
 FORMAT = 1

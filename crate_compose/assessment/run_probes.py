@@ -34,15 +34,15 @@ from ..errors import WorkbenchError
 from ..files import write_together
 from ..interop.exchange import load_checkpoint
 from ..interop.reading import InteropError, read_checkpoint
+from ..settings import settings_of
 from ..spec_language import loader
 from ..spec_language.zoo import presets
-from ..settings import settings_of
+from ..training.preparation import HEADLESS, prepare
 from ..training.run_folder import identity as run_records
 from ..training.run_folder.checkpoint import latest_checkpoint
 from ..training.run_folder.eventlog import choose as choose_logger
 from ..training.run_folder.eventlog import write_probe_curves
 from ..training.run_folder.locks import hold
-from ..training.preparation import HEADLESS, prepare
 from .layer_probes import probe, probes_json, write_probes
 
 PROBE_SAMPLES = 256

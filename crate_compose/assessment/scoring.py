@@ -23,8 +23,8 @@ from ..data.batches import renormalize, split_batches
 from ..data.sets import Data
 from ..errors import WorkbenchError
 from ..settings import Settings
-from ..training.preparation import HEADLESS, prepare
 from ..tasks.frozen_features import features, knn, linear_probe
+from ..training.preparation import HEADLESS, prepare
 from .run_probes import is_run, load_weights, resolve_subject, standardize
 
 TOP_K = 5

@@ -26,8 +26,7 @@ from ..errors import Location, Problem, SpecError
 from ..files import naming, save_tensors, staged_folder, write_atomic
 from ..spec_language import loader
 from .builder import compile_spec, spec_of
-from .outputs import (  # noqa: F401 (the build folder's names, read from here too)
-    BUILD_FILES, CODE_FILE, SPEC_FILE, SUMMARY_FILE, WEIGHTS_FILE, OutputExistsError, replaceable)
+from .outputs import BUILD_FILES, CODE_FILE, SPEC_FILE, SUMMARY_FILE, WEIGHTS_FILE, OutputExistsError, replaceable  # noqa: F401 (the build folder's names, read from here too)
 from .plan import tied
 from .summary import summarize
 from .ties import retie, untie

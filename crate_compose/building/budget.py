@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import Problem, SpecError
-from ..spec_language.spec import Spec
 from ..memory import ENVIRONMENT, human, resolve_limit
+from ..spec_language.spec import Spec
 
 if TYPE_CHECKING:
     from .plan import PlannedStep

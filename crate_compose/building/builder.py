@@ -29,9 +29,9 @@ import torch
 from torch import fx, nn
 
 from ..errors import Problem, SpecError
+from ..settings import DTYPE_NAMES, cuda_devices
 from ..spec_language import loader
 from ..spec_language.spec import Spec
-from ..settings import DTYPE_NAMES, cuda_devices
 from . import budget
 from .derivation import explicit
 from .placement import place

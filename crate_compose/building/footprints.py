@@ -24,8 +24,8 @@ from dataclasses import replace
 from typing import Any
 
 from .. import registry
-from ..spec_language.spec import Spec
 from ..registry import Context, Shape
+from ..spec_language.spec import Spec
 from .march import Marched, Unfit, Unsettled, candidates, march
 from .plan import PlannedStep, Tie
 

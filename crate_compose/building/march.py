@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from .. import registry
 from ..errors import Problem, SpecError
-from ..spec_language.spec import Spec, Step
 from ..registry import Context, Footprint, Shape
+from ..spec_language.spec import Spec, Step
 from .plan import PlannedStep, plan
 
 if TYPE_CHECKING:

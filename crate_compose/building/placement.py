@@ -14,7 +14,6 @@ swapping one step's primitive leaves every other step's initial weights bit-iden
 from __future__ import annotations
 
 import contextlib
-
 import math
 import sys
 from dataclasses import replace
@@ -28,9 +27,9 @@ from torch.utils._pytree import tree_leaves
 
 from .. import registry
 from ..errors import Problem, SpecError
-from ..spec_language.spec import Spec, Step
 from ..modules.residual import Residual
 from ..seeds import step_seed
+from ..spec_language.spec import Spec, Step
 from . import ties
 from .footprints import ADDRESSABLE
 from .march import Marched, Unfit, march
@@ -93,7 +92,7 @@ def _mark_references() -> list:
 
 def _filled(cell: Any) -> bool:
     try:
-        cell.cell_contents
+        _ = cell.cell_contents
     except ValueError:  # a closure variable not yet bound
         return False
     return True
@@ -203,7 +202,8 @@ class Placement:
             tally = Tally()
             output = infer(module, value, *consumed, tally=tally)
         except Exception as error:  # a shape the primitive cannot take, reported where the step is written
-            raise Unfit(str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}")
+            raise Unfit(str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}") \
+                from error
         published: dict[str, torch.Tensor] = {}
         if primitive.publishes:  # the step returns (tokens, *published)
             output, *values = output

@@ -36,8 +36,8 @@ from typing import Sequence
 import crate_compose as cc
 
 from ..errors import DiagramError, PluginError, SpecError, Stopped, WorkbenchError
-from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec_commands, train
 from ..training import world
+from . import ablate, evaluate, exchange, fetch, fill, generate, probe, segment, show, spec_commands, train
 from .arguments import formulas_of, plugin_arguments, plugins_given, rank_zero
 
 EPILOG = """examples:

@@ -11,8 +11,22 @@ import crate_compose as cc
 from ..errors import SpecError, WorkbenchError
 from ..files import ABLATIONS
 from ..settings import MAX_RUNS, MAX_SEEDS
-from .arguments import (Command, checkpoint_note, from_environment, launcher_arguments, launcher_of, memory_argument,
-    number, rank_zero, recipe_argument, recipe_settings, run_arguments, run_settings, spec_arguments, start_arguments)
+from .arguments import (
+    Command,
+    checkpoint_note,
+    from_environment,
+    launcher_arguments,
+    launcher_of,
+    memory_argument,
+    number,
+    rank_zero,
+    recipe_argument,
+    recipe_settings,
+    run_arguments,
+    run_settings,
+    spec_arguments,
+    start_arguments,
+)
 
 
 def add(command: Command) -> None:

@@ -15,8 +15,20 @@ from pathlib import Path
 from .. import tasks
 from ..data import set_registry
 from ..options import number
-from ..settings import (FORMULAS, FORMULAS_VARIABLE, FREEZES, MAX_IMAGE_SIZE, MAX_SEED, MAX_WORKERS, NORMALIZATIONS,
-    OPTIONS, Settings, cuda_devices, formulas_from_environment, settings_of)
+from ..settings import (
+    FORMULAS,
+    FORMULAS_VARIABLE,
+    FREEZES,
+    MAX_IMAGE_SIZE,
+    MAX_SEED,
+    MAX_WORKERS,
+    NORMALIZATIONS,
+    OPTIONS,
+    Settings,
+    cuda_devices,
+    formulas_from_environment,
+    settings_of,
+)
 
 Command = Callable[..., argparse.ArgumentParser]  # command(name, help=...): a subcommand that takes --plugin
 
@@ -258,8 +270,8 @@ def launcher_arguments(parser: argparse.ArgumentParser, who: str = "the runs") -
 def launcher_of(args: argparse.Namespace):
     """The launcher the options and ``--launcher-config`` describe (None: in-process)."""
     from ..launch.jobs import LaunchError
-    from ..launch.local import NO_WAIT_LOCAL
     from ..launch.launcher import make_launcher, read_launcher_file
+    from ..launch.local import NO_WAIT_LOCAL
 
     values = read_launcher_file(args.launcher_config) if args.launcher_config else {}
     extra = dict(values.get("slurm") or {})

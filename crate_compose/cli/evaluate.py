@@ -10,8 +10,16 @@ from pathlib import Path
 from .. import tasks
 from ..files import writable, write_atomic
 from ..settings import MAX_IMAGE_SIZE
-from .arguments import (IMAGE_SIZE, NONNEGATIVE, SEED, Command, formulas_argument, normalize_argument, spec_arguments,
-    workers_argument)
+from .arguments import (
+    IMAGE_SIZE,
+    NONNEGATIVE,
+    SEED,
+    Command,
+    formulas_argument,
+    normalize_argument,
+    spec_arguments,
+    workers_argument,
+)
 
 
 def add(command: Command) -> None:

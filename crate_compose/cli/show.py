@@ -7,8 +7,16 @@ import sys
 from pathlib import Path
 
 from ..settings import MAX_IMAGE_SIZE
-from .arguments import (IMAGE_SIZE, NONNEGATIVE, SEED, Command, formulas_argument, normalize_argument, number,
-    spec_arguments)
+from .arguments import (
+    IMAGE_SIZE,
+    NONNEGATIVE,
+    SEED,
+    Command,
+    formulas_argument,
+    normalize_argument,
+    number,
+    spec_arguments,
+)
 
 
 def add(command: Command) -> None:

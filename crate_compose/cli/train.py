@@ -8,11 +8,24 @@ from pathlib import Path
 
 import crate_compose as cc
 
-from ..files import RUNS
 from ..errors import WorkbenchError
-from .arguments import (COUNT, Command, checkpoint_note, from_environment, launcher_arguments, launcher_of,
-    memory_argument, rank_zero, recipe_argument, recipe_settings, run_arguments, run_settings, spec_arguments,
-    start_arguments)
+from ..files import RUNS
+from .arguments import (
+    COUNT,
+    Command,
+    checkpoint_note,
+    from_environment,
+    launcher_arguments,
+    launcher_of,
+    memory_argument,
+    rank_zero,
+    recipe_argument,
+    recipe_settings,
+    run_arguments,
+    run_settings,
+    spec_arguments,
+    start_arguments,
+)
 
 
 def add(command: Command) -> None:
@@ -32,11 +45,11 @@ def add(command: Command) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from ..data.set_registry import resolve as resolve_data
     from ..spec_language.loader import read as read_spec
+    from ..training.recipes import read_recipe
     from ..training.run_folder import preflight
     from ..training.run_folder.identity import read
-    from ..data.set_registry import resolve as resolve_data
-    from ..training.recipes import read_recipe
 
     launcher = launcher_of(args)  # where the run goes, and whether its device is there: before anything is read
     recipe = read_recipe(args.config) if args.config else None

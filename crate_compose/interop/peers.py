@@ -18,8 +18,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .catalog import family
-from .families import (LM_EMBEDDINGS, TRANSPOSED, Family, Place, Published, conv_patch_sizes, gpt2_sizes, head_sizes,
-                       layer_count, pair, preset_sizes)
+from .families import (
+    LM_EMBEDDINGS,
+    TRANSPOSED,
+    Family,
+    Place,
+    Published,
+    conv_patch_sizes,
+    gpt2_sizes,
+    head_sizes,
+    layer_count,
+    pair,
+    preset_sizes,
+)
 
 if TYPE_CHECKING:  # read by the command line before torch is imported
     import torch

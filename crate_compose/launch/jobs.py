@@ -156,8 +156,8 @@ def run_job(run: Path) -> int:
 
             torch.set_num_threads(max(1, int(threads)))
         described = describe_job(record)
-        from ..training.run_folder.identity import RUN_FILE
         from ..training.run import train_described
+        from ..training.run_folder.identity import RUN_FILE
 
         if writer:
             write_state(run, "running")

@@ -98,7 +98,7 @@ class Local:
                             process.send_signal(signal.SIGTERM)
                     time.sleep(POLL)
         finally:
-            for job, (process, _) in running.items():  # an error of our own (or a second Ctrl-C): the runs stop
+            for process, _ in running.values():  # an error of our own (or a second Ctrl-C): the runs stop
                 process.send_signal(signal.SIGTERM)
             for job, (process, _) in running.items():
                 process.wait()

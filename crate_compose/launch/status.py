@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..training.world import alive
-from .jobs import FOLDER, LAUNCH_FILE, LOG_FILE, STATE_FILE, Job, LaunchError, read_record
+from .jobs import LAUNCH_FILE, LOG_FILE, STATE_FILE, Job, LaunchError, read_record
 
 TAIL_BYTES = 16_384  # of metrics.jsonl and a log: the last rows are all the board needs
 QUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESIZING", "SUSPENDED")

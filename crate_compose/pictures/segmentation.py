@@ -26,15 +26,15 @@ import torch
 from tqdm import tqdm
 
 from ..assessment import mask_scores as measure
-from ..tasks.frozen_features import feature_site
 from ..assessment.run_probes import PROBE_SAMPLES, is_run, load_weights, resolve_subject, standardize
 from ..building.builder import compile_spec, spec_of
 from ..data.batches import normalization, renormalize
 from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
 from ..spec_language import loader
-from ..training.run_folder.locks import hold
+from ..tasks.frozen_features import feature_site
 from ..training.preparation import HEADLESS, prepare
+from ..training.run_folder.locks import hold
 from . import drawings
 from .show import picture_folder
 from .views import display, kind_of, look

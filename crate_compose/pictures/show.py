@@ -30,8 +30,8 @@ from ..errors import Problem, SpecError, WorkbenchError
 from ..files import writable, write_together
 from ..spec_language import loader
 from ..tasks.held_out import spread
-from ..training.run_folder.locks import hold
 from ..training.preparation import HEADLESS, prepare
+from ..training.run_folder.locks import hold
 from . import drawings
 from .views import StepView, Views, look, not_images, pca_rgb
 

@@ -30,11 +30,11 @@ from typing import Iterator, Sequence
 import torch
 from torch import fx, nn
 
-from ..tasks.frozen_features import feature_site
 from ..building.builder import spec_of
-from ..seeds import step_seed
 from ..errors import Problem, SpecError, WorkbenchError, format_path
 from ..modules.mask import Mask, unmasked
+from ..seeds import step_seed
+from ..tasks.frozen_features import feature_site
 from ..tasks.masked_autoencoding import patch_size_of
 
 KINDS = {"attention": "attention(x)", "membership": "membership(x)"}  # module methods that give a picture

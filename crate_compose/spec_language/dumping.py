@@ -44,7 +44,7 @@ def _drop_empty(data: dict) -> None:
                 del stack[part]
     lists = [data.get("preprocess"), data.get("head")] + [s.get(p) for s in stacks if isinstance(s, dict)
                                                            for p in ("pre", "layer", "post")]
-    for steps in [l for l in lists if isinstance(l, list)]:
+    for steps in [one for one in lists if isinstance(one, list)]:
         for step in steps:
             for key in ("layer_scale", "inverts"):
                 if step.get(key) is None:

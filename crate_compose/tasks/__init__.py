@@ -10,8 +10,20 @@ inputs the probes read (:mod:`.task_registry`). ``crate-compose list tasks`` lis
   evaluation, and ``linear-probe``'s).
 """
 
-from .task_registry import (Session, Task, all_tasks, columns, get, logged, names, of, probe_inputs, settings_problems, task,
-    task_options)
+from .task_registry import (
+    Session,
+    Task,
+    all_tasks,
+    columns,
+    get,
+    logged,
+    names,
+    of,
+    probe_inputs,
+    settings_problems,
+    task,
+    task_options,
+)
 
 __all__ = ["Session", "Task", "all_tasks", "columns", "get", "logged", "names", "of", "probe_inputs",
            "settings_problems", "task", "task_options"]

@@ -7,9 +7,9 @@ from typing import Any, Iterator
 
 import torch
 
-from ..seeds import step_seed
 from ..data.batches import renormalize, split_batches
 from ..data.sets import Data
+from ..seeds import step_seed
 from ..settings import Settings
 
 

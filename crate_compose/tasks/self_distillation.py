@@ -106,11 +106,10 @@ class SelfDistillation(Task):
         if not data.classes:
             return {}
         import torch
+        from tqdm import tqdm
 
         from .frozen_features import features, knn
         from .held_out import evaluating, test_batches
-
-        from tqdm import tqdm
 
         count = min(len(data.train), KNN_TRAIN) + len(data.test)
         with evaluating(model, settings.seed) as device, \

@@ -63,6 +63,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))  # tests/, when this file runs as a script
 from commands import CLI, PYTHON  # noqa: E402  (tests/commands.py: the console script, or python -m)
+
 DIGITS = ROOT / "specs" / "crate-digits.yaml"
 
 TIMEOUT_S = 20.0
@@ -620,7 +621,7 @@ def measure_startup(repeats: int = 5) -> dict:
 
     def median(argv: list[str], clean: Path | None = None, key: str | None = None) -> tuple[float, float]:
         runs = []
-        for i in range(repeats):
+        for _i in range(repeats):
             if clean is not None:
                 shutil.rmtree(clean, ignore_errors=True)
             runs.append(run_process(argv, ROOT, timeout=120))

@@ -619,7 +619,8 @@ def _built(room: int | None = None, read_only: bool = False, size: str = "256k")
     return setup
 
 
-BUILD_AGAIN = lambda c: ["build", h.DIGITS, *h.SETS, "--seed", "1", "--out", str(c.tmp / "disk" / "b")]
+def BUILD_AGAIN(c):
+    return ["build", h.DIGITS, *h.SETS, "--seed", "1", "--out", str(c.tmp / "disk" / "b")]
 case("r096", "fault", "build-full-disk", "build onto a full disk over an earlier build", _built(room=2000), BUILD_AGAIN,
      1, r"No space left on device.*<TMP>/disk/b")
 case("r097", "fault", "build-read-only", "build into a read-only folder over an earlier build",
@@ -869,7 +870,8 @@ case("r137", "grid", "directory", "--grid a folder", lambda c: (c.tmp / "griddir
 bad_grid("r138", "nesting-deep", "a grid nested 200 levels deep", GRID + "lr: " + "[" * 200 + "]" * 200 + "\n",
          r"grid\.yaml", seconds=3)
 bad_grid("r139", "seed-key", "seed: 3 (a grid's seeds are 0..seeds-1)", GRID + "seed: 3\n", r"grid\.yaml:6:\d+.*seeds")
-STALE = lambda c: h.ablate_args(c.tmp / "abl", "--steps", "2")
+def STALE(c):
+    return h.ablate_args(c.tmp / "abl", "--steps", "2")
 case("r140", "grid", "stale-ablation", "ablate --steps 3, then ablate --steps 2 into the same --out: refused, the "
      "3-step results left as they are", lambda c: c.ablation(), STALE, 2, r"<TMP>/abl", seconds=15)
 case("r141", "grid", "stale-ablation-continued", "ablate --steps 3, then ablate --steps 2 --resume: refused with both "

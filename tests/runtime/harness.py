@@ -404,6 +404,7 @@ def run_inprocess(argv: list, hang_s: float) -> Result:
     """``cli.main(argv)`` in this process under the hang and address-space guard (tests/guards.py).
     Output is captured by the caller (capfd)."""
     import guards  # tests/guards.py
+
     from crate_compose import cli
 
     start = time.monotonic()
