@@ -42,16 +42,22 @@ DOWNSTREAM = {  # the pre-training corpus: its labelled set (same tokenizer), wh
 }
 FILL = {  # held-out lines to fill in, by corpus (Hamlet, Twelfth Night, The Tempest for Shakespeare)
     "text": ["for key, value in self.[MASK]():"],
-    "shakespeare": ["To be, or not to [MASK]: that is the question.", "If music be the food of [MASK], play on.",
-                    "We are such stuff as [MASK] are made on.", "Good night, sweet [MASK]."],
+    "shakespeare": [
+        "To be, or not to [MASK]: that is the question.",
+        "If music be the food of [MASK], play on.",
+        "We are such stuff as [MASK] are made on.",
+        "Good night, sweet [MASK].",
+    ],
 }
 
 
 def _corpus(data: str) -> str:
     kind, _, corpus = data.partition(":")
     if corpus not in DOWNSTREAM:
-        raise SystemExit(f"error: --data {data}: the downstream set is made from a shipped corpus "
-                         f"({', '.join(f'KIND:{c}' for c in DOWNSTREAM)})")
+        raise SystemExit(
+            f"error: --data {data}: the downstream set is made from a shipped corpus "
+            f"({', '.join(f'KIND:{c}' for c in DOWNSTREAM)})"
+        )
     return corpus
 
 
@@ -64,17 +70,50 @@ def _labelled(data: str) -> str:
 def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     common = ["--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress"]
-    pretraining = [(name, ["train", f"{name}-mini", "--task", "mlm", "--data", args.data, "--steps", str(args.steps),
-                           "--lr", str(args.lr), "--eval-every", str(max(1, args.steps // 10)), "--log-every", "20",
-                           *common]) for name in MODELS]
+    pretraining = [
+        (
+            name,
+            [
+                "train",
+                f"{name}-mini",
+                "--task",
+                "mlm",
+                "--data",
+                args.data,
+                "--steps",
+                str(args.steps),
+                "--lr",
+                str(args.lr),
+                "--eval-every",
+                str(max(1, args.steps // 10)),
+                "--log-every",
+                "20",
+                *common,
+            ],
+        )
+        for name in MODELS
+    ]
     if _failed(launch(pretraining, args.out, len(pretraining)), args.out):
         return 1
-    downstream = ["--task", "classify", "--data", _labelled(args.data), "--steps", str(args.finetune_steps),
-                  "--lr", str(args.finetune_lr), *common]
+    downstream = [
+        "--task",
+        "classify",
+        "--data",
+        _labelled(args.data),
+        "--steps",
+        str(args.finetune_steps),
+        "--lr",
+        str(args.finetune_lr),
+        *common,
+    ]
     runs = []
     for name in MODELS:
-        runs.append((f"{name}-finetuned", ["train", f"{name}-mini-classify", *downstream, "--init",
-                                           str(args.out / name / "final")]))
+        runs.append(
+            (
+                f"{name}-finetuned",
+                ["train", f"{name}-mini-classify", *downstream, "--init", str(args.out / name / "final")],
+            )
+        )
         runs.append((f"{name}-scratch", ["train", f"{name}-mini-classify", *downstream]))
     return _failed(launch(runs, args.out, len(runs)), args.out)
 
@@ -98,35 +137,80 @@ def report(args: argparse.Namespace) -> int:
         result = json.loads((run / "result.json").read_text())
         record = json.loads((run / "run.json").read_text())
         data = record["identity"]["data"]["name"]
-        linear = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--weights", str(run / "final"),
-                                "--data", _labelled(data), "--pool", pool, "--no-untrained"]) for pool in ("cls", "mean")}
-        untrained = {pool: answer(["linear-probe", str(run / "final" / "spec.yaml"), "--untrained", "--seed",
-                                   str(record["identity"]["settings"]["seed"]), "--data", _labelled(data), "--pool", pool])
-                     for pool in ("cls", "mean")}  # the same probe of the network its seed initializes
-        downstream = {how: json.loads((args.out / f"{name}-{how}" / "result.json").read_text())["metrics"]
-                      for how in ("finetuned", "scratch")}
+        linear = {
+            pool: answer(
+                [
+                    "linear-probe",
+                    str(run / "final" / "spec.yaml"),
+                    "--weights",
+                    str(run / "final"),
+                    "--data",
+                    _labelled(data),
+                    "--pool",
+                    pool,
+                    "--no-untrained",
+                ]
+            )
+            for pool in ("cls", "mean")
+        }
+        untrained = {
+            pool: answer(
+                [
+                    "linear-probe",
+                    str(run / "final" / "spec.yaml"),
+                    "--untrained",
+                    "--seed",
+                    str(record["identity"]["settings"]["seed"]),
+                    "--data",
+                    _labelled(data),
+                    "--pool",
+                    pool,
+                ]
+            )
+            for pool in ("cls", "mean")
+        }  # the same probe of the network its seed initializes
+        downstream = {
+            how: json.loads((args.out / f"{name}-{how}" / "result.json").read_text())["metrics"]
+            for how in ("finetuned", "scratch")
+        }
         layers = None
         if name == "crate-bert":  # each white-box step's own objective, trained and untrained (BERT has none)
             quietly(["probe", str(run), "--samples", "256"])
             probes = json.loads((run / "probes" / "final" / "probes.json").read_text())
-            layers = {which: {measure: [row["value"] for row in probes[which] if row["measure"] == measure]
-                              for measure in ("coding_rate", "l0_density")} for which in ("trained", "untrained")}
+            layers = {
+                which: {
+                    measure: [row["value"] for row in probes[which] if row["measure"] == measure]
+                    for measure in ("coding_rate", "l0_density")
+                }
+                for which in ("trained", "untrained")
+            }
         fills = []
         for line in FILL[_corpus(data)]:
             filled = cc.fill(run, line, top_k=5)
-            fills.append({"text": line, "filled": filled.text,
-                          "top": [[token, round(p, 3)] for token, p in filled.masks[0].candidates] if filled.masks else []})
+            fills.append(
+                {
+                    "text": line,
+                    "filled": filled.text,
+                    "top": [[token, round(p, 3)] for token, p in filled.masks[0].candidates] if filled.masks else [],
+                }
+            )
         summary["data"], summary["steps"] = data, result["steps"]
         summary["batch_size"] = record["identity"]["settings"]["batch_size"]
         summary["models"][name] = {
-            "parameters": result["params"], "seconds": result["seconds"], **result["metrics"],
-            "curve": [{k: row[k] for k in ("step", "test_mlm_loss", "test_mlm_accuracy")} for row in _rows(run, "eval")],
+            "parameters": result["params"],
+            "seconds": result["seconds"],
+            **result["metrics"],
+            "curve": [
+                {k: row[k] for k in ("step", "test_mlm_loss", "test_mlm_accuracy")} for row in _rows(run, "eval")
+            ],
             "finetuned_accuracy": downstream["finetuned"]["test_accuracy"],
             "scratch_accuracy": downstream["scratch"]["test_accuracy"],
-            "probe_cls_accuracy": linear["cls"]["test_accuracy"], "probe_mean_accuracy": linear["mean"]["test_accuracy"],
+            "probe_cls_accuracy": linear["cls"]["test_accuracy"],
+            "probe_mean_accuracy": linear["mean"]["test_accuracy"],
             "untrained_probe_cls_accuracy": untrained["cls"]["test_accuracy"],
             "untrained_probe_mean_accuracy": untrained["mean"]["test_accuracy"],
-            "layers": layers, "fill": fills,
+            "layers": layers,
+            "fill": fills,
         }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(_table(summary))
@@ -140,17 +224,23 @@ def report(args: argparse.Namespace) -> int:
 
 
 def _table(summary: dict) -> str:
-    lines = ["| model | parameters | test MLM loss | test MLM accuracy | unigram loss / accuracy | fine-tuned | "
-             "from scratch | linear probe [CLS] / mean | untrained network's probe [CLS] / mean |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| model | parameters | test MLM loss | test MLM accuracy | unigram loss / accuracy | fine-tuned | "
+        "from scratch | linear probe [CLS] / mean | untrained network's probe [CLS] / mean |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, m in summary["models"].items():
-        lines.append(f"| {name}-mini | {m['parameters']:,} | {m['test_mlm_loss']:.3f} | {m['test_mlm_accuracy']:.3f} | "
-                     f"{m['test_unigram_loss']:.3f} / {m['test_unigram_accuracy']:.3f} | {m['finetuned_accuracy']:.3f} | "
-                     f"{m['scratch_accuracy']:.3f} | {m['probe_cls_accuracy']:.3f} / {m['probe_mean_accuracy']:.3f} | "
-                     f"{m['untrained_probe_cls_accuracy']:.3f} / {m['untrained_probe_mean_accuracy']:.3f} |")
+        lines.append(
+            f"| {name}-mini | {m['parameters']:,} | {m['test_mlm_loss']:.3f} | {m['test_mlm_accuracy']:.3f} | "
+            f"{m['test_unigram_loss']:.3f} / {m['test_unigram_accuracy']:.3f} | {m['finetuned_accuracy']:.3f} | "
+            f"{m['scratch_accuracy']:.3f} | {m['probe_cls_accuracy']:.3f} / {m['probe_mean_accuracy']:.3f} | "
+            f"{m['untrained_probe_cls_accuracy']:.3f} / {m['untrained_probe_mean_accuracy']:.3f} |"
+        )
     classes = DOWNSTREAM[_corpus(summary["data"])][2]
-    lines.append(f"| chance ({classes} balanced classes) | | | | | {1 / classes:.3f} | {1 / classes:.3f} | "
-                 f"{1 / classes:.3f} | {1 / classes:.3f} |")
+    lines.append(
+        f"| chance ({classes} balanced classes) | | | | | {1 / classes:.3f} | {1 / classes:.3f} | "
+        f"{1 / classes:.3f} | {1 / classes:.3f} |"
+    )
     return "\n".join(lines)
 
 
@@ -173,12 +263,22 @@ def _figure(summary: dict, path: Path) -> None:
         axis.set_title(title, fontsize=10)
         axis.legend(fontsize=8)
     names = list(summary["models"])
-    bars = [("fine-tuned", "finetuned_accuracy"), ("from scratch", "scratch_accuracy"),
-            ("probe [CLS]", "probe_cls_accuracy"), ("probe mean", "probe_mean_accuracy"),
-            ("untrained probe mean", "untrained_probe_mean_accuracy")]
+    bars = [
+        ("fine-tuned", "finetuned_accuracy"),
+        ("from scratch", "scratch_accuracy"),
+        ("probe [CLS]", "probe_cls_accuracy"),
+        ("probe mean", "probe_mean_accuracy"),
+        ("untrained probe mean", "untrained_probe_mean_accuracy"),
+    ]
     _, question, classes = DOWNSTREAM[_corpus(summary["data"])]
-    grouped_bars(axes[2], f"{question} ({classes} classes)", names,
-                 [summary["models"][n] for n in names], bars, ticks=[f"{n}-mini" for n in names])
+    grouped_bars(
+        axes[2],
+        f"{question} ({classes} classes)",
+        names,
+        [summary["models"][n] for n in names],
+        bars,
+        ticks=[f"{n}-mini" for n in names],
+    )
     save_figure(figure, f"{summary['data']}: {summary['steps']} steps of {summary['batch_size']} windows", path)
 
 
@@ -193,8 +293,14 @@ def _options(run: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return train_and_report(__doc__, train, report, _options, argv,
-                            train_help="pre-train both, then fine-tune each and train each from scratch")
+    return train_and_report(
+        __doc__,
+        train,
+        report,
+        _options,
+        argv,
+        train_help="pre-train both, then fine-tune each and train each from scratch",
+    )
 
 
 if __name__ == "__main__":

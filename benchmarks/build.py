@@ -53,9 +53,13 @@ def measure(rounds: int) -> list[tuple[str, float, float]]:
 
 
 def table(rows: list[tuple[str, float, float]], rounds: int) -> str:
-    lines = [f"{datetime.date.today()}, torch {torch.__version__}, Python {platform.python_version()}, "
-             f"{torch.get_num_threads()} threads; median of {rounds} rounds, alternating, one process.", "",
-             "| preset | build s | as before the march s | before / now |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        f"{datetime.date.today()}, torch {torch.__version__}, Python {platform.python_version()}, "
+        f"{torch.get_num_threads()} threads; median of {rounds} rounds, alternating, one process.",
+        "",
+        "| preset | build s | as before the march s | before / now |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     lines += [f"| `{name}` | {now:.3f} | {before:.3f} | {before / now:.2f}x |" for name, now, before in rows]
     return "\n".join(lines)
 
@@ -63,8 +67,13 @@ def table(rows: list[tuple[str, float, float]], rounds: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--out", nargs="?", const=HERE / "RESULTS.md", type=Path,
-                        help="append the results as a section (default file: benchmarks/RESULTS.md)")
+    parser.add_argument(
+        "--out",
+        nargs="?",
+        const=HERE / "RESULTS.md",
+        type=Path,
+        help="append the results as a section (default file: benchmarks/RESULTS.md)",
+    )
     args = parser.parse_args()
     text = table(measure(args.rounds), args.rounds)
     print(text)

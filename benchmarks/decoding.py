@@ -72,17 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--out", nargs="?", const=str(HERE / "RESULTS.md"), help="append the results as a section")
     args = parser.parse_args(argv)
-    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+    device = (
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
     rounds = 5 if args.quick else args.rounds
     torch.set_grad_enabled(False)
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    models = {label: cc.build(ROOT / "specs" / f"{spec}.yaml", overrides=SIZES, device=device).eval()
-              for label, spec in MODELS.items()}
-    params = {label: cc.summarize(cc.build(ROOT / "specs" / f"{spec}.yaml", overrides=SIZES, meta=True)).params_total
-              for label, spec in MODELS.items()}
+    models = {
+        label: cc.build(ROOT / "specs" / f"{spec}.yaml", overrides=SIZES, device=device).eval()
+        for label, spec in MODELS.items()
+    }
+    params = {
+        label: cc.summarize(cc.build(ROOT / "specs" / f"{spec}.yaml", overrides=SIZES, meta=True)).params_total
+        for label, spec in MODELS.items()
+    }
     ids = torch.randint(0, 256, (1, max(lengths) + rounds + 1), generator=torch.Generator().manual_seed(0)).to(device)
     rows = []
     for length in lengths:
@@ -97,10 +105,16 @@ def main(argv: list[str] | None = None) -> int:
                 token = ids[:, length - 1 + r : length + r]
                 if decoder.length + 1 > decoder.context:
                     continue
-                times[label].append(timed(lambda decoder=decoder, token=token: decoder(token), device, args.stall_max, args.patience))
+                times[label].append(
+                    timed(lambda decoder=decoder, token=token: decoder(token), device, args.stall_max, args.patience)
+                )
             if r < recompute_rounds:  # the reference: GPT-2 recomputing all L tokens for one more logit
                 model = models["gpt-2 (cached)"]
-                times["no cache"].append(timed(lambda model=model, length=length: model(ids[:, :length]), device, args.stall_max, args.patience))
+                times["no cache"].append(
+                    timed(
+                        lambda model=model, length=length: model(ids[:, :length]), device, args.stall_max, args.patience
+                    )
+                )
         memory = {label: decoder.nbytes for label, decoder in decoders.items()}
         rows.append((length, {k: statistics.median(v) for k, v in times.items() if v}, memory))
         cells = ", ".join(f"{k} {statistics.median(v) * 1e3:.2f} ms" for k, v in times.items() if v)
@@ -118,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(rows, params, device: str, lengths) -> str:
     labels = [*MODELS, "no cache"]
-    machine = torch.cuda.get_device_name() if device == "cuda" else f"{platform.processor() or platform.machine()}, " \
-        f"{torch.get_num_threads()} threads"
+    machine = (
+        torch.cuda.get_device_name()
+        if device == "cuda"
+        else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    )
     lines = [
         f"## decoding.py: one more token against the context length ({device})",
         "",
@@ -129,8 +146,11 @@ def report(rows, params, device: str, lengths) -> str:
         + ". Time to decode one token after L - 1 (median over rounds, ms); 'no cache' is GPT-2 recomputing all L "
         "tokens. Memory: bytes each decoder's state holds after L tokens.",
         "",
-        "| L | " + " | ".join(f"{label} ms" for label in labels) + " | " +
-        " | ".join(f"{label.split(' ')[0]} state" for label in MODELS) + " |",
+        "| L | "
+        + " | ".join(f"{label} ms" for label in labels)
+        + " | "
+        + " | ".join(f"{label.split(' ')[0]} state" for label in MODELS)
+        + " |",
         "|" + " ---: |" * (1 + len(labels) + len(MODELS)),
     ]
     for length, times, memory in rows:
@@ -142,9 +162,11 @@ def report(rows, params, device: str, lengths) -> str:
     lines += [
         "",
         f"Growth from L = {lengths[0]} to {lengths[-1]}: "
-        + ", ".join(f"{label} {value:.2f}x" for label, value in growth.items()) + ".",
+        + ", ".join(f"{label} {value:.2f}x" for label, value in growth.items())
+        + ".",
         f"Goal: cached TSSA grows at most {GROWTH_MAX}x: "
-        + ("met" if growth["tssa (cached)"] <= GROWTH_MAX else "NOT met") + f" ({growth['tssa (cached)']:.2f}x).",
+        + ("met" if growth["tssa (cached)"] <= GROWTH_MAX else "NOT met")
+        + f" ({growth['tssa (cached)']:.2f}x).",
         f"Cache memory at L = {lengths[-1]}: MSSA / GPT-2 = "
         f"{rows[-1][2]['mssa (cached)'] / rows[-1][2]['gpt-2 (cached)']:.2f} (one cache against keys and values); "
         f"TSSA's state is {_bytes(rows[-1][2]['tssa (cached)'])} at every length.",

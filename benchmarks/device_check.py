@@ -83,10 +83,21 @@ MAX_FILES, MAX_BYTES, PART_BYTES = 8, 16 * 2**20, 15 * 2**20
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 DRY_NOTE = "**Dry run, CPU, toy sizes: no figure in it measures a GPU.**"
 PACKAGES = {  # distribution: the steps that need it
-    "pydantic": "everything (crate_compose)", "pyyaml": "everything (crate_compose)", "safetensors": "e, f",
-    "tokenizers": "b", "tqdm": "f", "pytest": "b", "pytest-xdist": "b (-n)", "hypothesis": "b", "timm": "c, d",
-    "lion-pytorch": "e (Lion)", "scikit-learn": "f (the digits)", "matplotlib": "f (the figure)", "numpy": "all",
-    "triton": "c, f (torch.compile on CUDA)"}
+    "pydantic": "everything (crate_compose)",
+    "pyyaml": "everything (crate_compose)",
+    "safetensors": "e, f",
+    "tokenizers": "b",
+    "tqdm": "f",
+    "pytest": "b",
+    "pytest-xdist": "b (-n)",
+    "hypothesis": "b",
+    "timm": "c, d",
+    "lion-pytorch": "e (Lion)",
+    "scikit-learn": "f (the digits)",
+    "matplotlib": "f (the figure)",
+    "numpy": "all",
+    "triton": "c, f (torch.compile on CUDA)",
+}
 GPU_ONLY = {"triton"}
 
 
@@ -127,46 +138,134 @@ class Plan:
 def gpu_plan(budget: float) -> Plan:
     sizes = ["--runs", "10", "--warmup", "3"]
     return Plan(
-        dry=False, device="cuda", budget=budget,
-        pytest=["--device", "cuda", "-q", "-x", "-p", "no:cacheprovider", "-n", "8"], pytest_want=150,
+        dry=False,
+        device="cuda",
+        budget=budget,
+        pytest=["--device", "cuda", "-q", "-x", "-p", "no:cacheprovider", "-n", "8"],
+        pytest_want=150,
         train_common=["--device", "cuda", "--forward", "none"],
         train_runs=[
-            TrainRun("batch 64, eager", 64, ["--batch", "64", "--dtypes", "float32,bfloat16", "--compile", "off", *sizes], 60, 30),
-            TrainRun("batch 64, bf16 compiled", 64, ["--batch", "64", "--dtypes", "bfloat16", "--compile", "on", *sizes], 100, 45),
-            TrainRun("batch 256, bf16", 256, ["--batch", "256", "--dtypes", "bfloat16", "--compile", "off,on", "--runs", "6",
-                                              "--warmup", "2"], 100, 50),
-            TrainRun("batch 64, float32 compiled", 64, ["--batch", "64", "--dtypes", "float32", "--compile", "on", *sizes],
-                     75, 45, optional=True)],
+            TrainRun(
+                "batch 64, eager",
+                64,
+                ["--batch", "64", "--dtypes", "float32,bfloat16", "--compile", "off", *sizes],
+                60,
+                30,
+            ),
+            TrainRun(
+                "batch 64, bf16 compiled",
+                64,
+                ["--batch", "64", "--dtypes", "bfloat16", "--compile", "on", *sizes],
+                100,
+                45,
+            ),
+            TrainRun(
+                "batch 256, bf16",
+                256,
+                ["--batch", "256", "--dtypes", "bfloat16", "--compile", "off,on", "--runs", "6", "--warmup", "2"],
+                100,
+                50,
+            ),
+            TrainRun(
+                "batch 64, float32 compiled",
+                64,
+                ["--batch", "64", "--dtypes", "float32", "--compile", "on", *sizes],
+                75,
+                45,
+                optional=True,
+            ),
+        ],
         goal_batch=64,
         profile={"size": 224, "batch": 64, "dtype": "bfloat16", "warmup": 3, "timed": 10, "profiled": 3, "want": 60},
         optimizer_args=["--device", "cuda", "--runs", "31", "--warmup", "3"],
         adamw={"runs": 31, "warmup": 3, "want": 30},
-        folder_args=["--steps", "1200", "--batch-size", "128", "--lr", "6e-4", "--device", "cuda", "--workers", "8",
-                     "--precision", "bf16", "--compile", "--checkpoint-every", "25"],
-        folder_want=150, loss_every=100,
-        least={"machine": 10, "tests": 60, "train": 125, "profile": 30, "optimizer": 30, "folder": 90})
+        folder_args=[
+            "--steps",
+            "1200",
+            "--batch-size",
+            "128",
+            "--lr",
+            "6e-4",
+            "--device",
+            "cuda",
+            "--workers",
+            "8",
+            "--precision",
+            "bf16",
+            "--compile",
+            "--checkpoint-every",
+            "25",
+        ],
+        folder_want=150,
+        loss_every=100,
+        least={"machine": 10, "tests": 60, "train": 125, "profile": 30, "optimizer": 30, "folder": 90},
+    )
 
 
 def dry_plan(budget: float) -> Plan:
     toy = ["--size", "32", "--runs", "1", "--warmup", "0", "--retakes", "0"]
     return Plan(
-        dry=True, device="cpu", budget=budget,
-        pytest=["tests/test_speed_paths.py", "-k", "float64", "--device", "cpu", "-q", "-x", "-p", "no:cacheprovider",
-                "-n", "2"], pytest_want=90,
+        dry=True,
+        device="cpu",
+        budget=budget,
+        pytest=[
+            "tests/test_speed_paths.py",
+            "-k",
+            "float64",
+            "--device",
+            "cpu",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+        ],
+        pytest_want=90,
         train_common=["--device", "cpu", "--forward", "none"],
         train_runs=[  # compiling CRATE-B and ViT-B on 2 cores takes minutes: eager only
-            TrainRun("batch 2, eager", 2, ["--batch", "2", "--dtypes", "float32,bfloat16", "--compile", "off", *toy], 90, 20),
-            TrainRun("batch 4, bf16", 4, ["--batch", "4", "--dtypes", "bfloat16", "--compile", "off", *toy], 90, 20)],
+            TrainRun(
+                "batch 2, eager", 2, ["--batch", "2", "--dtypes", "float32,bfloat16", "--compile", "off", *toy], 90, 20
+            ),
+            TrainRun("batch 4, bf16", 4, ["--batch", "4", "--dtypes", "bfloat16", "--compile", "off", *toy], 90, 20),
+        ],
         goal_batch=2,
         profile={"size": 32, "batch": 2, "dtype": "float32", "warmup": 1, "timed": 2, "profiled": 1, "want": 60},
         optimizer_args=["--device", "cpu", "--runs", "3", "--warmup", "1", "--retakes", "0"],
         adamw={"runs": 3, "warmup": 1, "want": 30},
-        folder_args=["--steps", "10", "--batch-size", "32", "--lr", "6e-4", "--device", "cpu", "--workers", "0",
-                     "--precision", "bf16", "--checkpoint-every", "5", "--log-every", "1", "--patch-size", "8",
-                     "--set", "sizes.d=32", "--set", "sizes.heads=2", "--set", "sizes.head_dim=16", "--set", "sizes.depth=2"],
-        folder_want=60, loss_every=2,
+        folder_args=[
+            "--steps",
+            "10",
+            "--batch-size",
+            "32",
+            "--lr",
+            "6e-4",
+            "--device",
+            "cpu",
+            "--workers",
+            "0",
+            "--precision",
+            "bf16",
+            "--checkpoint-every",
+            "5",
+            "--log-every",
+            "1",
+            "--patch-size",
+            "8",
+            "--set",
+            "sizes.d=32",
+            "--set",
+            "sizes.heads=2",
+            "--set",
+            "sizes.head_dim=16",
+            "--set",
+            "sizes.depth=2",
+        ],
+        folder_want=60,
+        loss_every=2,
         least={"machine": 10, "tests": 20, "train": 40, "profile": 20, "optimizer": 20, "folder": 30},
-        env={"OMP_NUM_THREADS": "1"})  # one thread a process: 2 threads on a shared 2-core machine are 10x slower
+        env={"OMP_NUM_THREADS": "1"},
+    )  # one thread a process: 2 threads on a shared 2-core machine are 10x slower
 
 
 # ---- running the steps ---------------------------------------------------------------------------------------
@@ -217,8 +316,10 @@ class Clock:
         that is under ``least``."""
         allowed = min(want, self.left() - reserve)
         if allowed < least:
-            raise Skipped(f"{max(0.0, self.left()):.0f} s of the {self.budget:.0f} s budget were left, and what follows "
-                          f"needs {reserve:.0f} s at least; this needs at least {least:.0f} s")
+            raise Skipped(
+                f"{max(0.0, self.left()):.0f} s of the {self.budget:.0f} s budget were left, and what follows "
+                f"needs {reserve:.0f} s at least; this needs at least {least:.0f} s"
+            )
         return allowed
 
 
@@ -246,17 +347,26 @@ class Check:
         out_path, err_path = self.work / f"{name}.out", self.work / f"{name}.err"
         began = time.monotonic()
         with open(out_path, "w") as out, open(err_path, "w") as err:
-            process = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                cmd, cwd=ROOT, env=self.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            )
             try:
                 process.wait(timeout=limit)
                 timed_out = False
             except subprocess.TimeoutExpired:
                 stop(process)
                 timed_out = True
-        done = Done(process.returncode, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"),
-                    time.monotonic() - began, timed_out, limit)
-        self.clock.say(f"  ... {'stopped at its limit' if timed_out else f'exit {done.returncode}'} after {done.seconds:.0f} s")
+        done = Done(
+            process.returncode,
+            out_path.read_text(errors="replace"),
+            err_path.read_text(errors="replace"),
+            time.monotonic() - began,
+            timed_out,
+            limit,
+        )
+        self.clock.say(
+            f"  ... {'stopped at its limit' if timed_out else f'exit {done.returncode}'} after {done.seconds:.0f} s"
+        )
         return done
 
     def part(self, name: str, want: float, least: float) -> dict:
@@ -309,13 +419,24 @@ def part_machine(plan: Plan) -> dict:
 
     import torch
 
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-            "cpus": os.cpu_count(), "cpu": cpu_name()}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cpus": os.cpu_count(),
+        "cpu": cpu_name(),
+    }
     if plan.device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        info.update(device=props.name, memory_gib=props.total_memory / 2**30, capability=f"{props.major}.{props.minor}",
-                    multiprocessors=props.multi_processor_count, devices=torch.cuda.device_count(), driver=nvidia_smi("driver_version"))
+        info.update(
+            device=props.name,
+            memory_gib=props.total_memory / 2**30,
+            capability=f"{props.major}.{props.minor}",
+            multiprocessors=props.multi_processor_count,
+            devices=torch.cuda.device_count(),
+            driver=nvidia_smi("driver_version"),
+        )
     else:
         info["device"] = info["cpu"]
     packages = {}
@@ -336,8 +457,9 @@ def part_machine(plan: Plan) -> dict:
 
 def nvidia_smi(query: str) -> str | None:
     try:
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=20)
+        done = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
         return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -348,15 +470,23 @@ def machine_step(check: Check) -> list[str]:
     check.data["machine"] = info
     if check.plan.device == "cuda":
         others = "" if info["devices"] == 1 else f", 1 of {info['devices']} GPUs"
-        device = (f"{info['device']} ({info['memory_gib']:.1f} GiB, compute capability {info['capability']}, "
-                  f"{info['multiprocessors']} multiprocessors{others}), driver {info.get('driver') or 'unknown'}")
+        device = (
+            f"{info['device']} ({info['memory_gib']:.1f} GiB, compute capability {info['capability']}, "
+            f"{info['multiprocessors']} multiprocessors{others}), driver {info.get('driver') or 'unknown'}"
+        )
     else:
         device = f"no GPU: the CPU, {info['device']}"
-    lines = [f"{device}; torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}; Python {info['python']}; "
-             f"{info['cpus']} CPU cores ({info['cpu']}); {check.date}.", ""]
+    lines = [
+        f"{device}; torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}; Python {info['python']}; "
+        f"{info['cpus']} CPU cores ({info['cpu']}); {check.date}.",
+        "",
+    ]
     present = [f"{name} {version}" for name, version in info["packages"].items() if version]
-    missing = [f"{name} ({PACKAGES[name]})" for name, version in info["packages"].items()
-               if not version and not (check.plan.dry and name in GPU_ONLY)]
+    missing = [
+        f"{name} ({PACKAGES[name]})"
+        for name, version in info["packages"].items()
+        if not version and not (check.plan.dry and name in GPU_ONLY)
+    ]
     lines.append("Packages: " + ", ".join(present) + "." + (f" **Missing**: {', '.join(missing)}." if missing else ""))
     if "crate_compose_error" in info:
         lines += ["", f"**crate_compose does not import**: {info['crate_compose_error']} (the later steps need it)."]
@@ -377,22 +507,35 @@ def pytest_counts(text: str) -> dict:
     """Counts, failures and skip reasons from pytest's ``-q -ra`` output; from the progress characters when the
     final summary line is missing (a run stopped at its limit)."""
     lines = text.splitlines()
-    final = next((line for line in reversed(lines) if re.search(r"\bin [\d.]+s\b", line) and SUMMARY.search(line)), None)
+    final = next(
+        (line for line in reversed(lines) if re.search(r"\bin [\d.]+s\b", line) and SUMMARY.search(line)), None
+    )
     counts: dict[str, int] = {}
     if final:
         for number, kind in SUMMARY.findall(final):
             counts["errors" if kind.startswith("error") else kind] = int(number)
     else:
         marks = "".join(m.group(1) for m in map(PROGRESS.match, lines) if m)
-        counts = {"passed": marks.count("."), "failed": marks.count("F"), "skipped": marks.count("s"),
-                  "errors": marks.count("E")}
-    failures = [{"test": m.group(2).removeprefix("tests/"), "message": (m.group(3) or "")[:160]}
-                for m in map(FAILED.match, lines) if m]
+        counts = {
+            "passed": marks.count("."),
+            "failed": marks.count("F"),
+            "skipped": marks.count("s"),
+            "errors": marks.count("E"),
+        }
+    failures = [
+        {"test": m.group(2).removeprefix("tests/"), "message": (m.group(3) or "")[:160]}
+        for m in map(FAILED.match, lines)
+        if m
+    ]
     reasons: dict[str, int] = {}
     for m in filter(None, map(SKIPPED.match, lines)):
         reasons[m.group(2)] = reasons.get(m.group(2), 0) + int(m.group(1))
-    return {"counts": counts, "complete": final is not None, "failures": failures,
-            "skip_reasons": sorted(reasons.items(), key=lambda item: -item[1])}
+    return {
+        "counts": counts,
+        "complete": final is not None,
+        "failures": failures,
+        "skip_reasons": sorted(reasons.items(), key=lambda item: -item[1]),
+    }
 
 
 def tests_step(check: Check) -> list[str]:
@@ -400,21 +543,38 @@ def tests_step(check: Check) -> list[str]:
     done = check.run([sys.executable, "-m", "pytest", *plan.pytest], plan.pytest_want, plan.least["tests"], "pytest")
     output = done.out + "\n" + done.err
     found = pytest_counts(output)
-    check.data["tests"] = {**found, "seconds": done.seconds, "returncode": done.returncode, "timed_out": done.timed_out,
-                           "tail": "\n".join(output.splitlines()[-300:])}
+    check.data["tests"] = {
+        **found,
+        "seconds": done.seconds,
+        "returncode": done.returncode,
+        "timed_out": done.timed_out,
+        "tail": "\n".join(output.splitlines()[-300:]),
+    }
     check.keep("pytest.log", "\n".join(output.splitlines()[-2000:]) + "\n", 3)
     if not found["complete"] and not sum(found["counts"].values()):
         raise StepFailed(f"pytest reported no test ({failure(done)})", done.tail())
     counts = ", ".join(f"{n:,} {kind}" for kind, n in found["counts"].items())
-    status = (f"stopped at its limit of {done.limit:.0f} s: the counts are those of the progress line so far"
-              if done.timed_out else f"{done.seconds:.0f} s")
-    lines = [f"`python -m pytest {' '.join(plan.pytest)}` ({status}): **{counts}**"
-             + (" (`-x`: it stops at the first failure)." if found["counts"].get("failed") or found["counts"].get("errors") else ".")]
+    status = (
+        f"stopped at its limit of {done.limit:.0f} s: the counts are those of the progress line so far"
+        if done.timed_out
+        else f"{done.seconds:.0f} s"
+    )
+    lines = [
+        f"`python -m pytest {' '.join(plan.pytest)}` ({status}): **{counts}**"
+        + (
+            " (`-x`: it stops at the first failure)."
+            if found["counts"].get("failed") or found["counts"].get("errors")
+            else "."
+        )
+    ]
     if found["failures"]:
-        lines += ["", "Failures:", ""] + [f"- `{f['test']}`" + (f": {f['message']}" if f["message"] else "")
-                                         for f in found["failures"][:20]]
+        lines += ["", "Failures:", ""] + [
+            f"- `{f['test']}`" + (f": {f['message']}" if f["message"] else "") for f in found["failures"][:20]
+        ]
     if found["skip_reasons"]:
-        lines += ["", "Skipped, the most common reasons:", ""] + [f"- {n}: {reason[:160]}" for reason, n in found["skip_reasons"][:5]]
+        lines += ["", "Skipped, the most common reasons:", ""] + [
+            f"- {n}: {reason[:160]}" for reason, n in found["skip_reasons"][:5]
+        ]
     return lines
 
 
@@ -437,8 +597,17 @@ def ratio_rows(runs: list[tuple[TrainRun, dict]], goal_batch: int) -> list[dict]
         for r in measured["results"]:
             crate, vit = (r["models"][name]["step"]["images_per_s"] for name in ("crate-base", "vit_base_patch16_224"))
             goal = RATIO_GOALS[r["compile"]] if run.batch == goal_batch and r["dtype"] == "bfloat16" else None
-            rows.append({"batch": run.batch, "dtype": r["dtype"], "compile": r["compile"], "crate_images_per_s": crate,
-                         "vit_images_per_s": vit, "ratio": crate / vit, "goal": goal})
+            rows.append(
+                {
+                    "batch": run.batch,
+                    "dtype": r["dtype"],
+                    "compile": r["compile"],
+                    "crate_images_per_s": crate,
+                    "vit_images_per_s": vit,
+                    "ratio": crate / vit,
+                    "goal": goal,
+                }
+            )
     return sorted(rows, key=lambda row: (row["batch"] != goal_batch, row["batch"], row["dtype"], row["compile"]))
 
 
@@ -447,7 +616,7 @@ def train_step(check: Check) -> list[str]:
     runs, notes, tables, failed = [], [], {}, []
     check.data["train_step"] = {}
     for index, run in enumerate(plan.train_runs):
-        later = sum(r.least for r in plan.train_runs[index + 1:] if not r.optional)
+        later = sum(r.least for r in plan.train_runs[index + 1 :] if not r.optional)
         json_path = check.work / f"train-step-{index}.json"
         cmd = [sys.executable, HERE / "train_step.py", *plan.train_common, *run.args, "--json", json_path]
         try:
@@ -471,11 +640,14 @@ def train_step(check: Check) -> list[str]:
         raise StepFailed("no run of train_step.py gave figures", "\n".join(notes))
     rows = ratio_rows(runs, plan.goal_batch)
     check.data["train_ratios"] = rows
-    lines = [f"Goal: CRATE-B >= {RATIO_GOALS[True]:g}x ViT-B/16's images/s in bf16 compiled at batch {plan.goal_batch}, "
-             f">= {RATIO_GOALS[False]:g}x in bf16 eager. A training step: forward, cross-entropy, backward, AdamW "
-             "(train_step.py; the forward-only timings left out).", "",
-             "| batch | dtype | compile | CRATE-B images/s | ViT-B/16 images/s | CRATE-B / ViT-B | goal |",
-             "| ---: | --- | --- | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"Goal: CRATE-B >= {RATIO_GOALS[True]:g}x ViT-B/16's images/s in bf16 compiled at batch {plan.goal_batch}, "
+        f">= {RATIO_GOALS[False]:g}x in bf16 eager. A training step: forward, cross-entropy, backward, AdamW "
+        "(train_step.py; the forward-only timings left out).",
+        "",
+        "| batch | dtype | compile | CRATE-B images/s | ViT-B/16 images/s | CRATE-B / ViT-B | goal |",
+        "| ---: | --- | --- | ---: | ---: | ---: | --- |",
+    ]
     for row in rows:
         if row["goal"] is None:
             goal = ""
@@ -483,18 +655,26 @@ def train_step(check: Check) -> list[str]:
             goal = f">= {row['goal']:g} (a GPU's goal: not judged in a dry run)"
         else:
             goal = f">= {row['goal']:g}: **{'met' if row['ratio'] >= row['goal'] else 'not met'}**"
-        lines.append(f"| {row['batch']} | {row['dtype']} | {'on' if row['compile'] else 'off'} | {row['crate_images_per_s']:,.1f} | "
-                     f"{row['vit_images_per_s']:,.1f} | {row['ratio']:.2f} | {goal} |")
+        lines.append(
+            f"| {row['batch']} | {row['dtype']} | {'on' if row['compile'] else 'off'} | {row['crate_images_per_s']:,.1f} | "
+            f"{row['vit_images_per_s']:,.1f} | {row['ratio']:.2f} | {goal} |"
+        )
     measured_goals = {(row["compile"]) for row in rows if row["goal"] is not None}
     for compiled in (True, False):
         if compiled not in measured_goals:
-            lines += ["", f"The {'compiled' if compiled else 'eager'} bf16 goal at batch {plan.goal_batch} was not measured."]
+            lines += [
+                "",
+                f"The {'compiled' if compiled else 'eager'} bf16 goal at batch {plan.goal_batch} was not measured.",
+            ]
     lines += ["", "The runs:", "", *notes]
     for batch, table in tables.items():
         lines += ["", f"train_step.py's tables, batch {batch}:", "", *table]
     if failed:
-        raise StepFailed(f"train_step.py failed in {len(failed)} of its {len(plan.train_runs)} runs ({', '.join(failed)}); "
-                         "the figures of the others below", lines=lines)
+        raise StepFailed(
+            f"train_step.py failed in {len(failed)} of its {len(plan.train_runs)} runs ({', '.join(failed)}); "
+            "the figures of the others below",
+            lines=lines,
+        )
     return lines
 
 
@@ -512,7 +692,10 @@ def device_work(prof, device) -> list[tuple[str, float, float]]:
 
     work = []
     for event in prof.events():
-        if getattr(event, "is_user_annotation", False) or "annotation" in str(getattr(event, "activity_type", "")).lower():
+        if (
+            getattr(event, "is_user_annotation", False)
+            or "annotation" in str(getattr(event, "activity_type", "")).lower()
+        ):
             continue
         start = float(event.time_range.start)
         if device.type == "cuda" and event.device_type == DeviceType.CUDA and not event.name.startswith(ANNOTATIONS):
@@ -540,11 +723,25 @@ def kernel_summary(work: list[tuple[str, float, float]], steps: int, step_s: flo
     for name, _, us in work:
         by_name.setdefault(name, []).append(us)
     total = sum(us for _, _, us in work) or 1.0
-    kernels = [{"name": name, "share": sum(t) / total, "ms_per_step": sum(t) / steps / 1e3, "calls_per_step": len(t) / steps,
-                "mean_us": sum(t) / len(t)} for name, t in by_name.items()]
+    kernels = [
+        {
+            "name": name,
+            "share": sum(t) / total,
+            "ms_per_step": sum(t) / steps / 1e3,
+            "calls_per_step": len(t) / steps,
+            "mean_us": sum(t) / len(t),
+        }
+        for name, t in by_name.items()
+    ]
     kernels.sort(key=lambda k: -k["share"])
-    return {"kernels_per_step": len(work) / steps, "busy_ms_per_step": busy_us(work, union) / steps / 1e3,
-            "kernel_ms_per_step": total / steps / 1e3, "step_ms": step_s * 1e3, "distinct": len(by_name), "top": kernels[:top]}
+    return {
+        "kernels_per_step": len(work) / steps,
+        "busy_ms_per_step": busy_us(work, union) / steps / 1e3,
+        "kernel_ms_per_step": total / steps / 1e3,
+        "step_ms": step_s * 1e3,
+        "distinct": len(by_name),
+        "top": kernels[:top],
+    }
 
 
 def part_profile(plan: Plan) -> dict:
@@ -584,7 +781,7 @@ def part_profile(plan: Plan) -> dict:
 
 def short(name: str, width: int = 90) -> str:
     name = name.removeprefix("void ").replace("|", "/").replace("`", "'")
-    return name if len(name) <= width else name[:width - 1] + "…"
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def profile_step(check: Check) -> list[str]:
@@ -592,22 +789,39 @@ def profile_step(check: Check) -> list[str]:
     found = check.part("profile", p["want"], plan.least["profile"])
     check.data["profile"] = found
     unit = "GPU" if plan.device == "cuda" else "CPU"
-    lines = [f"One {p['dtype']}{' autocast' if p['dtype'] == 'bfloat16' else ''} training step, eager, batch {p['batch']} at "
-             f"{p['size']}x{p['size']} (train_step.py's `Trainer`: forward, cross-entropy, backward, AdamW); {p['profiled']} "
-             f"step{'s' * (p['profiled'] != 1)} profiled after {1 + p['warmup']}; the step's wall time is the median of {p['timed']} unprofiled, "
-             f"synchronized steps; busy: the union of the kernels' intervals."
-             + ("" if plan.device == "cuda" else " On the CPU each `aten::` operator's own time (less the operators it "
-                "calls) stands for a kernel, and busy is their sum."), "",
-             f"| model | step ms (wall) | {unit} busy ms per step | busy / wall | kernels per step | distinct kernels | top 15 share |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"One {p['dtype']}{' autocast' if p['dtype'] == 'bfloat16' else ''} training step, eager, batch {p['batch']} at "
+        f"{p['size']}x{p['size']} (train_step.py's `Trainer`: forward, cross-entropy, backward, AdamW); {p['profiled']} "
+        f"step{'s' * (p['profiled'] != 1)} profiled after {1 + p['warmup']}; the step's wall time is the median of {p['timed']} unprofiled, "
+        f"synchronized steps; busy: the union of the kernels' intervals."
+        + (
+            ""
+            if plan.device == "cuda"
+            else " On the CPU each `aten::` operator's own time (less the operators it "
+            "calls) stands for a kernel, and busy is their sum."
+        ),
+        "",
+        f"| model | step ms (wall) | {unit} busy ms per step | busy / wall | kernels per step | distinct kernels | top 15 share |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for model, s in found.items():
-        lines.append(f"| {model} | {s['step_ms']:,.2f} | {s['busy_ms_per_step']:,.2f} | {s['busy_ms_per_step'] / s['step_ms']:.0%} | "
-                     f"{s['kernels_per_step']:,.0f} | {s['distinct']:,} | {sum(k['share'] for k in s['top']):.0%} |")
+        lines.append(
+            f"| {model} | {s['step_ms']:,.2f} | {s['busy_ms_per_step']:,.2f} | {s['busy_ms_per_step'] / s['step_ms']:.0%} | "
+            f"{s['kernels_per_step']:,.0f} | {s['distinct']:,} | {sum(k['share'] for k in s['top']):.0%} |"
+        )
     for model, s in found.items():
-        lines += ["", f"{model}: the 15 kernels with the most {unit} time", "",
-                  f"| kernel | share of {unit} time | ms per step | calls per step | mean us |", "| --- | ---: | ---: | ---: | ---: |"]
-        lines += [f"| `{short(k['name'])}` | {k['share']:.1%} | {k['ms_per_step']:,.3f} | {k['calls_per_step']:,.0f} | "
-                  f"{k['mean_us']:,.1f} |" for k in s["top"]]
+        lines += [
+            "",
+            f"{model}: the 15 kernels with the most {unit} time",
+            "",
+            f"| kernel | share of {unit} time | ms per step | calls per step | mean us |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| `{short(k['name'])}` | {k['share']:.1%} | {k['ms_per_step']:,.3f} | {k['calls_per_step']:,.0f} | "
+            f"{k['mean_us']:,.1f} |"
+            for k in s["top"]
+        ]
     check.keep("profile.txt", "\n\n".join(f"{model}\n\n{s['table']}" for model, s in found.items()), 3)
     return lines
 
@@ -622,8 +836,10 @@ def part_adamw(plan: Plan) -> dict:
     device = torch.device(plan.device)
     sizes = bench.shapes()
     kinds = {"foreach": {"foreach": True}, "fused": {"fused": True}}
-    optimizers = {kind: torch.optim.AdamW(bench.groups(bench.parameters(sizes, device)), lr=bench.LR, **options)
-                  for kind, options in kinds.items()}
+    optimizers = {
+        kind: torch.optim.AdamW(bench.groups(bench.parameters(sizes, device)), lr=bench.LR, **options)
+        for kind, options in kinds.items()
+    }
     for optimizer in optimizers.values():
         for _ in range(1 + plan.adamw["warmup"]):
             optimizer.step()
@@ -633,9 +849,15 @@ def part_adamw(plan: Plan) -> dict:
             times[kind].append(timed(optimizer.step, device, 1.0, 0)[0])
     params = {kind: [p for group in o.param_groups for p in group["params"]] for kind, o in optimizers.items()}
     difference = max((a - b).abs().max().item() for a, b in zip(params["foreach"], params["fused"]))
-    return {"parameters": sum(s.numel() for s in sizes), "tensors": len(sizes), "steps": 1 + plan.adamw["warmup"] + plan.adamw["runs"],
-            "times_s": times, "median_s": {k: statistics.median(t) for k, t in times.items()},
-            "min_s": {k: min(t) for k, t in times.items()}, "max_abs_difference": difference}
+    return {
+        "parameters": sum(s.numel() for s in sizes),
+        "tensors": len(sizes),
+        "steps": 1 + plan.adamw["warmup"] + plan.adamw["runs"],
+        "times_s": times,
+        "median_s": {k: statistics.median(t) for k, t in times.items()},
+        "min_s": {k: min(t) for k, t in times.items()},
+        "max_abs_difference": difference,
+    }
 
 
 def adamw_lines(check: Check) -> list[str]:
@@ -643,22 +865,31 @@ def adamw_lines(check: Check) -> list[str]:
     found = check.part("adamw", plan.adamw["want"], 10)
     check.data["adamw"] = found
     median, least = found["median_s"], found["min_s"]
-    lines = [f"AdamW over CRATE-B's {found['parameters']:,} parameters ({found['tensors']} tensors, optimizer_step.py's "
-             f"groups and random gradients), `optimizer.step()` alone, {plan.adamw['runs']} interleaved rounds after "
-             f"{1 + plan.adamw['warmup']} steps of each:", "",
-             "| torch.optim.AdamW | step ms (median) | min ms | foreach / this |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        f"AdamW over CRATE-B's {found['parameters']:,} parameters ({found['tensors']} tensors, optimizer_step.py's "
+        f"groups and random gradients), `optimizer.step()` alone, {plan.adamw['runs']} interleaved rounds after "
+        f"{1 + plan.adamw['warmup']} steps of each:",
+        "",
+        "| torch.optim.AdamW | step ms (median) | min ms | foreach / this |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for kind in ("foreach", "fused"):
-        lines.append(f"| {kind}=True | {ms(median[kind])} | {ms(least[kind])} | {median['foreach'] / median[kind]:.2f} |")
-    return lines + ["", f"Largest difference between their parameters after {found['steps']} steps: "
-                        f"{found['max_abs_difference']:.2e}."]
+        lines.append(
+            f"| {kind}=True | {ms(median[kind])} | {ms(least[kind])} | {median['foreach'] / median[kind]:.2f} |"
+        )
+    return lines + [
+        "",
+        f"Largest difference between their parameters after {found['steps']} steps: {found['max_abs_difference']:.2e}.",
+    ]
 
 
 def optimizer_step(check: Check) -> list[str]:
     plan = check.plan
     lines, errors = [], []
     try:
-        done = check.run([sys.executable, HERE / "optimizer_step.py", *plan.optimizer_args], 30, 10,
-                         "optimizer-step", reserve=10)
+        done = check.run(
+            [sys.executable, HERE / "optimizer_step.py", *plan.optimizer_args], 30, 10, "optimizer-step", reserve=10
+        )
         if done.timed_out or done.returncode:
             raise StepFailed(failure(done), done.tail(8))
         body = [line for line in done.out.strip().splitlines() if not line.startswith("## ")]
@@ -668,7 +899,10 @@ def optimizer_step(check: Check) -> list[str]:
         lines += [f"Lion (`optimizer_step.py`): **skipped**: {skipped}."]
     except StepFailed as failed:
         errors.append(f"optimizer_step.py: {failed}")
-        lines += [f"Lion (`optimizer_step.py {' '.join(plan.optimizer_args)}`): **error**: {failed}", *code_block(failed.tail)]
+        lines += [
+            f"Lion (`optimizer_step.py {' '.join(plan.optimizer_args)}`): **error**: {failed}",
+            *code_block(failed.tail),
+        ]
     try:
         lines += ["", *adamw_lines(check)]
     except StepFailed as failed:
@@ -690,8 +924,14 @@ def collapse(rows: list[dict], band: float = COLLAPSE_BAND, low: float = LOW_LOS
     below = False
     for i, (step, loss) in enumerate(train):
         if below and len(train) - i >= least and all(abs(later - LN10) <= band for _, later in train[i:]):
-            return {"step": step, "loss": loss, "before_step": train[i - 1][0], "before_loss": train[i - 1][1],
-                    "logged_after": len(train) - i, "last_step": train[-1][0]}
+            return {
+                "step": step,
+                "loss": loss,
+                "before_step": train[i - 1][0],
+                "before_loss": train[i - 1][1],
+                "logged_after": len(train) - i,
+                "last_step": train[-1][0],
+            }
         below = below or loss < low
     return None
 
@@ -719,15 +959,26 @@ def split_weights(path: Path, stem: str) -> dict[str, bytes]:
             size = 0
         parts[-1][name] = tensor
         size += nbytes
-    return {f"{stem}-{i}of{len(parts)}.safetensors": save(part, metadata={"part": f"{i} of {len(parts)}", "of": str(path)})
-            for i, part in enumerate(parts, 1)}
+    return {
+        f"{stem}-{i}of{len(parts)}.safetensors": save(part, metadata={"part": f"{i} of {len(parts)}", "of": str(path)})
+        for i, part in enumerate(parts, 1)
+    }
 
 
 def folder_step(check: Check) -> list[str]:
     plan = check.plan
     run, figure_path = check.work / "folder-run", check.work / "folder-run.png"
-    cmd = [sys.executable, HERE / "folder_run.py", *plan.folder_args, "--data", check.work / "digits", "--out", run,
-           "--figure", figure_path]
+    cmd = [
+        sys.executable,
+        HERE / "folder_run.py",
+        *plan.folder_args,
+        "--data",
+        check.work / "digits",
+        "--out",
+        run,
+        "--figure",
+        figure_path,
+    ]
     done = check.run(cmd, plan.folder_want, plan.least["folder"], "folder-run")
     metrics = run / "metrics.jsonl"
     if not metrics.exists():
@@ -745,9 +996,11 @@ def folder_step(check: Check) -> list[str]:
             check.clock.say(f"  no figure: {error}")
     if figure_path.exists():
         check.keep("folder-run.png", figure_path.read_bytes(), 1)
-    ended = ("ended well" if done.returncode == 0 and not done.timed_out else f"**{failure(done)}**")
-    lines = [f"`folder_run.py {' '.join(plan.folder_args)}`: {ended}, {done.seconds:.0f} s, "
-             f"{train[-1]['step'] if train else 0:,} steps logged."]
+    ended = "ended well" if done.returncode == 0 and not done.timed_out else f"**{failure(done)}**"
+    lines = [
+        f"`folder_run.py {' '.join(plan.folder_args)}`: {ended}, {done.seconds:.0f} s, "
+        f"{train[-1]['step'] if train else 0:,} steps logged."
+    ]
     if done.returncode and not done.timed_out:
         message = next((line for line in reversed(done.err.splitlines()) if line.startswith("error")), done.tail(3))
         lines += ["", f"It said: {message}"]
@@ -759,15 +1012,26 @@ def folder_step(check: Check) -> list[str]:
     if evals:
         lines += ["", "Test accuracy: " + ", ".join(f"{r['test_accuracy']:.3f} at {r['step']:,}" for r in evals) + "."]
     found = collapse(rows)
-    check.data["folder_run"] = {"returncode": done.returncode, "timed_out": done.timed_out, "seconds": done.seconds,
-                                "collapse": found, "last_step": train[-1]["step"] if train else None}
+    check.data["folder_run"] = {
+        "returncode": done.returncode,
+        "timed_out": done.timed_out,
+        "seconds": done.seconds,
+        "collapse": found,
+        "last_step": train[-1]["step"] if train else None,
+    }
     if found is None:
-        lines += ["", f"**No collapse**: the training loss did not come back to within {COLLAPSE_BAND} of ln 10 = {LN10:.3f} "
-                  f"to stay after it had been below {LOW_LOSS}."]
+        lines += [
+            "",
+            f"**No collapse**: the training loss did not come back to within {COLLAPSE_BAND} of ln 10 = {LN10:.3f} "
+            f"to stay after it had been below {LOW_LOSS}.",
+        ]
         return lines
-    lines += ["", f"**Collapsed**: the training loss was {found['before_loss']:.4f} at step {found['before_step']:,}, "
-              f"{found['loss']:.4f} at step {found['step']:,}, and stayed within {COLLAPSE_BAND} of ln 10 = {LN10:.3f} to "
-              f"step {found['last_step']:,}."]
+    lines += [
+        "",
+        f"**Collapsed**: the training loss was {found['before_loss']:.4f} at step {found['before_step']:,}, "
+        f"{found['loss']:.4f} at step {found['step']:,}, and stayed within {COLLAPSE_BAND} of ln 10 = {LN10:.3f} to "
+        f"step {found['last_step']:,}.",
+    ]
     steps = sorted(int(p.name.removeprefix("step-")) for p in (run / "checkpoints").glob("step-*") if p.is_dir())
     before = max((s for s in steps if s <= found["before_step"]), default=None)
     after = min((s for s in steps if s >= found["step"]), default=None)
@@ -780,8 +1044,12 @@ def folder_step(check: Check) -> list[str]:
         for name, content in parts.items():
             check.keep(name, content, 2)
         kept.append(f"step {step:,} {label} the jump: `{'`, `'.join(parts)}`")
-    lines += ["", "Kept: the weights (`model.safetensors`) of the checkpoints at " + "; ".join(kept)
-              + " (each split by tensor into files under 16 MiB: load them all and merge the dictionaries), and `metrics.jsonl`."]
+    lines += [
+        "",
+        "Kept: the weights (`model.safetensors`) of the checkpoints at "
+        + "; ".join(kept)
+        + " (each split by tensor into files under 16 MiB: load them all and merge the dictionaries), and `metrics.jsonl`.",
+    ]
     return lines
 
 
@@ -814,9 +1082,16 @@ def chosen_files(files: dict[str, tuple[int, bytes]]) -> tuple[list[str], list[s
 
 def commit() -> str:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return "commit unknown"
     if head.returncode:
@@ -838,10 +1113,12 @@ def section(check: Check, bodies: list[tuple[str, list[str]]], files: list[str],
         lines += [DRY_NOTE, ""]
     statuses = check.data["steps"]
     failed = [key for key, s in statuses.items() if s["status"] != "ok"]
-    lines += [f"`{command}` (`make device-check`), {commit()}: {check.clock.elapsed():.0f} s of its {plan.budget:.0f} s budget; "
-              + (f"steps not reported in full: {', '.join(failed)}" if failed else "every step reported")
-              + f". Files beside this section: {', '.join(f'`{f}`' for f in files if f != 'section.md')}."
-              + (" " + "; ".join(notes) + "." if notes else "")]
+    lines += [
+        f"`{command}` (`make device-check`), {commit()}: {check.clock.elapsed():.0f} s of its {plan.budget:.0f} s budget; "
+        + (f"steps not reported in full: {', '.join(failed)}" if failed else "every step reported")
+        + f". Files beside this section: {', '.join(f'`{f}`' for f in files if f != 'section.md')}."
+        + (" " + "; ".join(notes) + "." if notes else "")
+    ]
     for heading, body in bodies:
         lines += ["", f"### {heading}", "", *body]
     return "\n".join(lines) + "\n"
@@ -853,7 +1130,7 @@ def run_check(plan: Plan, out_dir: Path, work: Path) -> tuple[str, bool]:
     check.data.update(date=check.date, dry_run=plan.dry, budget_s=plan.budget, steps={})
     bodies = []
     for index, (key, heading, function) in enumerate(STEPS):
-        check.reserve = sum(plan.least[k] for k, _, _ in STEPS[index + 1:])
+        check.reserve = sum(plan.least[k] for k, _, _ in STEPS[index + 1 :])
         clock.say(heading)
         began = time.monotonic()
         try:
@@ -861,8 +1138,14 @@ def run_check(plan: Plan, out_dir: Path, work: Path) -> tuple[str, bool]:
         except Skipped as skipped:
             body, status = [f"**Skipped**: {skipped}."], "skipped"
         except StepFailed as failed:
-            body, status = [f"**Error**: {failed}", *(code_block(failed.tail) if failed.tail else []),
-                            *(["", *failed.lines] if failed.lines else [])], "error"
+            body, status = (
+                [
+                    f"**Error**: {failed}",
+                    *(code_block(failed.tail) if failed.tail else []),
+                    *(["", *failed.lines] if failed.lines else []),
+                ],
+                "error",
+            )
         except Exception as error:  # noqa: BLE001  (one step's failure is reported; the next step runs)
             body, status = [f"**Error**: {type(error).__name__}: {error}"], "error"
         seconds = time.monotonic() - began
@@ -895,11 +1178,19 @@ def cuda_missing() -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="the same steps on the CPU at toy sizes (no GPU needed)")
-    parser.add_argument("--out-dir", type=Path, default=None,
-                        help="where the section and its files go (default: $OUT when set, else runs/device-check)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where the section and its files go (default: $OUT when set, else runs/device-check)",
+    )
     parser.add_argument("--append", action="store_true", help="also append the section to benchmarks/RESULTS.md")
-    parser.add_argument("--budget", type=float, default=None, help="seconds for the whole check (default 480; dry run 300)")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where the runs write (default: a temporary folder, removed)")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds for the whole check (default 480; dry run 300)"
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="where the runs write (default: a temporary folder, removed)"
+    )
     parser.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)  # one measurement, in a child process
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -911,9 +1202,11 @@ def main() -> int:
     if args.append and args.dry_run:
         parser.error("--append with --dry-run would put toy CPU figures in benchmarks/RESULTS.md")
     if not args.dry_run and (why := cuda_missing()):
-        print(f"benchmarks/device_check.py needs a CUDA GPU: {why}.\n"
-              "To check the script and its section on the CPU, at toy sizes: python benchmarks/device_check.py --dry-run",
-              file=sys.stderr)
+        print(
+            f"benchmarks/device_check.py needs a CUDA GPU: {why}.\n"
+            "To check the script and its section on the CPU, at toy sizes: python benchmarks/device_check.py --dry-run",
+            file=sys.stderr,
+        )
         return 2
     out_dir = args.out_dir or Path(os.environ.get("OUT") or ROOT / "runs" / "device-check")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="device-check-"))

@@ -42,10 +42,31 @@ DATA = "pasted-digits"
 
 def _train_command(name: str, out: Path, args: argparse.Namespace) -> list[str]:
     preset, options = MODELS[name]
-    return ["train", preset, *options, "--data", args.data, "--steps", str(args.steps), "--batch-size",
-            str(args.batch_size), "--lr", str(args.lr), "--warmup-epochs", "10", "--seed", str(args.seed),
-            "--checkpoint-every", str(max(1, args.steps // 6)), "--log-every", "25", "--device", args.device,
-            "--no-progress", *(["--precision", args.precision] if args.precision else [])]
+    return [
+        "train",
+        preset,
+        *options,
+        "--data",
+        args.data,
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(args.lr),
+        "--warmup-epochs",
+        "10",
+        "--seed",
+        str(args.seed),
+        "--checkpoint-every",
+        str(max(1, args.steps // 6)),
+        "--log-every",
+        "25",
+        "--device",
+        args.device,
+        "--no-progress",
+        *(["--precision", args.precision] if args.precision else []),
+    ]
 
 
 def train(args: argparse.Namespace) -> int:
@@ -69,16 +90,26 @@ def report(args: argparse.Namespace) -> int:
         result = json.loads((run / "result.json").read_text()) if (run / "result.json").is_file() else {}
         record = json.loads((run / "run.json").read_text())
         summary["models"][name] = {
-            "preset": MODELS[name][0], "data": record["identity"]["data"]["name"], "weights": probe["weights"], "parameters": result.get("params"),
-            "steps": record["steps"], "batch_size": record["identity"]["settings"]["batch_size"],
+            "preset": MODELS[name][0],
+            "data": record["identity"]["data"]["name"],
+            "weights": probe["weights"],
+            "parameters": result.get("params"),
+            "steps": record["steps"],
+            "batch_size": record["identity"]["settings"]["batch_size"],
             "test_accuracy": result.get("metrics", {}).get("test_accuracy"),
-            "linear_probe_accuracy": probe["test_accuracy"], "knn_accuracy": probe["knn_accuracy"],
-            **{f"{which}_{key}": value for which, row in rows.items() for key, value in (
-                ("best_head", row["best_head"]["by_jaccard"]["head"]),
-                ("best_head_jaccard", row["best_head"]["by_jaccard"]["jaccard"]),
-                ("mean_map_jaccard", row["mean_map"]["jaccard"]),
-                ("mean_map_average_precision", row["mean_map"]["average_precision"]),
-                ("head_jaccards", [head["jaccard"] for head in row["heads"]]))},
+            "linear_probe_accuracy": probe["test_accuracy"],
+            "knn_accuracy": probe["knn_accuracy"],
+            **{
+                f"{which}_{key}": value
+                for which, row in rows.items()
+                for key, value in (
+                    ("best_head", row["best_head"]["by_jaccard"]["head"]),
+                    ("best_head_jaccard", row["best_head"]["by_jaccard"]["jaccard"]),
+                    ("mean_map_jaccard", row["mean_map"]["jaccard"]),
+                    ("mean_map_average_precision", row["mean_map"]["average_precision"]),
+                    ("head_jaccards", [head["jaccard"] for head in row["heads"]]),
+                )
+            },
         }
         if args.figures:
             args.figures.mkdir(parents=True, exist_ok=True)
@@ -92,14 +123,19 @@ def report(args: argparse.Namespace) -> int:
 
 
 def _table(summary: dict) -> str:
-    lines = ["| model | test acc. (supervised) | linear probe | k-NN | Jaccard, best head (untrained) | "
-             "Jaccard, mean map (untrained) | AP, mean map |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| model | test acc. (supervised) | linear probe | k-NN | Jaccard, best head (untrained) | "
+        "Jaccard, mean map (untrained) | AP, mean map |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, m in summary["models"].items():
         accuracy = f"{m['test_accuracy']:.3f}" if m["test_accuracy"] is not None else "-"
-        lines.append(f"| {name} | {accuracy} | {m['linear_probe_accuracy']:.3f} | {m['knn_accuracy']:.3f} | "
-                     f"{m['trained_best_head_jaccard']:.3f} (head {m['trained_best_head']}; "
-                     f"{m['untrained_best_head_jaccard']:.3f}) | {m['trained_mean_map_jaccard']:.3f} "
-                     f"({m['untrained_mean_map_jaccard']:.3f}) | {m['trained_mean_map_average_precision']:.3f} |")
+        lines.append(
+            f"| {name} | {accuracy} | {m['linear_probe_accuracy']:.3f} | {m['knn_accuracy']:.3f} | "
+            f"{m['trained_best_head_jaccard']:.3f} (head {m['trained_best_head']}; "
+            f"{m['untrained_best_head_jaccard']:.3f}) | {m['trained_mean_map_jaccard']:.3f} "
+            f"({m['untrained_mean_map_jaccard']:.3f}) | {m['trained_mean_map_average_precision']:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -111,10 +147,17 @@ def _bars(summary: dict, path: Path) -> None:
 
     names = list(summary["models"])
     models = [summary["models"][n] for n in names]
-    panels = [("linear probe / k-NN accuracy", [("linear probe", "linear_probe_accuracy"), ("k-NN", "knn_accuracy")]),
-              ("Jaccard of the 60%-mass masks", [("best head", "trained_best_head_jaccard"),
-                                                 ("mean map", "trained_mean_map_jaccard"),
-                                                 ("untrained, best head", "untrained_best_head_jaccard")])]
+    panels = [
+        ("linear probe / k-NN accuracy", [("linear probe", "linear_probe_accuracy"), ("k-NN", "knn_accuracy")]),
+        (
+            "Jaccard of the 60%-mass masks",
+            [
+                ("best head", "trained_best_head_jaccard"),
+                ("mean map", "trained_mean_map_jaccard"),
+                ("untrained, best head", "untrained_best_head_jaccard"),
+            ],
+        ),
+    ]
     figure, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for axis, (title, bars) in zip(axes, panels):
         grouped_bars(axis, title, names, models, bars)

@@ -37,8 +37,9 @@ def log_of(out: Path, name: str) -> Path:
     return out / name / FOLDER / LOG_FILE
 
 
-def train_and_report(doc: str, train, report, train_options, argv: list[str] | None = None,
-                     train_help: str = "train the runs") -> int:
+def train_and_report(
+    doc: str, train, report, train_options, argv: list[str] | None = None, train_help: str = "train the runs"
+) -> int:
     """The command line of an experiment script: ``train OUT [train_options]`` and ``report OUT [--figure FILE]``
     (``train_options(parser)`` adds the former's options; ``doc``'s first line describes the script)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -68,14 +69,19 @@ def quietly(arguments: list[str]) -> None:
         raise SystemExit(f"error: crate-compose {' '.join(arguments)} failed:\n{result.stderr[-2000:]}")
 
 
-def grouped_bars(axis, title: str, names: list[str], models: list[dict], bars: list[tuple[str, str]],
-                 ticks: list[str] | None = None) -> None:
+def grouped_bars(
+    axis, title: str, names: list[str], models: list[dict], bars: list[tuple[str, str]], ticks: list[str] | None = None
+) -> None:
     """One panel: for every model (``models``, named ``names``) a group of bars, one per ``(label, key)`` of
     ``bars``, each the model's value at ``key``."""
     width = 0.8 / len(bars)
     for i, (label, key) in enumerate(bars):
-        axis.bar([x + (i - (len(bars) - 1) / 2) * width for x in range(len(names))], [m[key] for m in models],
-                 width, label=label)
+        axis.bar(
+            [x + (i - (len(bars) - 1) / 2) * width for x in range(len(names))],
+            [m[key] for m in models],
+            width,
+            label=label,
+        )
     axis.set_xticks(range(len(names)), ticks or names, fontsize=8)
     axis.set_title(title, fontsize=10)
     axis.legend(fontsize=7)

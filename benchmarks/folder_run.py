@@ -40,8 +40,9 @@ def write_folder(root: Path, size: int = 32) -> tuple[int, int]:
     from sklearn.model_selection import train_test_split
 
     digits = load_digits()
-    train_i, test_i = train_test_split(np.arange(len(digits.target)), test_size=0.2, random_state=0,
-                                       stratify=digits.target)
+    train_i, test_i = train_test_split(
+        np.arange(len(digits.target)), test_size=0.2, random_state=0, stratify=digits.target
+    )
     for split, indices in (("train", train_i), ("test", test_i)):
         for i in indices:
             folder = root / split / f"class{digits.target[i]}"
@@ -86,8 +87,12 @@ def comparison(runs: dict[str, Path], path: Path, title: str) -> None:
         evals = [r for r in rows if r["kind"] == "eval"]
         axes[0].plot([r["step"] for r in train], [r["loss"] for r in train], label=label, linewidth=1)
         final = evals[-1]["test_accuracy"] if evals else float("nan")
-        axes[1].plot([r["step"] for r in evals], [r["test_accuracy"] for r in evals], marker="o",
-                     label=f"{label} (final {final:.3f})")
+        axes[1].plot(
+            [r["step"] for r in evals],
+            [r["test_accuracy"] for r in evals],
+            marker="o",
+            label=f"{label} (final {final:.3f})",
+        )
     axes[0].set(title="training loss (label smoothing 0.1)", xlabel="step")
     axes[1].set(title="test accuracy", xlabel="step", ylim=(0, 1))
     for axis in axes:
@@ -100,21 +105,60 @@ def comparison(runs: dict[str, Path], path: Path, title: str) -> None:
 def comparison_title(args) -> str:
     """What the two runs of ``--formulas both`` are."""
     sizes = "".join(", " + o.removeprefix("sizes.") for o in args.overrides)
-    return (f"crate-tiny (patch {args.patch_size}{sizes}), recipe crate-pretrain, {args.precision}, batch "
-            f"{args.batch_size}, lr {args.lr:g}, seed {args.seed}, on the CIFAR-layout folder of digits:\n"
-            "the fast paths against the formulas as written (train --formulas)")
+    return (
+        f"crate-tiny (patch {args.patch_size}{sizes}), recipe crate-pretrain, {args.precision}, batch "
+        f"{args.batch_size}, lr {args.lr:g}, seed {args.seed}, on the CIFAR-layout folder of digits:\n"
+        "the fast paths against the formulas as written (train --formulas)"
+    )
 
 
 def command(args, out: Path, formulas: str) -> list[str]:
     """The ``crate-compose train`` command line of one run."""
     sets = [arg for override in args.overrides for arg in ("--set", override)]
-    return [sys.executable, "-m", "crate_compose.cli", "train", "crate-tiny", "--config", "crate-pretrain",
-            "--data", f"folder:{args.data}", "--image-size", "32", "--set", f"sizes.patch_size={args.patch_size}",
-            *sets, "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-            "--warmup", str(max(1, args.steps // 20)), "--eval-every", str(max(1, args.steps // 10)),
-            "--log-every", str(args.log_every), "--workers", str(args.workers), "--device", args.device,
-            "--precision", args.precision, "--formulas", formulas, "--seed", str(args.seed), "--checkpoint-every", str(args.checkpoint_every),
-            "--out", str(out), "--no-progress", *(["--compile"] if args.compile else [])]
+    return [
+        sys.executable,
+        "-m",
+        "crate_compose.cli",
+        "train",
+        "crate-tiny",
+        "--config",
+        "crate-pretrain",
+        "--data",
+        f"folder:{args.data}",
+        "--image-size",
+        "32",
+        "--set",
+        f"sizes.patch_size={args.patch_size}",
+        *sets,
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(args.lr),
+        "--warmup",
+        str(max(1, args.steps // 20)),
+        "--eval-every",
+        str(max(1, args.steps // 10)),
+        "--log-every",
+        str(args.log_every),
+        "--workers",
+        str(args.workers),
+        "--device",
+        args.device,
+        "--precision",
+        args.precision,
+        "--formulas",
+        formulas,
+        "--seed",
+        str(args.seed),
+        "--checkpoint-every",
+        str(args.checkpoint_every),
+        "--out",
+        str(out),
+        "--no-progress",
+        *(["--compile"] if args.compile else []),
+    ]
 
 
 def main() -> int:
@@ -133,10 +177,20 @@ def main() -> int:
     parser.add_argument("--checkpoint-every", type=int, default=0, help="default: at the end")
     parser.add_argument("--patch-size", type=int, default=4)
     parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                        help="another override of crate-tiny (repeatable), e.g. sizes.depth=6")
-    parser.add_argument("--formulas", choices=("fast", "written", "both"), default="fast",
-                        help="the fast paths, every formula as written, or both runs into OUT/fast and OUT/written")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="another override of crate-tiny (repeatable), e.g. sizes.depth=6",
+    )
+    parser.add_argument(
+        "--formulas",
+        choices=("fast", "written", "both"),
+        default="fast",
+        help="the fast paths, every formula as written, or both runs into OUT/fast and OUT/written",
+    )
     args = parser.parse_args()
     if not (args.data / "train").is_dir():
         print("wrote %d train and %d test images" % write_folder(args.data))
@@ -151,8 +205,11 @@ def main() -> int:
     if args.formulas != "both":
         figure(args.out, args.figure or args.out / "training.png")
         return 0
-    comparison({"fast paths" if f == "fast" else "formulas as written": out for f, out in runs.items()},
-               args.figure or args.out / "fast-vs-written.png", comparison_title(args))
+    comparison(
+        {"fast paths" if f == "fast" else "formulas as written": out for f, out in runs.items()},
+        args.figure or args.out / "fast-vs-written.png",
+        comparison_title(args),
+    )
     return 0
 
 

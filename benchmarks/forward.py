@@ -29,8 +29,15 @@ import crate_compose as cc  # noqa: E402
 def reference_for(model) -> CRATE:
     spec = cc.spec_of(model)
     sizes = spec.sizes
-    reference = CRATE(image_size=sizes["image_size"], patch_size=sizes["patch_size"], num_classes=sizes["classes"],
-                      dim=sizes["d"], depth=sizes["depth"], heads=sizes["heads"], dim_head=sizes["head_dim"])
+    reference = CRATE(
+        image_size=sizes["image_size"],
+        patch_size=sizes["patch_size"],
+        num_classes=sizes["classes"],
+        dim=sizes["d"],
+        depth=sizes["depth"],
+        heads=sizes["heads"],
+        dim_head=sizes["head_dim"],
+    )
     load_from_built(reference, model.state_dict())
     return reference.eval()
 

@@ -106,36 +106,88 @@ class Model:
 
 
 BASE = ("sizes.d=768", "sizes.heads=12")
-MODELS = {m.label: m for m in (
-    Model("ViT-B/16", "specs/vit.yaml", BASE),
-    Model("CRATE-B/16", "crate-base", peer="ViT-B/16"),
-    Model("CRATE-alpha-B/16", "crate-alpha-base16", peer="ViT-B/16"),
-    Model("ToST-B/16", "tost-small", BASE, peer="ViT-B/16"),
-    Model("AoT-B/16", "specs/aot.yaml", BASE, peer="ViT-B/16"),
-    Model("CRATE-MAE-B", "crate-mae-base", loss="mae", peer="ViT-B/16"),
-    Model("GPT-2", "gpt2-small", loss="lm", batch=8),
-    Model("causal CRATE-B", "causal-crate-base", loss="lm", batch=8, peer="GPT-2"),
-    Model("crate-lm-B", "crate-lm-base", loss="lm", batch=8, peer="GPT-2"),
-    Model("ToST-LM-B", "tost-lm-base", loss="lm", batch=8, peer="GPT-2"),
-    Model("BERT-B", "bert-base", loss="mlm", batch=16),
-    Model("CRATE-BERT-B", "crate-bert-base", loss="mlm", batch=16, peer="BERT-B"),
-)}
+MODELS = {
+    m.label: m
+    for m in (
+        Model("ViT-B/16", "specs/vit.yaml", BASE),
+        Model("CRATE-B/16", "crate-base", peer="ViT-B/16"),
+        Model("CRATE-alpha-B/16", "crate-alpha-base16", peer="ViT-B/16"),
+        Model("ToST-B/16", "tost-small", BASE, peer="ViT-B/16"),
+        Model("AoT-B/16", "specs/aot.yaml", BASE, peer="ViT-B/16"),
+        Model("CRATE-MAE-B", "crate-mae-base", loss="mae", peer="ViT-B/16"),
+        Model("GPT-2", "gpt2-small", loss="lm", batch=8),
+        Model("causal CRATE-B", "causal-crate-base", loss="lm", batch=8, peer="GPT-2"),
+        Model("crate-lm-B", "crate-lm-base", loss="lm", batch=8, peer="GPT-2"),
+        Model("ToST-LM-B", "tost-lm-base", loss="lm", batch=8, peer="GPT-2"),
+        Model("BERT-B", "bert-base", loss="mlm", batch=16),
+        Model("CRATE-BERT-B", "crate-bert-base", loss="mlm", batch=16, peer="BERT-B"),
+    )
+}
 KINDS = ("matmul", "attention", "ISTA step", "norms", "casts", "activations", "loss", "element-wise", "optimizer")
 
 # ops that move no bytes and launch nothing (views are found by their schema)
-FREE = {aten.detach, aten.alias, aten._unsafe_view, aten.empty, aten.empty_strided, aten.empty_like,
-        aten.new_empty, aten.new_empty_strided, aten.lift_fresh, aten.lift_fresh_copy, aten.sym_size,
-        aten.sym_stride, aten.sym_numel, aten.is_same_size, aten._local_scalar_dense, aten.set_}
+FREE = {
+    aten.detach,
+    aten.alias,
+    aten._unsafe_view,
+    aten.empty,
+    aten.empty_strided,
+    aten.empty_like,
+    aten.new_empty,
+    aten.new_empty_strided,
+    aten.lift_fresh,
+    aten.lift_fresh_copy,
+    aten.sym_size,
+    aten.sym_stride,
+    aten.sym_numel,
+    aten.is_same_size,
+    aten._local_scalar_dense,
+    aten.set_,
+}
 WRITE_ONLY = {aten.copy_, aten.fill_, aten.zero_, aten.zeros_like, aten.ones_like, aten.full_like}
-NORMS = {aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_group_norm,
-         aten.native_group_norm_backward, aten.native_batch_norm, aten.native_batch_norm_backward}
-MATMULS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
-           aten.addbmm, aten._convolution}
-ACTIVATIONS = {aten.relu, aten.relu_, aten.threshold_backward, aten.gelu, aten.gelu_backward, aten.silu,
-               aten.silu_backward, aten.tanh, aten.tanh_backward, aten.sigmoid, aten.sigmoid_backward,
-               aten._softmax, aten._softmax_backward_data, aten.softshrink, aten.softshrink_backward}
-LOSSES = {aten.nll_loss_forward, aten.nll_loss_backward, aten._log_softmax, aten._log_softmax_backward_data,
-          aten.mse_loss, aten.mse_loss_backward}
+NORMS = {
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
+    aten.native_group_norm,
+    aten.native_group_norm_backward,
+    aten.native_batch_norm,
+    aten.native_batch_norm_backward,
+}
+MATMULS = {
+    aten.mm,
+    aten.addmm,
+    aten.bmm,
+    aten.baddbmm,
+    aten.convolution,
+    aten.convolution_backward,
+    aten.addbmm,
+    aten._convolution,
+}
+ACTIVATIONS = {
+    aten.relu,
+    aten.relu_,
+    aten.threshold_backward,
+    aten.gelu,
+    aten.gelu_backward,
+    aten.silu,
+    aten.silu_backward,
+    aten.tanh,
+    aten.tanh_backward,
+    aten.sigmoid,
+    aten.sigmoid_backward,
+    aten._softmax,
+    aten._softmax_backward_data,
+    aten.softshrink,
+    aten.softshrink_backward,
+}
+LOSSES = {
+    aten.nll_loss_forward,
+    aten.nll_loss_backward,
+    aten._log_softmax,
+    aten._log_softmax_backward_data,
+    aten.mse_loss,
+    aten.mse_loss_backward,
+}
 CASTS = {aten._to_copy}
 ISTA_STEPS = (ISTA, ISTAMM, ISTAODL)
 
@@ -205,7 +257,9 @@ class Census(TorchDispatchMode):
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         if packet in WRITE_ONLY:
             inputs = inputs[1:] if packet is aten.copy_ else []
-        outputs = {id(o): o for o in tree_flatten((out, _mutated(func, args, kwargs)))[0] if isinstance(o, torch.Tensor)}
+        outputs = {
+            id(o): o for o in tree_flatten((out, _mutated(func, args, kwargs)))[0] if isinstance(o, torch.Tensor)
+        }
         unique = {id(t): t for t in inputs}
         read = sum(addressed_bytes(t) for t in unique.values())
         written = sum(addressed_bytes(t) for t in outputs.values())
@@ -215,8 +269,9 @@ class Census(TorchDispatchMode):
             flops = _attention_flops(func, args, out)
         if packet is aten.copy_ and args[0].dtype != args[1].dtype:
             packet = aten._to_copy  # a cast written into place
-        self.ops.append(Op(str(packet).removeprefix("aten."), self.kind(packet, func), read, written, int(flops),
-                           self.phase))
+        self.ops.append(
+            Op(str(packet).removeprefix("aten."), self.kind(packet, func), read, written, int(flops), self.phase)
+        )
         return out
 
     def modules(self) -> list[nn.Module]:
@@ -259,13 +314,16 @@ class Step:
 
     def total(self, what: str, optimizer: str = "adamw-fused", kinds=None) -> float:
         ops = self.ops + self.optimizers.get(optimizer, [])
-        return sum(getattr(o, what) if what != "bytes" else o.read + o.written for o in ops
-                   if kinds is None or o.kind in kinds)
+        return sum(
+            getattr(o, what) if what != "bytes" else o.read + o.written for o in ops if kinds is None or o.kind in kinds
+        )
 
     def bound(self, gpu: GPU, optimizer: str = "adamw-fused") -> float:
         """Seconds: each op at the larger of its memory time and its tensor-core time, summed."""
-        return sum(max((o.read + o.written) / gpu.bandwidth, o.flops / gpu.bf16)
-                   for o in self.ops + self.optimizers.get(optimizer, []))
+        return sum(
+            max((o.read + o.written) / gpu.bandwidth, o.flops / gpu.bf16)
+            for o in self.ops + self.optimizers.get(optimizer, [])
+        )
 
     def launches(self, optimizer: str = "adamw-fused") -> int:
         return len(self.ops) + len(self.optimizers.get(optimizer, []))
@@ -369,8 +427,9 @@ def census(model: Model, batch: int | None = None, depth: int | None = None) -> 
 # ------------------------------------------------------------------------------------------- compiled
 
 
-CALL = re.compile(r"^\s+(?:[\w, ]+ = )?(cpp_fused_\w+|triton_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+\.\w+)\(",
-                  re.M)
+CALL = re.compile(
+    r"^\s+(?:[\w, ]+ = )?(cpp_fused_\w+|triton_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+\.\w+)\(", re.M
+)
 
 
 @dataclass
@@ -392,7 +451,9 @@ def _calls(code: str) -> Counter:
     body = code.split("def call(", 1)[-1].split("\ndef ", 1)[0]
     found = Counter()
     for name in CALL.findall(body):
-        found["fused" if name.startswith(("cpp_fused", "triton")) else name.split(".")[-2 if "ops" in name else -1]] += 1
+        found[
+            "fused" if name.startswith(("cpp_fused", "triton")) else name.split(".")[-2 if "ops" in name else -1]
+        ] += 1
     return found
 
 
@@ -423,8 +484,15 @@ def compiled(model: Model, depth: int) -> Compiled:
 
         _, codes = run_and_get_code(train_step)
     calls = sum((_calls(code) for code in codes), Counter())
-    return Compiled(model.label, depth, dict(calls), int(metrics.num_bytes_accessed), len(codes),
-                    sum(counters["graph_break"].values()), time.perf_counter() - began)
+    return Compiled(
+        model.label,
+        depth,
+        dict(calls),
+        int(metrics.num_bytes_accessed),
+        len(codes),
+        sum(counters["graph_break"].values()),
+        time.perf_counter() - began,
+    )
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -449,16 +517,20 @@ def against_peer(label: str, rates: dict[str, float]) -> str:
 
 
 def eager_table(steps: dict[str, Step]) -> list[str]:
-    rows = ["| model | params | batch | ops (launches >=) | GFLOP | GB moved | H100 bound ms | H200 bound ms | "
-            "images or sequences / s at the H200 bound | against its peer | FLOP-bound share |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [
+        "| model | params | batch | ops (launches >=) | GFLOP | GB moved | H100 bound ms | H200 bound ms | "
+        "images or sequences / s at the H200 bound | against its peer | FLOP-bound share |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     h100, h200 = GPUS
     rates = {label: s.batch / s.bound(h200) for label, s in steps.items()}
     for label, s in steps.items():
         flop_time = s.total("flops") / h200.bf16
-        rows.append(f"| {s.model} | {s.params / 1e6:,.1f}M | {s.batch} | {s.launches():,} | {s.total('flops') / 1e9:,.0f} | "
-                    f"{gb(s.total('bytes'))} | {ms(s.bound(h100))} | {ms(s.bound(h200))} | "
-                    f"{rates[label]:,.0f} | {against_peer(label, rates)} | {flop_time / s.bound(h200):.0%} |")
+        rows.append(
+            f"| {s.model} | {s.params / 1e6:,.1f}M | {s.batch} | {s.launches():,} | {s.total('flops') / 1e9:,.0f} | "
+            f"{gb(s.total('bytes'))} | {ms(s.bound(h100))} | {ms(s.bound(h200))} | "
+            f"{rates[label]:,.0f} | {against_peer(label, rates)} | {flop_time / s.bound(h200):.0%} |"
+        )
     return rows
 
 
@@ -472,14 +544,18 @@ def kinds_table(steps: dict[str, Step]) -> list[str]:
 
 
 def optimizer_table(steps: dict[str, Step]) -> list[str]:
-    rows = ["| model | optimizer | ops | GB moved | H200 bound ms | share of the step's bound |",
-            "| --- | --- | ---: | ---: | ---: | ---: |"]
+    rows = [
+        "| model | optimizer | ops | GB moved | H200 bound ms | share of the step's bound |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     h200 = GPUS[1]
     for s in steps.values():
         for name, ops in s.optimizers.items():
             moved = sum(o.read + o.written for o in ops)
             bound = sum((o.read + o.written) / h200.bandwidth for o in ops)
-            rows.append(f"| {s.model} | {name} | {len(ops)} | {gb(moved)} | {ms(bound)} | {bound / s.bound(h200, name):.0%} |")
+            rows.append(
+                f"| {s.model} | {name} | {len(ops)} | {gb(moved)} | {ms(bound)} | {bound / s.bound(h200, name):.0%} |"
+            )
     return rows
 
 
@@ -490,13 +566,20 @@ def top_ops(step: Step, count: int = 12) -> list[str]:
     for o in step.ops + step.optimizers["adamw-fused"]:
         groups[o.name, o.kind].append(o)
     total = step.bound(h200)
-    ranked = sorted(groups.items(), key=lambda g: -sum(max((o.read + o.written) / h200.bandwidth, o.flops / h200.bf16)
-                                                       for o in g[1]))
-    rows = ["| op | kind | calls | GB moved | GFLOP | H200 bound ms | share |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    ranked = sorted(
+        groups.items(),
+        key=lambda g: -sum(max((o.read + o.written) / h200.bandwidth, o.flops / h200.bf16) for o in g[1]),
+    )
+    rows = [
+        "| op | kind | calls | GB moved | GFLOP | H200 bound ms | share |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for (name, kind), ops in ranked[:count]:
         bound = sum(max((o.read + o.written) / h200.bandwidth, o.flops / h200.bf16) for o in ops)
-        rows.append(f"| `{name}` | {kind} | {len(ops)} | {gb(sum(o.read + o.written for o in ops))} | "
-                    f"{sum(o.flops for o in ops) / 1e9:,.1f} | {ms(bound)} | {bound / total:.0%} |")
+        rows.append(
+            f"| `{name}` | {kind} | {len(ops)} | {gb(sum(o.read + o.written for o in ops))} | "
+            f"{sum(o.flops for o in ops) / 1e9:,.1f} | {ms(bound)} | {bound / total:.0%} |"
+        )
     return rows
 
 
@@ -514,31 +597,43 @@ def compiled_rows(model: Model, one: Compiled, two: Compiled, step: Step) -> dic
         heavy_time = sum(max((o.read + o.written) / gpu.bandwidth, o.flops / gpu.bf16) for o in heavy)
         optimizer = sum((o.read + o.written) / gpu.bandwidth for o in step.optimizers["adamw-fused"])
         bounds[gpu.name] = heavy_time + max(0.0, whole_bytes - heavy_bytes) / gpu.bandwidth + optimizer
-    return {"depth": depth, "per_layer": two.kernels - one.kernels,
-            "per_layer_calls": {k: two.calls.get(k, 0) - one.calls.get(k, 0) for k in set(one.calls) | set(two.calls)},
-            "whole": one.kernels + (depth - 1) * (two.kernels - one.kernels), "layer_bytes": layer_bytes,
-            "eager_layer_bytes": eager_layer, "whole_bytes": whole_bytes,
-            "eager_whole_bytes": step.total("bytes", ""), "eager_layer_ops": eager_two.launches("") - eager_one.launches(""),
-            "graph_breaks": max(one.graph_breaks, two.graph_breaks), "graphs": two.graphs, "bounds": bounds,
-            "seconds": one.seconds + two.seconds}
+    return {
+        "depth": depth,
+        "per_layer": two.kernels - one.kernels,
+        "per_layer_calls": {k: two.calls.get(k, 0) - one.calls.get(k, 0) for k in set(one.calls) | set(two.calls)},
+        "whole": one.kernels + (depth - 1) * (two.kernels - one.kernels),
+        "layer_bytes": layer_bytes,
+        "eager_layer_bytes": eager_layer,
+        "whole_bytes": whole_bytes,
+        "eager_whole_bytes": step.total("bytes", ""),
+        "eager_layer_ops": eager_two.launches("") - eager_one.launches(""),
+        "graph_breaks": max(one.graph_breaks, two.graph_breaks),
+        "graphs": two.graphs,
+        "bounds": bounds,
+        "seconds": one.seconds + two.seconds,
+    }
 
 
 def compiled_table(results: dict[str, dict], steps: dict[str, Step]) -> list[str]:
-    rows = ["| model | kernels per layer (fused / matmul / attention / other) (eager ops) | kernels per step | "
-            "graph breaks | GB per layer, compiled (eager) | GB per step, compiled (eager) | H100 bound ms | "
-            "H200 bound ms | per s at the H200 bound | against its peer |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [
+        "| model | kernels per layer (fused / matmul / attention / other) (eager ops) | kernels per step | "
+        "graph breaks | GB per layer, compiled (eager) | GB per step, compiled (eager) | H100 bound ms | "
+        "H200 bound ms | per s at the H200 bound | against its peer |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     rates = {label: steps[label].batch / r["bounds"]["H200"] for label, r in results.items()}
     for label, r in results.items():
         calls = r["per_layer_calls"]
         matmuls = sum(v for k, v in calls.items() if k in {"mm", "addmm", "bmm", "baddbmm", "convolution"})
         attention = sum(v for k, v in calls.items() if "attention" in k)
         other = r["per_layer"] - calls.get("fused", 0) - matmuls - attention
-        rows.append(f"| {label} | {r['per_layer']} ({calls.get('fused', 0)} / {matmuls} / {attention} / {other}) "
-                    f"({r['eager_layer_ops']}) | {r['whole']:,} | {r['graph_breaks']} | {gb(r['layer_bytes'])} "
-                    f"({gb(r['eager_layer_bytes'])}) | {gb(r['whole_bytes'])} ({gb(r['eager_whole_bytes'])}) | "
-                    f"{ms(r['bounds']['H100 SXM'])} | {ms(r['bounds']['H200'])} | {rates[label]:,.0f} | "
-                    f"{against_peer(label, rates)} |")
+        rows.append(
+            f"| {label} | {r['per_layer']} ({calls.get('fused', 0)} / {matmuls} / {attention} / {other}) "
+            f"({r['eager_layer_ops']}) | {r['whole']:,} | {r['graph_breaks']} | {gb(r['layer_bytes'])} "
+            f"({gb(r['eager_layer_bytes'])}) | {gb(r['whole_bytes'])} ({gb(r['eager_whole_bytes'])}) | "
+            f"{ms(r['bounds']['H100 SXM'])} | {ms(r['bounds']['H200'])} | {rates[label]:,.0f} | "
+            f"{against_peer(label, rates)} |"
+        )
     return rows
 
 
@@ -548,11 +643,16 @@ def machine() -> str:
 
 def report(steps: dict[str, Step], compiled_results: dict[str, dict], seconds: float) -> str:
     gpus = "; ".join(f"{g.name}: {g.bandwidth / 1e12:.2f} TB/s, {g.bf16 / 1e12:,.0f} TFLOP/s dense bf16" for g in GPUS)
-    out = [f"## kernels.py: what one training step asks of a GPU, counted without one ({datetime.date.today()})", "",
-           f"`.venv/bin/python benchmarks/kernels.py{' --compiled' if compiled_results else ''}` ({machine()}; "
-           f"{seconds:.0f} s). bf16 autocast; images: batch 64 at 224x224; causal language models: batch 8 x 1,024 "
-           f"tokens; masked language models: batch 16 x 512. Bounds: {gpus}.", "",
-           "Eager step (forward, loss, backward, fused AdamW), every op counted over fake tensors:", ""]
+    out = [
+        f"## kernels.py: what one training step asks of a GPU, counted without one ({datetime.date.today()})",
+        "",
+        f"`.venv/bin/python benchmarks/kernels.py{' --compiled' if compiled_results else ''}` ({machine()}; "
+        f"{seconds:.0f} s). bf16 autocast; images: batch 64 at 224x224; causal language models: batch 8 x 1,024 "
+        f"tokens; masked language models: batch 16 x 512. Bounds: {gpus}.",
+        "",
+        "Eager step (forward, loss, backward, fused AdamW), every op counted over fake tensors:",
+        "",
+    ]
     out += eager_table(steps)
     out += ["", "Share of the bytes moved, by kind of op (eager step, fused AdamW):", ""]
     out += kinds_table(steps)
@@ -563,8 +663,14 @@ def report(steps: dict[str, Step], compiled_results: dict[str, dict], seconds: f
             out += ["", f"{label}: the ops that take the most of the eager H200 bound:", ""]
             out += top_ops(steps[label])
     if compiled_results:
-        out += ["", ("Compiled (`torch.compile`, inductor on this CPU, forward and backward; a layer is depth 2 "
-                     "less depth 1; the step's bytes without the optimizer; the bound with fused AdamW):"), ""]
+        out += [
+            "",
+            (
+                "Compiled (`torch.compile`, inductor on this CPU, forward and backward; a layer is depth 2 "
+                "less depth 1; the step's bytes without the optimizer; the bound with fused AdamW):"
+            ),
+            "",
+        ]
         out += compiled_table(compiled_results, steps)
     return "\n".join(out)
 
@@ -595,12 +701,26 @@ def main() -> int:
         with open(args.out, "a", encoding="utf-8") as results:
             results.write("\n\n" + text + "\n")
     if args.json:
-        args.json.write_text(json.dumps({
-            "machine": machine(), "gpus": [asdict(g) for g in GPUS],
-            "steps": {label: {"params": s.params, "batch": s.batch, "ops": [asdict(o) for o in s.ops],
-                              "optimizers": {k: [asdict(o) for o in v] for k, v in s.optimizers.items()}}
-                      for label, s in steps.items()},
-            "compiled": compiled_results}, indent=0) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "gpus": [asdict(g) for g in GPUS],
+                    "steps": {
+                        label: {
+                            "params": s.params,
+                            "batch": s.batch,
+                            "ops": [asdict(o) for o in s.ops],
+                            "optimizers": {k: [asdict(o) for o in v] for k, v in s.optimizers.items()},
+                        }
+                        for label, s in steps.items()
+                    },
+                    "compiled": compiled_results,
+                },
+                indent=0,
+            )
+            + "\n"
+        )
     return 0
 
 

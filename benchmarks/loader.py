@@ -137,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.images, args.rounds, args.batches = 400, 2, 4
-    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+    device = (
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     workers = [int(w) for w in args.workers.split(",")]
     augments = args.augments.split(",")
     wall = time.perf_counter()
@@ -146,24 +150,31 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         write_images(root, args.images, args.side, args.format)
         size = sum(p.stat().st_size for p in root.rglob(f"*.{args.format}"))
-        print(f"wrote {args.images} images ({size / 2**20:.1f} MiB) in {time.perf_counter() - began:.1f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"wrote {args.images} images ({size / 2**20:.1f} MiB) in {time.perf_counter() - began:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         data = load_data(f"folder:{root}", image_size=args.image_size)
         transforms_v2()  # imported once before the timings (workers inherit it)
         steps = args.warm + args.batches
         rows = []
         for augment in augments:
             for count in workers:
-                settings = Settings(data=data.name, steps=steps, batch_size=args.batch_size, augment=augment,
-                                    workers=count)
+                settings = Settings(
+                    data=data.name, steps=steps, batch_size=args.batch_size, augment=augment, workers=count
+                )
                 runs = [loader_rate(data, settings, args.warm, args.batches, device) for _ in range(args.rounds)]
                 rate = statistics.median(r[0] for r in runs)
                 first = statistics.median(r[1] for r in runs)
                 stall = max(r[2] for r in runs)
                 rows.append((augment, count, rate, first, stall, [r[0] for r in runs]))
-                print(f"{augment}, {count} workers: {rate:.0f} images/s (runs: "
-                      f"{', '.join(f'{r[0]:.0f}' for r in runs)}), first batch {first:.2f} s", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"{augment}, {count} workers: {rate:.0f} images/s (runs: "
+                    f"{', '.join(f'{r[0]:.0f}' for r in runs)}), first batch {first:.2f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         batch = next(iter(batches(data, Settings(data=data.name, steps=1, batch_size=args.batch_size), 0)))
         precisions = ("fp32", "bf16") if device == "cuda" else ("fp32",)
         model = {p: model_rate(data, batch, device, p, args.rounds) for p in precisions}
@@ -194,11 +205,17 @@ def report(rows, model: dict[str, float], device: str, args, seconds: float) -> 
         "| --- | ---: | ---: | --- | ---: | ---: |",
     ]
     for augment, count, rate, first, stall, runs in rows:
-        lines.append(f"| {augment} | {count} | {rate:.0f} | {', '.join(f'{r:.0f}' for r in runs)} | {first:.2f} | "
-                     f"{stall:.0%} |")
-    lines += ["", "CRATE-Tiny (d = 384, 6 heads, 12 layers, 16x16 patches, 10 classes), one training step (forward, "
-              f"cross-entropy, backward, AdamW) on a batch of {args.batch_size}, median of {args.rounds} steps after 2: "
-              + ", ".join(f"{p} {rate:.0f} images/s" for p, rate in model.items()) + ".", ""]
+        lines.append(
+            f"| {augment} | {count} | {rate:.0f} | {', '.join(f'{r:.0f}' for r in runs)} | {first:.2f} | {stall:.0%} |"
+        )
+    lines += [
+        "",
+        "CRATE-Tiny (d = 384, 6 heads, 12 layers, 16x16 patches, 10 classes), one training step (forward, "
+        f"cross-entropy, backward, AdamW) on a batch of {args.batch_size}, median of {args.rounds} steps after 2: "
+        + ", ".join(f"{p} {rate:.0f} images/s" for p, rate in model.items())
+        + ".",
+        "",
+    ]
     return "\n".join(lines)
 
 

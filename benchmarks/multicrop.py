@@ -27,13 +27,22 @@ def per_image(pixels: torch.Tensor, crop) -> list[torch.Tensor]:
     from crate_compose.tasks.multicrop import GLOBAL_SCALE, LOCAL_SCALE
 
     v2 = transforms_v2()
+
     def pipeline(size, scale, blur, solarize=0.0):
-        steps = [v2.RandomResizedCrop(size, scale=scale, antialias=True), v2.RandomHorizontalFlip(),
-                 v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8), v2.RandomGrayscale(p=0.2),
-                 v2.RandomApply([v2.GaussianBlur(min(13, size - 1 - size % 2 + 1) | 1, (0.1, 2.0))], p=blur)]
+        steps = [
+            v2.RandomResizedCrop(size, scale=scale, antialias=True),
+            v2.RandomHorizontalFlip(),
+            v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+            v2.RandomGrayscale(p=0.2),
+            v2.RandomApply([v2.GaussianBlur(min(13, size - 1 - size % 2 + 1) | 1, (0.1, 2.0))], p=blur),
+        ]
         return v2.Compose(steps + ([v2.RandomSolarize(0.5, p=solarize)] if solarize else []))
-    views = [pipeline(crop.global_size, GLOBAL_SCALE, 1.0), pipeline(crop.global_size, GLOBAL_SCALE, 0.1, 0.2),
-             *[pipeline(crop.local_size, LOCAL_SCALE, 0.5)] * crop.local_crops]
+
+    views = [
+        pipeline(crop.global_size, GLOBAL_SCALE, 1.0),
+        pipeline(crop.global_size, GLOBAL_SCALE, 0.1, 0.2),
+        *[pipeline(crop.local_size, LOCAL_SCALE, 0.5)] * crop.local_crops,
+    ]
     return [torch.stack([view(image) for image in pixels]) for view in views]
 
 
@@ -55,14 +64,19 @@ def main() -> None:
                 fn(pixels, crop)
                 times[name].append(time.perf_counter() - began)
         medians = {name: statistics.median(values) for name, values in times.items()}
-        rows.append(f"| {args.batch} x {tuple(shape)}, 2 x {crop.global_size} + 8 x {crop.local_size} px | "
-                    f"{medians['batched'] * 1e3:.0f} ms | {medians['per image (torchvision v2)'] * 1e3:.0f} ms | "
-                    f"{medians['per image (torchvision v2)'] / medians['batched']:.1f}x |")
-    text = ("## DINO's multi-crop views: batched against per image\n\n"
-            f"`benchmarks/multicrop.py`, median of {args.rounds} rounds in one run, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads, CPU (2 cores, this project's machine).\n\n"
-            "| batch | batched (crate_compose.tasks.multicrop) | per image | ratio |\n| --- | ---: | ---: | ---: |\n"
-            + "\n".join(rows) + "\n")
+        rows.append(
+            f"| {args.batch} x {tuple(shape)}, 2 x {crop.global_size} + 8 x {crop.local_size} px | "
+            f"{medians['batched'] * 1e3:.0f} ms | {medians['per image (torchvision v2)'] * 1e3:.0f} ms | "
+            f"{medians['per image (torchvision v2)'] / medians['batched']:.1f}x |"
+        )
+    text = (
+        "## DINO's multi-crop views: batched against per image\n\n"
+        f"`benchmarks/multicrop.py`, median of {args.rounds} rounds in one run, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, CPU (2 cores, this project's machine).\n\n"
+        "| batch | batched (crate_compose.tasks.multicrop) | per image | ratio |\n| --- | ---: | ---: | ---: |\n"
+        + "\n".join(rows)
+        + "\n"
+    )
     publish(text, args.out)
 
 

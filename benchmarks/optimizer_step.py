@@ -53,16 +53,22 @@ LR, WEIGHT_DECAY, BETAS = 1e-4, 0.05, (0.9, 0.99)
 NAMES = ("lion_pytorch", "ours, foreach", "ours, per parameter")
 # torch's AdamW three ways, timed in the same rounds: one parameter at a time (its default on the CPU), its
 # multi-tensor kernels (its default on CUDA) and its fused kernel (what train takes wherever torch has one)
-ADAMW = {"AdamW, per parameter": {"foreach": False}, "AdamW, foreach": {"foreach": True}, "AdamW, fused": {"fused": True}}
+ADAMW = {
+    "AdamW, per parameter": {"foreach": False},
+    "AdamW, foreach": {"foreach": True},
+    "AdamW, fused": {"fused": True},
+}
 
 
 def need_lion_pytorch():
     try:
         from lion_pytorch import Lion as Reference
     except ImportError:
-        print("benchmarks/optimizer_step.py compares against lion_pytorch, which is not installed.\n"
-              "Install the test extra:  pip install -e '.[dev]'   (or: pip install 'lion-pytorch>=0.2')",
-              file=sys.stderr)
+        print(
+            "benchmarks/optimizer_step.py compares against lion_pytorch, which is not installed.\n"
+            "Install the test extra:  pip install -e '.[dev]'   (or: pip install 'lion-pytorch>=0.2')",
+            file=sys.stderr,
+        )
         sys.exit(2)
     return Reference
 
@@ -85,8 +91,10 @@ def parameters(sizes: list[torch.Size], device: torch.device) -> list[torch.nn.P
 
 def groups(params: list[torch.nn.Parameter]) -> list[dict]:
     """As optimizer_for makes them: weight decay on matrices only."""
-    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": WEIGHT_DECAY},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": WEIGHT_DECAY},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
 
 
 class Calls(TorchDispatchMode):
@@ -134,7 +142,10 @@ def main() -> int:
         "lion_pytorch": Reference(groups(parameters(sizes, device)), lr=LR, betas=BETAS),
         "ours, foreach": Lion(groups(parameters(sizes, device)), lr=LR, betas=BETAS, foreach=True),
         "ours, per parameter": Lion(groups(parameters(sizes, device)), lr=LR, betas=BETAS, foreach=False),
-        **{name: torch.optim.AdamW(groups(parameters(sizes, device)), lr=LR, **options) for name, options in ADAMW.items()},
+        **{
+            name: torch.optim.AdamW(groups(parameters(sizes, device)), lr=LR, **options)
+            for name, options in ADAMW.items()
+        },
     }
     calls = {}
     for name, optimizer in optimizers.items():
@@ -144,8 +155,10 @@ def main() -> int:
         for _ in range(args.warmup):
             optimizer.step()
     theirs = list(optimizers["lion_pytorch"].state.values())
-    same = {name: all(torch.equal(a["exp_avg"], b["exp_avg"]) for a, b in zip(optimizers[name].state.values(), theirs))
-            for name in NAMES[1:]}
+    same = {
+        name: all(torch.equal(a["exp_avg"], b["exp_avg"]) for a, b in zip(optimizers[name].state.values(), theirs))
+        for name in NAMES[1:]
+    }
     times: dict[str, list[float]] = {name: [] for name in optimizers}
     stalls: dict[str, list[float]] = {name: [] for name in optimizers}
     for _ in range(args.runs):
@@ -175,20 +188,30 @@ def main() -> int:
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in NAMES:
-        lines.append(f"| {name} | {ms(statistics.median(times[name]))} | {ms(min(times[name]))} | {ratios[name]:.2f} | "
-                     f"{calls[name]:,} | {max(stalls[name]):.0%} |")
+        lines.append(
+            f"| {name} | {ms(statistics.median(times[name]))} | {ms(min(times[name]))} | {ratios[name]:.2f} | "
+            f"{calls[name]:,} | {max(stalls[name]):.0%} |"
+        )
     default = "ours, foreach" if device.type in _foreach_devices() else "ours, per parameter"
-    lines += ["", f"`train --optimizer lion` takes `{default}` on {device.type}. The moments after "
-              f"{1 + args.warmup} steps of each against lion_pytorch's: "
-              + ", ".join(f"{name} {'bit-identical' if ok else 'NOT identical'}" for name, ok in same.items())
-              + ".", ""]
-    lines += ["| optimizer | step ms (median) | min ms | per parameter / this | aten calls per step | stall |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        f"`train --optimizer lion` takes `{default}` on {device.type}. The moments after "
+        f"{1 + args.warmup} steps of each against lion_pytorch's: "
+        + ", ".join(f"{name} {'bit-identical' if ok else 'NOT identical'}" for name, ok in same.items())
+        + ".",
+        "",
+    ]
+    lines += [
+        "| optimizer | step ms (median) | min ms | per parameter / this | aten calls per step | stall |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     first = next(iter(ADAMW))
     for name in ADAMW:
         ratio = statistics.median(a / b for a, b in zip(times[first], times[name]))
-        lines.append(f"| {name} | {ms(statistics.median(times[name]))} | {ms(min(times[name]))} | {ratio:.2f} | "
-                     f"{calls[name]:,} | {max(stalls[name]):.0%} |")
+        lines.append(
+            f"| {name} | {ms(statistics.median(times[name]))} | {ms(min(times[name]))} | {ratio:.2f} | "
+            f"{calls[name]:,} | {max(stalls[name]):.0%} |"
+        )
     lines += ["", "`train --optimizer adamw` takes `AdamW, fused` (training/optimizers.py).", ""]
     publish("\n".join(lines), args.out)
     return 0

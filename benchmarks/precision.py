@@ -78,9 +78,11 @@ NETWORKS = {  # the table of docs/precision.md
 SMALL = {
     "crate-digits": Network("crate-digits", "crate-digits", batch=4),
     "crate-mae-photos": Network("crate-mae-photos", "crate-mae-photos", task="mae", batch=4),
-    "tost-small": Network("ToST, d 64, 2 layers, 32x32", "tost-tiny",
-                          ("sizes.d=64", "sizes.depth=2", "sizes.image_size=32", "sizes.patch_size=8",
-                           "sizes.classes=10")),
+    "tost-small": Network(
+        "ToST, d 64, 2 layers, 32x32",
+        "tost-tiny",
+        ("sizes.d=64", "sizes.depth=2", "sizes.image_size=32", "sizes.patch_size=8", "sizes.classes=10"),
+    ),
     "causal-crate-bytes": Network("causal-crate-bytes, 2 layers", "causal-crate-bytes", ("sizes.depth=2",), "lm"),
 }
 PRECISIONS = ("fp64", "fp32", "bf16", "fp16")  # fp64: the float64 network with the fast paths
@@ -168,13 +170,23 @@ def inputs(model: torch.nn.Module, network: Network, seed: int) -> tuple[torch.T
 def _supports(model: torch.nn.Module) -> tuple[list[torch.Tensor], list]:
     """Forward hooks that keep each ISTA step's support (``output > 0``), and their handles."""
     found: list[torch.Tensor] = []
-    hooks = [m.register_forward_hook(lambda module, args, out: found.append((out > 0).detach()))
-             for m in model.modules() if isinstance(m, (ISTA, ISTAMM))]
+    hooks = [
+        m.register_forward_hook(lambda module, args, out: found.append((out > 0).detach()))
+        for m in model.modules()
+        if isinstance(m, (ISTA, ISTAMM))
+    ]
     return found, hooks
 
 
-def run_pass(model: torch.nn.Module, network: Network, batch: tuple[torch.Tensor, torch.Tensor], precision: str,
-             formulas: str, seed: int, scale: float = LOSS_SCALE) -> Pass:
+def run_pass(
+    model: torch.nn.Module,
+    network: Network,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    precision: str,
+    formulas: str,
+    seed: int,
+    scale: float = LOSS_SCALE,
+) -> Pass:
     """The loss's forward and backward pass of ``model`` (already in the precision's dtype) on ``batch``,
     under the precision's autocast and the ``formulas``; the mask (an autoencoder's) drawn from ``seed``.
     fp16: the loss scaled by ``scale``, halved until the gradients are finite (``Pass.scale``)."""
@@ -186,8 +198,15 @@ def run_pass(model: torch.nn.Module, network: Network, batch: tuple[torch.Tensor
         scale /= 2
 
 
-def _forward_backward(model: torch.nn.Module, network: Network, batch: tuple[torch.Tensor, torch.Tensor],
-                      precision: str, formulas: str, seed: int, scale: float) -> Pass:
+def _forward_backward(
+    model: torch.nn.Module,
+    network: Network,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    precision: str,
+    formulas: str,
+    seed: int,
+    scale: float,
+) -> Pass:
     x, y = batch
     dtype = next(model.parameters()).dtype
     if x.is_floating_point():
@@ -215,8 +234,14 @@ def compare(got: Pass, exact: Pass) -> Errors:
     flips = sum(int((a != b).sum()) for a, b in zip(got.support, exact.support))
     units = sum(s.numel() for s in exact.support)
     input_grad = relative(got.input_grad, exact.input_grad) if exact.input_grad is not None else None
-    return Errors(relative(got.output, exact.output), input_grad, relative(got.param_grad, exact.param_grad), flips,
-                  units, got.scale)
+    return Errors(
+        relative(got.output, exact.output),
+        input_grad,
+        relative(got.param_grad, exact.param_grad),
+        flips,
+        units,
+        got.scale,
+    )
 
 
 def copies(reference: torch.nn.Module, precisions: tuple[str, ...]) -> dict[str, torch.nn.Module]:
@@ -232,12 +257,19 @@ def copies(reference: torch.nn.Module, precisions: tuple[str, ...]) -> dict[str,
     return models
 
 
-def measure(network: Network, precisions: tuple[str, ...] = PRECISIONS, formulas: tuple[str, ...] = ("fast", "written"),
-            count: int = 5, seed: int = 0) -> list[Row]:
+def measure(
+    network: Network,
+    precisions: tuple[str, ...] = PRECISIONS,
+    formulas: tuple[str, ...] = ("fast", "written"),
+    count: int = 5,
+    seed: int = 0,
+) -> list[Row]:
     """Every ``(precision, formulas)`` row of ``network`` over ``count`` inputs (seeds ``seed``, ``seed + 1``, ...)."""
     reference = build_reference(network, seed)
     models = copies(reference, precisions)
-    rows = {(p, f): Row(network.label, p, f) for p in precisions for f in formulas if not (p == "fp64" and f == "written")}
+    rows = {
+        (p, f): Row(network.label, p, f) for p in precisions for f in formulas if not (p == "fp64" and f == "written")
+    }
     scales = dict.fromkeys(rows, LOSS_SCALE)  # fp16's loss scale, kept from input to input as a run keeps it
     for i in range(count):
         batch = inputs(reference, network, seed + i)
@@ -258,25 +290,45 @@ def _cell(row: Row, name: str, digits: int = 1) -> str:
 
 def table(rows: list[Row]) -> str:
     """Markdown: one line per network, precision and formulas."""
-    lines = ["| network | precision | formulas | output | input gradient | parameter gradients | ISTA flips (of units) "
-             "| loss scale |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| network | precision | formulas | output | input gradient | parameter gradients | ISTA flips (of units) "
+        "| loss scale |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         flips = [e.flips for e in row.errors]
         units = row.errors[0].units if row.errors else 0
         flipped = f"{statistics.median(flips):g} / {max(flips)} (of {units:,})" if units else "-"
         scales = sorted({int(math.log2(e.scale)) for e in row.errors})
-        scale = f"2^{scales[0]}" + (f"-2^{scales[-1]}" if len(scales) > 1 else "") if row.precision.startswith("fp16") \
+        scale = (
+            f"2^{scales[0]}" + (f"-2^{scales[-1]}" if len(scales) > 1 else "")
+            if row.precision.startswith("fp16")
             else ""
-        lines.append(f"| {row.network} | {row.precision} | {row.formulas} | {_cell(row, 'output')} | "
-                     f"{_cell(row, 'input_grad')} | {_cell(row, 'param_grad')} | {flipped} | {scale} |")
+        )
+        lines.append(
+            f"| {row.network} | {row.precision} | {row.formulas} | {_cell(row, 'output')} | "
+            f"{_cell(row, 'input_grad')} | {_cell(row, 'param_grad')} | {flipped} | {scale} |"
+        )
     return "\n".join(lines)
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return (f"{datetime.date.today()}, {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-            f"Python {platform.python_version()}")
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
+    return (
+        f"{datetime.date.today()}, {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def main() -> int:
@@ -286,9 +338,12 @@ def main() -> int:
     parser.add_argument("--inputs", type=int, default=5, help="inputs (batches) per network (default: 5)")
     parser.add_argument("--batch", type=int, default=None, help="examples per input (default: each network's, 2)")
     parser.add_argument("--builds", action="store_true", help="also the half builds (bf16-build, fp16-build)")
-    parser.add_argument("--precisions", default=None,
-                        help="comma-separated subset of the rows' precisions (default: all; e.g. bf16 for one base-size "
-                             "network in minutes instead of an hour)")
+    parser.add_argument(
+        "--precisions",
+        default=None,
+        help="comma-separated subset of the rows' precisions (default: all; e.g. bf16 for one base-size "
+        "network in minutes instead of an hour)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write every number to this file")
     args = parser.parse_args()
@@ -298,21 +353,35 @@ def main() -> int:
     if args.precisions:
         asked = tuple(p.strip() for p in args.precisions.split(",") if p.strip())
         if unknown := [p for p in asked if p not in precisions]:
-            parser.error(f"--precisions: {', '.join(unknown)} not among {', '.join(precisions)} (--builds adds the builds)")
+            parser.error(
+                f"--precisions: {', '.join(unknown)} not among {', '.join(precisions)} (--builds adds the builds)"
+            )
         precisions = asked
     print(f"{machine()}; {args.inputs} inputs per network\n")
     rows, seconds = [], {}
     for name, network in chosen.items():
         if args.batch:
-            network = Network(**{**asdict(network), "batch": args.batch, "label": f"{network.label}, batch {args.batch}"})
+            network = Network(
+                **{**asdict(network), "batch": args.batch, "label": f"{network.label}, batch {args.batch}"}
+            )
         began = time.perf_counter()
         found = measure(network, precisions, count=args.inputs)
         seconds[name] = time.perf_counter() - began
         print(table(found) + f"\n\n({name}: {seconds[name]:.0f} s)\n", flush=True)
         rows += found
         if args.json:  # after every network: a long run keeps what it measured
-            args.json.write_text(json.dumps({"machine": machine(), "inputs": args.inputs, "seconds": seconds,
-                                             "rows": [asdict(row) for row in rows]}, indent=1) + "\n")
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "machine": machine(),
+                        "inputs": args.inputs,
+                        "seconds": seconds,
+                        "rows": [asdict(row) for row in rows],
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
     print(table(rows))
     return 0
 

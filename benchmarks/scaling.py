@@ -199,6 +199,7 @@ def rss_peak(step: str, n: int) -> int | None:
 
 def cpu_busy_share(interval_s: float = 2.0) -> float | None:
     """Share of all cores busy over ``interval_s`` while this process sleeps (from /proc/stat)."""
+
     def sample() -> tuple[int, int]:
         with open("/proc/stat") as stat:
             fields = [int(v) for v in stat.readline().split()[1:]]
@@ -254,8 +255,11 @@ def time_steps(modules: dict, x: torch.Tensor, device: str, runs: int, stall_max
                     one[step] = time.perf_counter() - start
                 del output
             after = cpu_stall_us()
-            share = 0.0 if device != "cpu" or stall is None or after is None else (after - stall) / 1e6 / (
-                time.perf_counter() - wall)
+            share = (
+                0.0
+                if device != "cpu" or stall is None or after is None
+                else (after - stall) / 1e6 / (time.perf_counter() - wall)
+            )
             rounds.append((share, one))
             clean = [r for r in rounds if r[0] <= stall_max]
             if len(clean) >= runs or (len(rounds) >= runs and time.monotonic() > deadline):
@@ -322,8 +326,10 @@ def goals(rows: list[dict], fitted: dict[str, dict[str, float]]) -> list[str]:
     for step in ("mssa", "mssa-math"):
         if at_goal:
             ratio = at_goal[0]["median"][step] / at_goal[0]["median"]["tssa"]
-            lines.append(f"TSSA >= {SPEEDUP_MIN:g}x faster than {step} at n = {GOAL_N}: "
-                         f"{ratio:.1f}x, {verdict(ratio >= SPEEDUP_MIN)}")
+            lines.append(
+                f"TSSA >= {SPEEDUP_MIN:g}x faster than {step} at n = {GOAL_N}: "
+                f"{ratio:.1f}x, {verdict(ratio >= SPEEDUP_MIN)}"
+            )
         else:
             lines.append(f"TSSA >= {SPEEDUP_MIN:g}x faster than {step} at n = {GOAL_N}: not measured")
     return lines
@@ -352,13 +358,19 @@ def report(rows: list[dict], device: str, kernel: str, fit_min: int) -> str:
             f"| {mib(p['tssa'])} | {mib(p['mssa'])} | {mib(p['mssa-math'])} | {row['runs']} / {row['rounds']} "
             f"| {'n/a' if row['stall'] is None else format(row['stall'], '.0%')} |"
         )
-    method = ("torch.profiler allocation events, max of the running sum of live bytes" if device == "cpu"
-              else "torch.cuda.max_memory_allocated() minus memory_allocated() before the call")
-    out += ["", f"Peak MiB: extra memory of one forward pass, output included ({method}). "
-            "Runs kept / timed: rounds (one call of each step) used for the medians / rounds timed; a round "
-            "during which other processes competed for the cores (CPU stall share above the threshold) is set "
-            "aside. CPU stall: the largest stall share among the kept rounds (Linux PSI: time some task waited "
-            "for a CPU over the round's wall time); near 0 means the timings had the cores to themselves."]
+    method = (
+        "torch.profiler allocation events, max of the running sum of live bytes"
+        if device == "cpu"
+        else "torch.cuda.max_memory_allocated() minus memory_allocated() before the call"
+    )
+    out += [
+        "",
+        f"Peak MiB: extra memory of one forward pass, output included ({method}). "
+        "Runs kept / timed: rounds (one call of each step) used for the medians / rounds timed; a round "
+        "during which other processes competed for the cores (CPU stall share above the threshold) is set "
+        "aside. CPU stall: the largest stall share among the kept rounds (Linux PSI: time some task waited "
+        "for a CPU over the round's wall time); near 0 means the timings had the cores to themselves.",
+    ]
     if any(row["rss"] for row in rows):
         out += [
             "",
@@ -405,17 +417,19 @@ def machine_header() -> str:
         lscpu = subprocess.run("lscpu | head", shell=True, capture_output=True, text=True).stdout.rstrip()
     except OSError:
         lscpu = "(lscpu unavailable)"
-    return "\n".join([
-        "# Benchmark results",
-        "",
-        f"Machine (`lscpu | head`), {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"Python {platform.python_version()}, {datetime.date.today().isoformat()}:",
-        "",
-        "```",
-        lscpu,
-        "```",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Benchmark results",
+            "",
+            f"Machine (`lscpu | head`), {os.cpu_count()} cores, torch {torch.__version__}, "
+            f"Python {platform.python_version()}, {datetime.date.today().isoformat()}:",
+            "",
+            "```",
+            lscpu,
+            "```",
+            "",
+        ]
+    )
 
 
 def plot(rows: list[dict], fit_min: int, path: Path, title: str) -> bool:
@@ -430,7 +444,10 @@ def plot(rows: list[dict], fit_min: int, path: Path, title: str) -> bool:
     ns_fit, fitted = exponents(rows, fit_min)
     ns = [row["n"] for row in rows]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for axis, key, scale, label in ((left, "median", 1e3, "time (ms)"), (right, "peak", 1 / MiB, "peak extra memory (MiB)")):
+    for axis, key, scale, label in (
+        (left, "median", 1e3, "time (ms)"),
+        (right, "peak", 1 / MiB, "peak extra memory (MiB)"),
+    ):
         for step, marker in zip(STEPS, "osD"):
             exponent = fitted.get(step, {}).get("time" if key == "median" else "memory")
             name = step if exponent is None else f"{step} (slope {exponent:.2f})"
@@ -453,22 +470,37 @@ def plot(rows: list[dict], fit_min: int, path: Path, title: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"n in {QUICK_SIZES}, 3 runs")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="auto: cpu, then cuda too when available")
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cpu, then cuda too when available"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", help="token counts (overrides --quick's)")
     parser.add_argument("--runs", type=int, help="timed runs per step and n (default 5, --quick 3)")
-    parser.add_argument("--large-runs", type=int, default=3,
-                        help=f"timed runs at n >= {LARGE_N} unless --runs is given (default 3: one run there takes seconds)")
-    parser.add_argument("--stall-max", type=float, default=0.03,
-                        help="CPU: a round whose stall share (PSI) exceeds this had competition and is set aside "
-                        "(default 0.03)")
-    parser.add_argument("--patience", type=float, default=120,
-                        help="CPU: seconds per n to wait for uncontended rounds (default 120)")
+    parser.add_argument(
+        "--large-runs",
+        type=int,
+        default=3,
+        help=f"timed runs at n >= {LARGE_N} unless --runs is given (default 3: one run there takes seconds)",
+    )
+    parser.add_argument(
+        "--stall-max",
+        type=float,
+        default=0.03,
+        help="CPU: a round whose stall share (PSI) exceeds this had competition and is set aside (default 0.03)",
+    )
+    parser.add_argument(
+        "--patience", type=float, default=120, help="CPU: seconds per n to wait for uncontended rounds (default 120)"
+    )
     parser.add_argument("--fit-min", type=int, default=1024, help="fit exponents over n >= this (default 1024)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's default)")
     parser.add_argument("--no-rss-check", action="store_true", help="skip the fresh-subprocess RSS cross-check")
-    parser.add_argument("--out", nargs="?", const=str(HERE / "RESULTS.md"), default=None, metavar="PATH",
-                        help="append a markdown section to PATH (default benchmarks/RESULTS.md)")
+    parser.add_argument(
+        "--out",
+        nargs="?",
+        const=str(HERE / "RESULTS.md"),
+        default=None,
+        metavar="PATH",
+        help="append a markdown section to PATH (default benchmarks/RESULTS.md)",
+    )
     parser.add_argument("--plot", default=str(HERE / "scaling.png"), help="PNG path ('' for none)")
     parser.add_argument("--rss-probe", nargs=2, metavar=("STEP", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -479,8 +511,10 @@ def main() -> None:
         return
 
     sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
+
     def runs_at(n: int) -> int:
         return args.runs or (3 if args.quick else args.large_runs if n >= LARGE_N else 5)
+
     if args.device == "auto":
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     elif args.device == "cuda" and not torch.cuda.is_available():
@@ -498,13 +532,18 @@ def main() -> None:
         for n in sizes:
             rows.append(measure(n, device, runs_at(n), not args.no_rss_check, args.stall_max, args.patience))
             t = rows[-1]["median"]
-            print(f"  [{device}] n={n}: tssa {t['tssa'] * 1e3:.1f} ms, mssa {t['mssa'] * 1e3:.1f} ms, "
-                  f"mssa-math {t['mssa-math'] * 1e3:.1f} ms ({time.perf_counter() - started:.0f} s elapsed)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  [{device}] n={n}: tssa {t['tssa'] * 1e3:.1f} ms, mssa {t['mssa'] * 1e3:.1f} ms, "
+                f"mssa-math {t['mssa-math'] * 1e3:.1f} ms ({time.perf_counter() - started:.0f} s elapsed)",
+                file=sys.stderr,
+                flush=True,
+            )
         text = report(rows, device, kernel, args.fit_min)
-        text += (f"\n\nLoad average (1 min) {load_start:.2f} before this device's runs, "
-                 f"{os.getloadavg()[0]:.2f} after (this process alone adds about {torch.get_num_threads()} "
-                 f"on CPU; more means other work shared the cores).")
+        text += (
+            f"\n\nLoad average (1 min) {load_start:.2f} before this device's runs, "
+            f"{os.getloadavg()[0]:.2f} after (this process alone adds about {torch.get_num_threads()} "
+            f"on CPU; more means other work shared the cores)."
+        )
         if args.plot:
             path = Path(args.plot)
             if device != "cpu":
@@ -515,8 +554,10 @@ def main() -> None:
             else:
                 text += "\n\n(No plot: matplotlib is not installed.)"
         heading = f"## scaling.py: one TSSA step against one MSSA step ({device})"
-        sections.append(f"{heading}\n\n`{command}` ({datetime.datetime.now():%Y-%m-%d %H:%M}, "
-                        f"torch {torch.__version__}, {time.perf_counter() - started:.0f} s)\n\n{text}\n")
+        sections.append(
+            f"{heading}\n\n`{command}` ({datetime.datetime.now():%Y-%m-%d %H:%M}, "
+            f"torch {torch.__version__}, {time.perf_counter() - started:.0f} s)\n\n{text}\n"
+        )
         print(sections[-1], flush=True)
     if args.out:
         out = Path(args.out)

@@ -47,10 +47,14 @@ MODELS = {
 }
 # the stability sweep: model -> variant -> its change of the run's arguments (a function of the peak rate)
 SWEEP = {
-    "crate-dino": {"lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
-                   "teacher-temp 0.07": lambda lr: ["--teacher-temp", "0.07"]},  # DINO's longer runs' value
-    "crate-simdino": {"lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
-                      "eps 0.5": lambda lr: ["--eps", "0.5"]},  # the authors' code's default
+    "crate-dino": {
+        "lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
+        "teacher-temp 0.07": lambda lr: ["--teacher-temp", "0.07"],
+    },  # DINO's longer runs' value
+    "crate-simdino": {
+        "lr*2": lambda lr: ["--lr", f"{lr * 2:g}"],
+        "eps 0.5": lambda lr: ["--eps", "0.5"],
+    },  # the authors' code's default
 }
 
 
@@ -67,24 +71,48 @@ def _runs(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
             preset, objective = MODELS[name]
             for variant, change in variants.items():
                 label = variant.replace(" ", "-").replace("/2", "-half").replace("*2", "-x2")
-                runs[f"{name}-{label}-seed{seed}"] = (name, [*_command(preset, objective, seed, args),
-                                                             *change(args.lr)])
+                runs[f"{name}-{label}-seed{seed}"] = (
+                    name,
+                    [*_command(preset, objective, seed, args), *change(args.lr)],
+                )
     return runs
 
 
 def _command(preset: str, objective: list[str], seed: int, args: argparse.Namespace) -> list[str]:
     ssl = objective is not SUPERVISED
-    return ["train", preset, *objective, "--data", args.data, "--steps", str(args.steps), "--batch-size",
-            str(args.batch_size), "--lr", f"{args.lr:g}", "--warmup", str(max(1, args.steps // 20)), "--seed",
-            str(seed), "--set", f"sizes.depth={args.depth}", "--log-every", "25", "--device", getattr(args, "device", "cpu"),
-            "--no-progress", *(["--local-crops", str(args.local_crops)] if ssl else [])]
+    return [
+        "train",
+        preset,
+        *objective,
+        "--data",
+        args.data,
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        f"{args.lr:g}",
+        "--warmup",
+        str(max(1, args.steps // 20)),
+        "--seed",
+        str(seed),
+        "--set",
+        f"sizes.depth={args.depth}",
+        "--log-every",
+        "25",
+        "--device",
+        getattr(args, "device", "cpu"),
+        "--no-progress",
+        *(["--local-crops", str(args.local_crops)] if ssl else []),
+    ]
 
 
 def train(args: argparse.Namespace) -> int:
     """Every run not finished yet, ``--jobs`` at a time (one torch thread each on a CPU)."""
     args.out.mkdir(parents=True, exist_ok=True)
-    waiting = [(name, command) for name, (_, command) in _runs(args).items()
-               if not (args.out / name / "result.json").is_file()]
+    waiting = [
+        (name, command) for name, (_, command) in _runs(args).items() if not (args.out / name / "result.json").is_file()
+    ]
     failed = launch(waiting, args.out, args.jobs, args.device)
     for name in failed:  # a diverged run is a result (report counts it), not an error of the experiment
         print(f"note: {name} stopped: see {log_of(args.out, name)}", file=sys.stderr)
@@ -116,9 +144,13 @@ def _measure(run: Path, args: argparse.Namespace, untrained: bool) -> dict:
         quietly(["segment", str(run), "--samples", str(args.samples), "--images", "6", "--out", str(folder)])
     measured = json.loads((folder / "segmentation.json").read_text())
     row = measured["runs"]["untrained" if untrained else "trained"]
-    return {**scores, "best_head_jaccard": row["best_head"]["by_jaccard"]["jaccard"],
-            "mean_map_jaccard": row["mean_map"]["jaccard"], "mean_map_ap": row["mean_map"]["average_precision"],
-            "chance_ap": measured["chance"]}
+    return {
+        **scores,
+        "best_head_jaccard": row["best_head"]["by_jaccard"]["jaccard"],
+        "mean_map_jaccard": row["mean_map"]["jaccard"],
+        "mean_map_ap": row["mean_map"]["average_precision"],
+        "chance_ap": measured["chance"],
+    }
 
 
 def report(args: argparse.Namespace) -> int:
@@ -141,13 +173,21 @@ def report(args: argparse.Namespace) -> int:
             if name in main:
                 entry.update(trained=_measure(run, args, False), untrained=_measure(run, args, True))
             else:
-                entry.update(knn=result["metrics"].get("ema_test_knn_accuracy"),
-                             untrained_knn=_untrained_knn(run, summary))
+                entry.update(
+                    knn=result["metrics"].get("ema_test_knn_accuracy"), untrained_knn=_untrained_knn(run, summary)
+                )
         summary["runs"][name] = entry
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")
         print(f"measured {name}: {stability}", file=sys.stderr)
-    summary["setting"] = {"data": args.data, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
-                          "depth": args.depth, "local_crops": args.local_crops, "seeds": args.seeds}
+    summary["setting"] = {
+        "data": args.data,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "depth": args.depth,
+        "local_crops": args.local_crops,
+        "seeds": args.seeds,
+    }
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(tables(summary, args.seeds))
     if args.figures:
@@ -181,9 +221,11 @@ def _spread(values: list[float]) -> str:
 def tables(summary: dict, seeds: list[int]) -> str:
     """The comparison (mean ± standard deviation over the seeds, untrained in brackets) and the sweep."""
     main = [f"{model}-seed{seed}" for model in MODELS for seed in seeds]
-    lines = ["| model | test acc. | linear probe (untrained) | k-NN (untrained) | Jaccard, best head (untrained) | "
-             "Jaccard, mean map (untrained) | AP, mean map (untrained) | stable runs |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| model | test acc. | linear probe (untrained) | k-NN (untrained) | Jaccard, best head (untrained) | "
+        "Jaccard, mean map (untrained) | AP, mean map (untrained) | stable runs |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for model in MODELS:
         runs = [summary["runs"][n] for n in main if n in summary["runs"] and summary["runs"][n]["model"] == model]
         if not runs:
@@ -193,15 +235,18 @@ def tables(summary: dict, seeds: list[int]) -> str:
         def pair(key, measured=measured):
             if not measured or key not in measured[0]["trained"]:
                 return "-"
-            return (f"{_spread([r['trained'][key] for r in measured])} "
-                    f"({_spread([r['untrained'][key] for r in measured])})")
+            return (
+                f"{_spread([r['trained'][key] for r in measured])} ({_spread([r['untrained'][key] for r in measured])})"
+            )
 
         accuracy = _spread([r["metrics"]["test_accuracy"] for r in measured if "test_accuracy" in r["metrics"]])
         stable = sum(r["stability"] == "stable" for r in runs)
         ended = sum(r["stability"] != "unfinished" for r in runs)
-        lines.append(f"| {model} | {accuracy} | {pair('linear_probe')} | {pair('knn')} | "
-                     f"{pair('best_head_jaccard')} | {pair('mean_map_jaccard')} | {pair('mean_map_ap')} | "
-                     f"{stable} of {ended} |")
+        lines.append(
+            f"| {model} | {accuracy} | {pair('linear_probe')} | {pair('knn')} | "
+            f"{pair('best_head_jaccard')} | {pair('mean_map_jaccard')} | {pair('mean_map_ap')} | "
+            f"{stable} of {ended} |"
+        )
     sweep = [(name, run) for name, run in summary["runs"].items() if name not in main]
     if sweep:
         lines += ["", "| sweep run | outcome | teacher's k-NN, its own evaluation (untrained) |", "| --- | --- | --- |"]
@@ -226,18 +271,31 @@ def _figures(summary: dict, args: argparse.Namespace) -> None:
         if not runs:
             continue
         names.append(model)
-        models.append({f"{which}_{key}": statistics.mean(r[which][key] for r in runs)
-                       for which in ("trained", "untrained") for key in runs[0]["trained"] if key != "chance_ap"})
-    panels = [("k-NN accuracy", [("trained", "trained_knn"), ("untrained", "untrained_knn")]),
-              ("linear probe accuracy", [("trained", "trained_linear_probe"), ("untrained", "untrained_linear_probe")]),
-              ("Jaccard of the 60%-mass masks, best head", [("trained", "trained_best_head_jaccard"),
-                                                            ("untrained", "untrained_best_head_jaccard")])]
+        models.append(
+            {
+                f"{which}_{key}": statistics.mean(r[which][key] for r in runs)
+                for which in ("trained", "untrained")
+                for key in runs[0]["trained"]
+                if key != "chance_ap"
+            }
+        )
+    panels = [
+        ("k-NN accuracy", [("trained", "trained_knn"), ("untrained", "untrained_knn")]),
+        ("linear probe accuracy", [("trained", "trained_linear_probe"), ("untrained", "untrained_linear_probe")]),
+        (
+            "Jaccard of the 60%-mass masks, best head",
+            [("trained", "trained_best_head_jaccard"), ("untrained", "untrained_best_head_jaccard")],
+        ),
+    ]
     panels = panels if args.attention else panels[:2]
     figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
     for axis, (title, bars) in zip(axes, panels):
         grouped_bars(axis, title, names, models, bars, ticks=[n.replace("-", "\n") for n in names])
-    save_figure(figure, f"{args.data}: {args.steps} steps of {args.batch_size}, mean of seeds "
-                f"{', '.join(map(str, args.seeds))}", args.figures / f"self-supervision-{data}.png")
+    save_figure(
+        figure,
+        f"{args.data}: {args.steps} steps of {args.batch_size}, mean of seeds {', '.join(map(str, args.seeds))}",
+        args.figures / f"self-supervision-{data}.png",
+    )
     for model in MODELS:
         pictures = args.out / "segmentation" / f"{model}-seed{args.seeds[0]}" / "segmentation-trained.png"
         if pictures.is_file():
@@ -257,16 +315,21 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--depth", type=int, default=4, help="encoder layers (default: 4)")
         sub.add_argument("--local-crops", type=int, default=4, help="local crops of the self-supervised runs")
         sub.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-        sub.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
-                         help="which of the six (default: all)")
+        sub.add_argument(
+            "--models", nargs="+", choices=list(MODELS), default=list(MODELS), help="which of the six (default: all)"
+        )
         sub.add_argument("--sweep", action="store_true", help="add the stability sweep (the first seed)")
         if command == "train":
             sub.add_argument("--device", default="cpu")
             sub.add_argument("--jobs", type=int, default=1, help="runs at once (default: 1)")
         else:
             sub.add_argument("--samples", type=int, default=500, help="test images segmented (default: 500)")
-            sub.add_argument("--no-attention", dest="attention", action="store_false",
-                             help="no segmentation scores (a data set without masks)")
+            sub.add_argument(
+                "--no-attention",
+                dest="attention",
+                action="store_false",
+                help="no segmentation scores (a data set without masks)",
+            )
             sub.add_argument("--figures", type=Path, default=None, help="folder for the PNG files")
     args = parser.parse_args(argv)
     return train(args) if args.command == "train" else report(args)

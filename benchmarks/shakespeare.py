@@ -44,10 +44,33 @@ def train(args: argparse.Namespace) -> int:
     for seed in args.seeds:
         for name, (preset, overrides, lr) in MODELS.items():
             sets = [a for o in overrides for a in ("--set", o)]
-            runs.append((f"{name}-s{seed}", [
-                "train", preset, *sets, "--task", "lm", "--data", DATA, "--steps", str(args.steps), "--batch-size",
-                str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed), "--eval-every",
-                str(max(1, args.steps // 10)), "--log-every", "50", "--no-progress"]))
+            runs.append(
+                (
+                    f"{name}-s{seed}",
+                    [
+                        "train",
+                        preset,
+                        *sets,
+                        "--task",
+                        "lm",
+                        "--data",
+                        DATA,
+                        "--steps",
+                        str(args.steps),
+                        "--batch-size",
+                        str(args.batch_size),
+                        "--lr",
+                        str(lr or args.lr),
+                        "--seed",
+                        str(seed),
+                        "--eval-every",
+                        str(max(1, args.steps // 10)),
+                        "--log-every",
+                        "50",
+                        "--no-progress",
+                    ],
+                )
+            )
     failed = launch(runs, args.out, args.jobs)
     for name in failed:
         print(f"error: {name} failed; its log: {log_of(args.out, name)}", file=sys.stderr)
@@ -64,10 +87,14 @@ def _ngrams(data) -> dict:
     covered = data.test.tokens[: len(data.test) * data.test.context + 1]  # every window's inputs and targets
     targets = covered[1:]
     chars = int(Tokenizer("bytes").lengths()[1][targets].sum())
-    per_token = {"unigram": unigram_loss(data.train.tokens, targets, 256), "bigram": bigram_loss(data.train.tokens,
-                                                                                                 covered, 256)}
+    per_token = {
+        "unigram": unigram_loss(data.train.tokens, targets, 256),
+        "bigram": bigram_loss(data.train.tokens, covered, 256),
+    }
     return {name: {"per_token": n, "per_char": n * len(targets) / chars} for name, n in per_token.items()} | {
-        "tokens": len(targets), "chars": chars}
+        "tokens": len(targets),
+        "chars": chars,
+    }
 
 
 def _whole(run: Path, untrained: bool) -> dict:
@@ -98,13 +125,29 @@ def report(args: argparse.Namespace) -> int:
             result = json.loads(result_file.read_text())
             trained, untrained = _whole(run, False), _whole(run, True)
             curve = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-            sample = generate_text(str(run / "final" / "spec.yaml"), PROMPT, weights=run / "final", tokens=100,
-                                   temperature=0.8, top_k=40, seed=0)
+            sample = generate_text(
+                str(run / "final" / "spec.yaml"),
+                PROMPT,
+                weights=run / "final",
+                tokens=100,
+                temperature=0.8,
+                top_k=40,
+                seed=0,
+            )
             lr = json.loads((run / "run.json").read_text())["identity"]["settings"]["lr"]
-            rows.append({"seed": int(run.name.rsplit("-s", 1)[1]), "parameters": result["params"], "lr": lr,
-                         "seconds": result["seconds"], "steps": result["steps"], "trained": trained,
-                         "untrained": untrained, "sample": sample.text,
-                         "curve": [(r["step"], r["test_loss"]) for r in curve if r["kind"] == "eval"]})
+            rows.append(
+                {
+                    "seed": int(run.name.rsplit("-s", 1)[1]),
+                    "parameters": result["params"],
+                    "lr": lr,
+                    "seconds": result["seconds"],
+                    "steps": result["steps"],
+                    "trained": trained,
+                    "untrained": untrained,
+                    "sample": sample.text,
+                    "curve": [(r["step"], r["test_loss"]) for r in curve if r["kind"] == "eval"],
+                }
+            )
         summary["models"][name] = rows
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(_tables(summary))
@@ -119,18 +162,26 @@ def _mean_sd(values: list[float]) -> str:
 
 def _tables(summary: dict) -> str:
     ngrams = summary["ngrams"]
-    lines = [f"Held out: {ngrams['tokens']:,} predicted bytes ({ngrams['chars']:,} characters); mean ± sd over seeds.",
-             "", "| model | parameters | lr | seeds | steps | nats per byte | nats per character | untrained (per char) "
-             "| seconds per run |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"Held out: {ngrams['tokens']:,} predicted bytes ({ngrams['chars']:,} characters); mean ± sd over seeds.",
+        "",
+        "| model | parameters | lr | seeds | steps | nats per byte | nats per character | untrained (per char) "
+        "| seconds per run |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, rows in summary["models"].items():
-        lines.append(f"| {name} | {rows[0]['parameters']:,} | {rows[0]['lr']:g} | {len(rows)} | {rows[0]['steps']:,} | "
-                     f"{_mean_sd([r['trained']['per_token'] for r in rows])} | "
-                     f"{_mean_sd([r['trained']['per_char'] for r in rows])} | "
-                     f"{_mean_sd([r['untrained']['per_char'] for r in rows])} | "
-                     f"{statistics.mean(r['seconds'] for r in rows):.0f} |")
+        lines.append(
+            f"| {name} | {rows[0]['parameters']:,} | {rows[0]['lr']:g} | {len(rows)} | {rows[0]['steps']:,} | "
+            f"{_mean_sd([r['trained']['per_token'] for r in rows])} | "
+            f"{_mean_sd([r['trained']['per_char'] for r in rows])} | "
+            f"{_mean_sd([r['untrained']['per_char'] for r in rows])} | "
+            f"{statistics.mean(r['seconds'] for r in rows):.0f} |"
+        )
     for name in ("bigram", "unigram"):
-        lines.append(f"| {name} model (add-one counts) | | | | | {ngrams[name]['per_token']:.3f} | "
-                     f"{ngrams[name]['per_char']:.3f} | | |")
+        lines.append(
+            f"| {name} model (add-one counts) | | | | | {ngrams[name]['per_token']:.3f} | "
+            f"{ngrams[name]['per_char']:.3f} | | |"
+        )
     for name, rows in summary["models"].items():
         lines += ["", f"{name}, seed {rows[0]['seed']}:", "```", rows[0]["sample"], "```"]
     return "\n".join(lines)
@@ -146,8 +197,13 @@ def _figure(summary: dict, path: Path) -> None:
     for name, rows in summary["models"].items():
         for i, row in enumerate(rows):
             steps, losses = zip(*row["curve"])
-            axes[0].plot(steps, losses, color=f"C{list(summary['models']).index(name)}", alpha=0.8,
-                         label=name if i == 0 else None)
+            axes[0].plot(
+                steps,
+                losses,
+                color=f"C{list(summary['models']).index(name)}",
+                alpha=0.8,
+                label=name if i == 0 else None,
+            )
     for name, style in (("bigram", "--"), ("unigram", ":")):
         axes[0].axhline(summary["ngrams"][name]["per_token"], color="grey", linestyle=style, label=f"{name} model")
     axes[0].set_xlabel("step")

@@ -38,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("grid", type=Path, help="the ablation folder (OUT of crate-compose ablate)")
     parser.add_argument("--figure", type=Path, default=None, help="where to write the figure (PNG)")
     parser.add_argument("--samples", type=int, default=256, help="test images probed (default: 256)")
-    parser.add_argument("--untrained-seeds", type=int, default=0, metavar="N", help="probe the untrained networks "
-                        "of seeds 0..N-1 (default: the trained runs' seeds)")
+    parser.add_argument(
+        "--untrained-seeds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="probe the untrained networks of seeds 0..N-1 (default: the trained runs' seeds)",
+    )
     args = parser.parse_args(argv)
 
     from crate_compose import tasks
@@ -74,8 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         untrained = [probe(compile_spec(spec, seed=seed), inputs, **extra) for seed in range(args.untrained_seeds)]
     runs = {"trained": spread_rows(trained), "untrained": spread_rows(untrained)}
     for name, rows in runs.items():
-        summary[name] = {m: {"mean": _by_layer(rows, m), "low": [r["low"] for r in rows if r["measure"] == m],
-                             "high": [r["high"] for r in rows if r["measure"] == m]} for m in MEASURES}
+        summary[name] = {
+            m: {
+                "mean": _by_layer(rows, m),
+                "low": [r["low"] for r in rows if r["measure"] == m],
+                "high": [r["high"] for r in rows if r["measure"] == m],
+            }
+            for m in MEASURES
+        }
     summary["seed_count"], summary["untrained_seed_count"] = len(seeds), len(untrained)
     write_atomic(args.grid / "summary.json", json.dumps(summary, indent=1) + "\n")
     for measure in MEASURES:
@@ -83,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in runs:
             print(f"  {name:9s} " + " ".join(f"{v:7.3f}" for v in summary[name][measure]["mean"]))
     if args.figure is not None:
-        title = (f"{named}: trained ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) against untrained "
-                 f"({len(untrained)} seeds, mean and range)")
+        title = (
+            f"{named}: trained ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) against untrained "
+            f"({len(untrained)} seeds, mean and range)"
+        )
         write_atomic(args.figure, probes_png(runs, measures=list(MEASURES), title=title))
         print(f"wrote {args.figure}", file=sys.stderr)
     print(f"wrote {args.grid / 'summary.json'}", file=sys.stderr)

@@ -42,10 +42,19 @@ def commands(broken: Path) -> dict[str, list[str]]:
         "validate broken.yaml (YAML syntax error)": [*cli, "validate", str(broken)],
         "validate specs/crate.yaml": [*cli, "validate", "specs/crate.yaml"],
         "validate specs/tost.yaml": [*cli, "validate", "specs/tost.yaml"],
-        "validate a shape error (image 100, patch 16)": [*cli, "validate", "specs/crate.yaml", "--set", "sizes.image_size=100"],
+        "validate a shape error (image 100, patch 16)": [
+            *cli,
+            "validate",
+            "specs/crate.yaml",
+            "--set",
+            "sizes.image_size=100",
+        ],
         "inspect specs/crate.yaml": [*cli, "inspect", "specs/crate.yaml"],
         "a spec placed on the meta device (what one the footprints cannot settle costs)": [
-            sys.executable, "-c", "import crate_compose as cc; cc.build('specs/crate.yaml', meta=True)"],
+            sys.executable,
+            "-c",
+            "import crate_compose as cc; cc.build('specs/crate.yaml', meta=True)",
+        ],
         "list primitives": [*cli, "list", "primitives"],
         "schema": [*cli, "schema"],
     }

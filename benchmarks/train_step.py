@@ -93,13 +93,16 @@ def need_timm():
     from crate_compose.data.batches import transforms_v2
 
     transforms_v2()  # torchvision first, as the training pipeline imports it: beside a CPU torch, PyPI's CUDA
-    try:             # torchvision fails on import unless its missing operators are declared (timm imports it)
+    try:  # torchvision fails on import unless its missing operators are declared (timm imports it)
         import timm
     except ImportError:
-        print("benchmarks/train_step.py compares against timm, which is not installed.\n"
-              "Install the benchmark extra:  pip install -e '.[bench]'   (or: pip install 'timm>=1.0')\n"
-              "timm needs torchvision: install the one matching your torch first (torch 2.13: torchvision==0.28.0),\n"
-              "so that pip does not replace torch.", file=sys.stderr)
+        print(
+            "benchmarks/train_step.py compares against timm, which is not installed.\n"
+            "Install the benchmark extra:  pip install -e '.[bench]'   (or: pip install 'timm>=1.0')\n"
+            "timm needs torchvision: install the one matching your torch first (torch 2.13: torchvision==0.28.0),\n"
+            "so that pip does not replace torch.",
+            file=sys.stderr,
+        )
         sys.exit(2)
     return timm
 
@@ -110,7 +113,7 @@ def build(name: str, size: int, device: torch.device, timm) -> tuple[torch.nn.Mo
     if name == "crate-base":
         overrides = [] if size == 224 else [f"sizes.image_size={size}"]
         model = cc.build("crate-base", overrides=overrides, seed=0, device=device)
-        return model.train(), (lambda m: (lambda x: m(x)["output"]))
+        return model.train(), (lambda m: lambda x: m(x)["output"])
     model = timm.create_model(name, img_size=size, num_classes=1000).to(device)
     return model.train(), (lambda m: m)
 
@@ -172,8 +175,15 @@ def interleaved(calls: dict[str, callable], device, runs: int, stall_max: float,
             seconds, share = timed(fn, device, stall_max, retakes)
             times[name].append(seconds)
             stalls[name].append(share)
-    return {name: {"times_s": times[name], "median_s": statistics.median(times[name]), "min_s": min(times[name]),
-                   "stall_max": max(stalls[name])} for name in calls}
+    return {
+        name: {
+            "times_s": times[name],
+            "median_s": statistics.median(times[name]),
+            "min_s": min(times[name]),
+            "stall_max": max(stalls[name]),
+        }
+        for name in calls
+    }
 
 
 def matrix_product(args, device: torch.device, dtype: torch.dtype, tokens: int):
@@ -188,10 +198,12 @@ def layouts(args, tokens: int) -> dict[str, dict[str, float]]:
     """The bf16 product ``(batch * tokens, 768) x (768, 768)`` in its four layouts, with torch's oneDNN kernels
     and without (a CPU without native bf16): median seconds of 5 after one, per layout and setting."""
     rows = args.batch * tokens
-    made = {"row-major x row-major": (torch.randn(rows, 768), torch.randn(768, 768)),
-            "row-major x transposed (nn.Linear)": (torch.randn(rows, 768), torch.randn(768, 768).t()),
-            "transposed x row-major": (torch.randn(768, rows).t(), torch.randn(768, 768)),
-            "transposed x transposed": (torch.randn(768, rows).t(), torch.randn(768, 768).t())}
+    made = {
+        "row-major x row-major": (torch.randn(rows, 768), torch.randn(768, 768)),
+        "row-major x transposed (nn.Linear)": (torch.randn(rows, 768), torch.randn(768, 768).t()),
+        "transposed x row-major": (torch.randn(768, rows).t(), torch.randn(768, 768)),
+        "transposed x transposed": (torch.randn(768, rows).t(), torch.randn(768, 768).t()),
+    }
     found: dict[str, dict[str, float]] = {}
     for label, (a, b) in made.items():
         a, b = a.bfloat16(), b.bfloat16()  # .bfloat16() keeps a transposed view's strides
@@ -228,10 +240,18 @@ def _configuration(args, device, dtype_name: str, compiled: bool, flops: dict, t
         for _ in range(args.warmup):
             trainer.step()
     steps = interleaved({name: t.step for name, t in trainers.items()}, device, args.runs, args.stall_max, args.retakes)
-    result["models"] = {name: {"first_step_s": compile_s[name],
-                               "step": {**steps[name], "flops": flops[name][0],
-                                        "gflops_per_s": flops[name][0] / steps[name]["median_s"] / 1e9,
-                                        "images_per_s": args.batch / steps[name]["median_s"]}} for name in MODELS}
+    result["models"] = {
+        name: {
+            "first_step_s": compile_s[name],
+            "step": {
+                **steps[name],
+                "flops": flops[name][0],
+                "gflops_per_s": flops[name][0] / steps[name]["median_s"] / 1e9,
+                "images_per_s": args.batch / steps[name]["median_s"],
+            },
+        }
+        for name in MODELS
+    }
     crate, vit = (result["models"][name] for name in MODELS)
     result["rate_ratio"] = crate["step"]["gflops_per_s"] / vit["step"]["gflops_per_s"]
     result["time_ratio"] = crate["step"]["median_s"] / vit["step"]["median_s"]
@@ -248,12 +268,21 @@ def _configuration(args, device, dtype_name: str, compiled: bool, flops: dict, t
     calls["mm"] = mm
     forwards = interleaved(calls, device, args.runs, args.stall_max, args.retakes)
     mm_rate = mm_flops / forwards["mm"]["median_s"] / 1e9
-    result["mm"] = {**forwards["mm"], "flops": mm_flops, "gflops_per_s": mm_rate, "shape": [args.batch * tokens, 768, 768]}
+    result["mm"] = {
+        **forwards["mm"],
+        "flops": mm_flops,
+        "gflops_per_s": mm_rate,
+        "shape": [args.batch * tokens, 768, 768],
+    }
     for name in MODELS:
         forward = forwards[name]
         result["models"][name]["forward"] = {
-            **forward, "flops": flops[name][1], "gflops_per_s": flops[name][1] / forward["median_s"] / 1e9,
-            "of_mm": flops[name][1] / forward["median_s"] / 1e9 / mm_rate, "images_per_s": args.batch / forward["median_s"]}
+            **forward,
+            "flops": flops[name][1],
+            "gflops_per_s": flops[name][1] / forward["median_s"] / 1e9,
+            "of_mm": flops[name][1] / forward["median_s"] / 1e9 / mm_rate,
+            "images_per_s": args.batch / forward["median_s"],
+        }
     return result
 
 
@@ -275,52 +304,87 @@ def machine(device: torch.device) -> str:
         extras = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f" {f}" in flags]
     except (OSError, subprocess.SubprocessError, StopIteration):
         model, extras = platform.processor() or "unknown CPU", []
-    return (f"{model} ({', '.join(extras) or 'no AVX-512'}), {torch.get_num_threads()} threads, torch {torch.__version__}, "
-            f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+    return (
+        f"{model} ({', '.join(extras) or 'no AVX-512'}), {torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    )
 
 
-def report(results: list[dict], args, device, flops: dict, two_products: tuple[int, int], wall_s: float,
-           layout_s: dict | None = None) -> str:
+def report(
+    results: list[dict],
+    args,
+    device,
+    flops: dict,
+    two_products: tuple[int, int],
+    wall_s: float,
+    layout_s: dict | None = None,
+) -> str:
     def ms(seconds: float) -> str:
         return f"{seconds * 1000:,.1f}"
 
     for r in results:  # a setting without oneDNN is named in its dtype's cell
         r["label"] = r["dtype"] + (" (no oneDNN)" if r.get("onednn") == "off" else "")
 
-    out = [(f"{datetime.date.today()}, {machine(device)}, Python {platform.python_version()}; batch {args.batch} at "
+    out = [
+        (
+            f"{datetime.date.today()}, {machine(device)}, Python {platform.python_version()}; batch {args.batch} at "
             f"{args.size}x{args.size}, {args.runs} interleaved rounds after {args.warmup} warm-up steps; {wall_s:.0f} s "
-            "wall."),
-           "",
-           ("FLOPs counted (FlopCounterMode, attention as matrix products): "
-            + ", ".join([f"{SHORT[n]} {flops[n][0] / 1e9:,.1f} GFLOP per step, {flops[n][1] / 1e9:,.1f} per forward"
-                        for n in MODELS])
+            "wall."
+        ),
+        "",
+        (
+            "FLOPs counted (FlopCounterMode, attention as matrix products): "
+            + ", ".join(
+                [
+                    f"{SHORT[n]} {flops[n][0] / 1e9:,.1f} GFLOP per step, {flops[n][1] / 1e9:,.1f} per forward"
+                    for n in MODELS
+                ]
+            )
             + f" (CRATE-B with its ISTA steps as two products, as before issue 20: {two_products[0] / 1e9:,.1f} and "
-              f"{two_products[1] / 1e9:,.1f}; the rates below divide the FLOPs executed)."),
-           "",
-           "Training step (forward, cross-entropy, backward, AdamW):",
-           "",
-           "| dtype | compile | model | first step s | step ms (median) | min ms | images/s | GFLOP/s | CRATE / timm rate | stall |",
-           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            f"{two_products[1] / 1e9:,.1f}; the rates below divide the FLOPs executed)."
+        ),
+        "",
+        "Training step (forward, cross-entropy, backward, AdamW):",
+        "",
+        "| dtype | compile | model | first step s | step ms (median) | min ms | images/s | GFLOP/s | CRATE / timm rate | stall |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in results:
         for name in MODELS:
             m = r["models"][name]
             ratio = f"{r['rate_ratio']:.2f}" if name == MODELS[0] else ""
-            out.append(f"| {r['label']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {m['first_step_s']:.1f} | "
-                       f"{ms(m['step']['median_s'])} | {ms(m['step']['min_s'])} | {m['step']['images_per_s']:.1f} | "
-                       f"{m['step']['gflops_per_s']:,.0f} | {ratio} | {m['step']['stall_max']:.0%} |")
+            out.append(
+                f"| {r['label']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {m['first_step_s']:.1f} | "
+                f"{ms(m['step']['median_s'])} | {ms(m['step']['min_s'])} | {m['step']['images_per_s']:.1f} | "
+                f"{m['step']['gflops_per_s']:,.0f} | {ratio} | {m['step']['stall_max']:.0%} |"
+            )
     if any("mm" in r for r in results):
-        out += ["", ("Forward only (`torch.no_grad()`), against `torch.mm` of (batch x tokens, 768) x (768, 768) in "
-                     "the same dtype:"), "", "| dtype | compile | model | forward ms | images/s | GFLOP/s | mm GFLOP/s | of mm |",
-                "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        out += [
+            "",
+            (
+                "Forward only (`torch.no_grad()`), against `torch.mm` of (batch x tokens, 768) x (768, 768) in "
+                "the same dtype:"
+            ),
+            "",
+            "| dtype | compile | model | forward ms | images/s | GFLOP/s | mm GFLOP/s | of mm |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
     for r in (r for r in results if "mm" in r):
         for name in MODELS:
             f = r["models"][name]["forward"]
-            out.append(f"| {r['label']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {ms(f['median_s'])} | "
-                       f"{f['images_per_s']:.1f} | {f['gflops_per_s']:,.0f} | {r['mm']['gflops_per_s']:,.0f} | {f['of_mm']:.2f} |")
+            out.append(
+                f"| {r['label']} | {'on' if r['compile'] else 'off'} | {SHORT[name]} | {ms(f['median_s'])} | "
+                f"{f['images_per_s']:.1f} | {f['gflops_per_s']:,.0f} | {r['mm']['gflops_per_s']:,.0f} | {f['of_mm']:.2f} |"
+            )
     if layout_s:
-        out += ["", f"The bf16 product ({args.batch} x {(args.size // 16) ** 2 + 1} tokens, 768) x (768, 768) by its "
-                "operands' layout, median ms of 5:", "", "| layout | oneDNN | without oneDNN (no native bf16) |",
-                "| --- | ---: | ---: |"]
+        out += [
+            "",
+            f"The bf16 product ({args.batch} x {(args.size // 16) ** 2 + 1} tokens, 768) x (768, 768) by its "
+            "operands' layout, median ms of 5:",
+            "",
+            "| layout | oneDNN | without oneDNN (no native bf16) |",
+            "| --- | ---: | ---: |",
+        ]
         out += [f"| {label} | {ms(t['on'])} | {ms(t['off'])} |" for label, t in layout_s.items()]
     out += ["", "Goals (the settings with oneDNN: without it the matrix product itself is the slow path):", ""]
     for r in (r for r in results if r.get("onednn", "on") == "on"):
@@ -328,16 +392,20 @@ def report(results: list[dict], args, device, flops: dict, two_products: tuple[i
         crate = r["models"][MODELS[0]]
         ok = r["rate_ratio"] >= RATE_GOAL
         formula = r["rate_ratio"] * two_products[0] / crate["step"]["flops"]
-        out.append(f"- {label}: CRATE-B step FLOP rate / ViT-B's >= {RATE_GOAL:g}: {r['rate_ratio']:.2f}, "
-                   f"**{'met' if ok else 'not met'}** ({formula:.2f} counting ISTA's two products; "
-                   f"step time CRATE / ViT = {r['time_ratio']:.2f})")
+        out.append(
+            f"- {label}: CRATE-B step FLOP rate / ViT-B's >= {RATE_GOAL:g}: {r['rate_ratio']:.2f}, "
+            f"**{'met' if ok else 'not met'}** ({formula:.2f} counting ISTA's two products; "
+            f"step time CRATE / ViT = {r['time_ratio']:.2f})"
+        )
         if "forward" not in crate:
             continue
         ok = crate["forward"]["of_mm"] >= FORWARD_GOAL
         formula = crate["forward"]["of_mm"] * two_products[1] / crate["forward"]["flops"]
-        out.append(f"- {label}: CRATE-B forward / matrix-product rate >= {FORWARD_GOAL:g}: "
-                   f"{crate['forward']['of_mm']:.2f}, **{'met' if ok else 'not met'}** "
-                   f"({formula:.2f} counting ISTA's two products)")
+        out.append(
+            f"- {label}: CRATE-B forward / matrix-product rate >= {FORWARD_GOAL:g}: "
+            f"{crate['forward']['of_mm']:.2f}, **{'met' if ok else 'not met'}** "
+            f"({formula:.2f} counting ISTA's two products)"
+        )
     return "\n".join(out)
 
 
@@ -346,22 +414,38 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224, help="image size (a multiple of 16)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, or auto")
-    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated: float32 (plain), bfloat16 (autocast)")
+    parser.add_argument(
+        "--dtypes", default="float32,bfloat16", help="comma-separated: float32 (plain), bfloat16 (autocast)"
+    )
     parser.add_argument("--compile", default="off,on", help="comma-separated: off (eager), on (torch.compile)")
-    parser.add_argument("--compile-mode", default=None,
-                        help="torch.compile mode (default: its default; e.g. reduce-overhead for CUDA graphs)")
-    parser.add_argument("--forward", choices=("eager", "all", "none"), default=None,
-                        help="which settings also time the forward pass (default: eager on CPU, where compiling a "
-                             "second, no-grad graph per model costs a minute; all on CUDA)")
-    parser.add_argument("--runs", type=int, default=None, help="timed rounds per configuration (default 3 on CPU, 20 on CUDA)")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps after the first (default 1 on CPU, 5 on CUDA)")
+    parser.add_argument(
+        "--compile-mode",
+        default=None,
+        help="torch.compile mode (default: its default; e.g. reduce-overhead for CUDA graphs)",
+    )
+    parser.add_argument(
+        "--forward",
+        choices=("eager", "all", "none"),
+        default=None,
+        help="which settings also time the forward pass (default: eager on CPU, where compiling a "
+        "second, no-grad graph per model costs a minute; all on CUDA)",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=None, help="timed rounds per configuration (default 3 on CPU, 20 on CUDA)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="warm-up steps after the first (default 1 on CPU, 5 on CUDA)"
+    )
     parser.add_argument("--stall-max", type=float, default=0.05)
     parser.add_argument("--retakes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--tf32", action="store_true", help="CUDA: let float32 matrix products use TF32")
-    parser.add_argument("--onednn", default="on",
-                        help="comma-separated: on (torch's default), off (CPU: torch's own kernels, the bf16 path of a "
-                             "CPU without native bf16; also times the bf16 product by layout)")
+    parser.add_argument(
+        "--onednn",
+        default="on",
+        help="comma-separated: on (torch's default), off (CPU: torch's own kernels, the bf16 path of a "
+        "CPU without native bf16; also times the bf16 product by layout)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement to this file")
     args = parser.parse_args()
     timm = need_timm()
@@ -397,10 +481,20 @@ def main() -> None:
     wall_s = time.perf_counter() - began
     print(report(results, args, device, flops, two_products, wall_s, layout_s))
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()},
-                                         "flops": {n: {"step": s, "forward": f} for n, (s, f) in flops.items()},
-                                         "crate_two_product_flops": {"step": two_products[0], "forward": two_products[1]},
-                                         "results": results, "layouts_s": layout_s, "wall_s": wall_s}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine(device),
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "flops": {n: {"step": s, "forward": f} for n, (s, f) in flops.items()},
+                    "crate_two_product_flops": {"step": two_products[0], "forward": two_products[1]},
+                    "results": results,
+                    "layouts_s": layout_s,
+                    "wall_s": wall_s,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,20 @@ _LAZY = {
     "reconstruction_loss": ("tasks.masked_autoencoding", "reconstruction_loss"),
     "diagram": ("rendering.diagrams", "diagram"),
     "render": ("rendering.diagrams", "render"),
-    **{name: ("registry", name) for name in
-       ("Args", "Context", "Example", "Footprint", "Inverse", "Primitive", "all_primitives", "load_plugins",
-        "primitive")},
+    **{
+        name: ("registry", name)
+        for name in (
+            "Args",
+            "Context",
+            "Example",
+            "Footprint",
+            "Inverse",
+            "Primitive",
+            "all_primitives",
+            "load_plugins",
+            "primitive",
+        )
+    },
     "Residual": ("modules.residual", "Residual"),
     **{name: ("modules.paths", name) for name in ("formulas", "formulas_as_written", "set_formulas", "use_formulas")},
     "ResourceError": ("building.budget", "ResourceError"),
@@ -50,8 +61,10 @@ _LAZY = {
     "Summary": ("building.summary", "Summary"),
     "summarize": ("building.summary", "summarize"),
     "presets": ("spec_language.zoo", "presets"),
-    **{name: ("interop.exchange", name) for name in
-       ("import_checkpoint", "export_checkpoint", "write_checkpoint", "load_checkpoint")},
+    **{
+        name: ("interop.exchange", name)
+        for name in ("import_checkpoint", "export_checkpoint", "write_checkpoint", "load_checkpoint")
+    },
     "read_checkpoint": ("interop.reading", "read_checkpoint"),
     "InteropError": ("interop.reading", "InteropError"),
     **{name: ("building.inspection", name) for name in ("validate", "derive", "inspect")},

@@ -45,8 +45,13 @@ from .errors import DataError, WorkbenchError
 # the default output folders, each under the working directory and named after the spec: a run's (train),
 # an ablation's (ablate) and a build's (build, import, fetch)
 RUNS, ABLATIONS, BUILDS = Path("runs"), Path("ablations"), Path("out")
-KINDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO",
-         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+KINDS = {
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
 
 
 def publish(path: Path, mode: int) -> None:
@@ -63,7 +68,7 @@ def writable(path: Path, *, folder: bool = False) -> None:
         mode = path.stat().st_mode
     except FileNotFoundError:
         return
-    if (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)):
+    if stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode):
         return
     kind = KINDS.get(stat.S_IFMT(mode), "not a regular file")
     raise OSError(f"{path} is {kind}: give the path of a {'folder' if folder else 'file'} to write")
@@ -153,7 +158,7 @@ def _named(filename: str | bytes | None, path: Path, staging: str | Path | None)
         return str(path)
     filename, staging = os.fsdecode(filename), str(staging)
     if filename == staging or filename.startswith(staging + os.sep):
-        return str(path) + filename[len(staging):]
+        return str(path) + filename[len(staging) :]
     return filename
 
 
@@ -169,10 +174,15 @@ def _errno_of(message: str) -> int | None:
     found = re.search(r"\(os error (\d+)\)|code: (\d+)", message)
     if found:
         return int(found.group(1) or found.group(2))
-    words = {"No space left": errno.ENOSPC, "Read-only file system": errno.EROFS,
-             "Permission denied": errno.EACCES, "Disk quota exceeded": errno.EDQUOT}
-    return next((number for text, number in words.items() if text in message),
-                errno.EIO if "I/O error" in message else None)
+    words = {
+        "No space left": errno.ENOSPC,
+        "Read-only file system": errno.EROFS,
+        "Permission denied": errno.EACCES,
+        "Disk quota exceeded": errno.EDQUOT,
+    }
+    return next(
+        (number for text, number in words.items() if text in message), errno.EIO if "I/O error" in message else None
+    )
 
 
 def write_atomic(path: str | Path, content: str | bytes) -> None:
@@ -325,8 +335,9 @@ def _check_input(found: os.stat_result, where: str, limit: int, error: type[Work
         raise error(f"{where}: {found.st_size:,} bytes, more than the {limit:,} it may hold")
 
 
-def read_json(path: str | Path, *, limit: int, what: str, depth: int = MAX_JSON_DEPTH,
-              error: type[WorkbenchError] = DataError) -> Any:
+def read_json(
+    path: str | Path, *, limit: int, what: str, depth: int = MAX_JSON_DEPTH, error: type[WorkbenchError] = DataError
+) -> Any:
     """The JSON value of the input file ``path`` (:func:`read_input`), which must be UTF-8 and nested at most
     ``depth`` arrays or objects deep (a deeper file, which would exhaust the decoder's recursion, is
     refused). Every refusal is raised as ``error``, naming ``what`` and ``path``."""

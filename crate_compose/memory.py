@@ -16,8 +16,18 @@ from .errors import Problem, SpecError
 
 ENVIRONMENT = "CRATE_COMPOSE_MEMORY_LIMIT"
 HEADROOM = 0.9  # of the memory the device reports available
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str | int | float | None) -> float | None:

@@ -28,6 +28,7 @@ ROLES = ("learned", "cadence", "length", "machinery", "output")
 
 def number(kind, low=None, high=None, *, low_open=False, high_open=False, what="a number"):
     """An argparse type: ``kind`` (int or float), finite, within bounds; a clear message otherwise."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -44,6 +45,7 @@ def number(kind, low=None, high=None, *, low_open=False, high_open=False, what="
                 bound = f"in [{low}, {high}{')' if high_open else ']'}"
             raise argparse.ArgumentTypeError(f"{text}: must be {bound}")
         return value
+
     parse.__name__ = what  # argparse names the type in its messages
     return parse
 
@@ -105,8 +107,12 @@ class Option:
                 bound = f"a whole number >= {low}" if high is None else f"a whole number in [{low}, {high}]"
                 return f"{value!r} is not {bound}{null}"
             return None
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        ok = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
             and self._within(value)
+        )
         if not ok:
             bound = "" if self.low is None else f" {'>' if self.low_open else '>='} {self.low:g}"
             if self.high is not None:
@@ -125,8 +131,13 @@ class Option:
         """Add :attr:`flag` to ``parser``, defaulting to None ("not given": the run's own, else :attr:`default`)."""
         said = self.help
         if "default:" not in said and self.default is not None:  # said in words where it is not a plain value
-            shown = ("yes" if self.default else "no") if self.kind is bool else \
-                f"{self.default:g}" if self.kind is float else self.default
+            shown = (
+                ("yes" if self.default else "no")
+                if self.kind is bool
+                else f"{self.default:g}"
+                if self.kind is float
+                else self.default
+            )
             said += f" (default: {shown})"
         said = said.replace("%", "%%")
         if self.task is not None:
@@ -138,8 +149,9 @@ class Option:
             kwargs["choices"] = self.choices or None
         else:
             what = "a whole number" if self.kind is int else "a number"
-            kwargs["type"] = number(self.kind, self.low, self.high, low_open=self.low_open, high_open=self.high_open,
-                                    what=what)
+            kwargs["type"] = number(
+                self.kind, self.low, self.high, low_open=self.low_open, high_open=self.high_open, what=what
+            )
         if self.metavar:
             kwargs["metavar"] = self.metavar
         parser.add_argument(self.flag, **kwargs)

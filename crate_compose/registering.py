@@ -46,8 +46,10 @@ class Registry(Mapping[str, T]):
         held = self._entries.get(name)
         if held is not None and self._origin(held) != self._origin(entry):
             said = owner(held) if owner is not None else None
-            raise ValueError(f"{self.what} {name!r} is already registered by {self._origin(held)}"
-                             f"{f' ({said})' if said else ''}; register yours under another name")
+            raise ValueError(
+                f"{self.what} {name!r} is already registered by {self._origin(held)}"
+                f"{f' ({said})' if said else ''}; register yours under another name"
+            )
         self._entries[name] = entry
         return entry
 

@@ -215,8 +215,9 @@ class Primitive:
             return ()
         return measure if isinstance(measure, tuple) else (measure,)
 
-    def build(self, args: Args, input_shape: Shape, context: Context | None = None,
-              consumed: tuple[Shape, ...] = ()) -> nn.Module:
+    def build(
+        self, args: Args, input_shape: Shape, context: Context | None = None, consumed: tuple[Shape, ...] = ()
+    ) -> nn.Module:
         """The step's module for a per-sample ``input_shape``. A primitive with a footprint checks
         the input there first (and records what it establishes in ``context``); ``consumed``: the
         per-sample shapes of the values it consumes."""
@@ -241,9 +242,25 @@ class Primitive:
         return self.update(args)
 
 
-BUILTIN = tuple(f"crate_compose.primitives.{family}" for family in (  # the built-in families, declared there
-    "embed", "compress", "coding_rate", "aot", "tssa", "tost", "denoise", "sparsify", "diffuse", "mask", "norm",
-    "head", "language", "standard"))
+BUILTIN = tuple(
+    f"crate_compose.primitives.{family}"
+    for family in (  # the built-in families, declared there
+        "embed",
+        "compress",
+        "coding_rate",
+        "aot",
+        "tssa",
+        "tost",
+        "denoise",
+        "sparsify",
+        "diffuse",
+        "mask",
+        "norm",
+        "head",
+        "language",
+        "standard",
+    )
+)
 _REGISTRY: Registry[Primitive] = Registry("primitive", BUILTIN, lambda held: _origin(held.factory))
 _PLUGINS_LOADED = False
 _PLUGIN_FAILURES: list[str] = []  # entry points that failed: reported on every look-up, not only the first
@@ -283,23 +300,27 @@ def primitive(
         raise ValueError(f"primitive {name!r}: kind {kind!r} is not one of {KINDS}")
 
     def register(factory: Factory) -> Factory:
-        _REGISTRY.add(name, Primitive(
-            name=name,
-            factory=factory,
-            args=args,
-            kind=kind,
-            objective=objective,
-            equation=equation,
-            update=update,
-            description=description,
-            inverse=inverse,
-            consumes=consumes,
-            publishes=publishes,
-            example=example,
-            measure=measure,
-            footprint=footprint,
-            plugin=_LOADING,
-        ), owner=lambda held: "a built-in primitive" if _REGISTRY.is_builtin(held) else held.plugin)
+        _REGISTRY.add(
+            name,
+            Primitive(
+                name=name,
+                factory=factory,
+                args=args,
+                kind=kind,
+                objective=objective,
+                equation=equation,
+                update=update,
+                description=description,
+                inverse=inverse,
+                consumes=consumes,
+                publishes=publishes,
+                example=example,
+                measure=measure,
+                footprint=footprint,
+                plugin=_LOADING,
+            ),
+            owner=lambda held: "a built-in primitive" if _REGISTRY.is_builtin(held) else held.plugin,
+        )
         return factory
 
     return register
@@ -395,8 +416,11 @@ def _where(error: BaseException) -> str:
     from pathlib import Path
 
     ours, stdlib = (str(Path(__file__).parent), "<frozen"), sysconfig.get_path("stdlib")
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(ours)
-              and not (f.filename.startswith(stdlib) and "site-packages" not in f.filename)]
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if not f.filename.startswith(ours) and not (f.filename.startswith(stdlib) and "site-packages" not in f.filename)
+    ]
     return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
 
 

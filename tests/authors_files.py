@@ -17,20 +17,37 @@ TOLERANCE = 1e-10
 
 # family -> (the spec that builds it, the reference's small sizes, --set overrides the shapes cannot give)
 SMALL = {
-    "crate": ("crate-tiny", dict(image_size=32, channels=3, patch_size=8, d=48, depth=2, heads=4, head_dim=12,
-                                 classes=10), ["sizes.heads=4"]),
-    "crate-mae": ("crate-mae-base", dict(image_size=32, channels=3, patch_size=8, d=48, depth=2, heads=4,
-                                         head_dim=12), ["sizes.heads=4"]),
-    "crate-alpha": ("crate-alpha-base16", dict(image_size=32, channels=3, patch_size=8, d=48, depth=2, heads=4,
-                                               head_dim=12, classes=10, ratio=4),
-                    ["sizes.heads=4"]),  # the final LayerNorm's eps 1e-5 comes from the family
-    "tost": ("tost-tiny", dict(image_size=32, channels=3, patch_size=16, d=64, depth=2, heads=4, class_depth=2,
-                               classes=10), ["sizes.image_size=32"]),  # positions are computed: no image size
+    "crate": (
+        "crate-tiny",
+        dict(image_size=32, channels=3, patch_size=8, d=48, depth=2, heads=4, head_dim=12, classes=10),
+        ["sizes.heads=4"],
+    ),
+    "crate-mae": (
+        "crate-mae-base",
+        dict(image_size=32, channels=3, patch_size=8, d=48, depth=2, heads=4, head_dim=12),
+        ["sizes.heads=4"],
+    ),
+    "crate-alpha": (
+        "crate-alpha-base16",
+        dict(image_size=32, channels=3, patch_size=8, d=48, depth=2, heads=4, head_dim=12, classes=10, ratio=4),
+        ["sizes.heads=4"],
+    ),  # the final LayerNorm's eps 1e-5 comes from the family
+    "tost": (
+        "tost-tiny",
+        dict(image_size=32, channels=3, patch_size=16, d=64, depth=2, heads=4, class_depth=2, classes=10),
+        ["sizes.image_size=32"],
+    ),  # positions are computed: no image size
     "tost-lm": ("tost-lm-base", dict(vocab=64, context=16, d=48, depth=2, heads=4, bias=False), []),  # as released
     "crate-lm": ("crate-lm-base", dict(vocab=64, context=16, d=48, depth=2, heads=4, ratio=4), ["sizes.heads=4"]),
 }
-NESTING = {"crate": ("state_dict", "module."), "crate-mae": ("model", ""), "crate-alpha": (None, ""),
-           "tost": ("model", "module."), "tost-lm": ("model", "_orig_mod."), "crate-lm": ("model", "")}
+NESTING = {
+    "crate": ("state_dict", "module."),
+    "crate-mae": ("model", ""),
+    "crate-alpha": (None, ""),
+    "tost": ("model", "module."),
+    "tost-lm": ("model", "_orig_mod."),
+    "crate-lm": ("model", ""),
+}
 
 
 def saved(tmp_path: Path, family: str, tensors: dict, **recorded) -> Path:
@@ -51,7 +68,9 @@ def inputs(family: str, sizes: dict) -> torch.Tensor:
     return torch.randn(2, sizes["channels"], side, side, generator=generator, dtype=torch.float64)
 
 
-def ours_and_theirs(module, family: str, state: dict, x: torch.Tensor, sizes: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def ours_and_theirs(
+    module, family: str, state: dict, x: torch.Tensor, sizes: dict
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The built network's output and the reference's, on the same input (and, for CRATE-MAE, the same mask)."""
     torch.manual_seed(3)
     out = module(x)

@@ -15,14 +15,16 @@ DEVICE_VARIABLE = "CRATE_COMPOSE_TEST_DEVICE"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--device", default=os.environ.get(DEVICE_VARIABLE, "cpu"),
-                     help=f"device of the device-aware tests: cpu, cuda, cuda:1, ... (default: ${DEVICE_VARIABLE} "
-                     "or cpu)")
+    parser.addoption(
+        "--device",
+        default=os.environ.get(DEVICE_VARIABLE, "cpu"),
+        help=f"device of the device-aware tests: cpu, cuda, cuda:1, ... (default: ${DEVICE_VARIABLE} or cpu)",
+    )
 
 
 def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):  # make test: one process per core (pytest -n 2), one thread each,
-        torch.set_num_threads(1)                # so the workers do not take each other's cores
+        torch.set_num_threads(1)  # so the workers do not take each other's cores
     try:
         chosen = torch.device(config.getoption("--device"))
     except RuntimeError as error:

@@ -87,6 +87,7 @@ class Disk:
                 if disk.frozen and dir is not None and disk._inside(dir):
                     raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.path.join(dir, ".tmp-name"))
                 return make(*args, dir=dir, **kwargs)
+
             return create
 
         def opening(path, flags, *args, **kwargs):

@@ -11,8 +11,11 @@ from crate_compose.training.run_folder import locks
 
 def snapshot(folder: Path) -> dict[str, str]:
     """sha256 of every file under ``folder`` except the lock (its holder is rewritten by each writer)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != locks.LOCK_FILE}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != locks.LOCK_FILE
+    }
 
 
 def train_losses(run: Path) -> dict[int, float]:

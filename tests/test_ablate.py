@@ -35,8 +35,19 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _args(out, *extra):
     sets = [arg for o in TINY for arg in ("--set", o)]
-    return ["ablate", DIGITS, *sets, "--data", "digits", "--batch-size", "16", "--no-progress", "--out", str(out),
-            *extra]
+    return [
+        "ablate",
+        DIGITS,
+        *sets,
+        "--data",
+        "digits",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _refused(capsys, argv, *words, status=2) -> str:
@@ -90,16 +101,19 @@ def test_an_ablation_grid_runs_resumes_and_writes_its_table(tmp_path, capsys):
     assert capsys.readouterr().out.count("finished before, kept") == 4
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda: Grid({SPARSIFY: ["ista"]}, Settings(grad_clip=-1)), "grad_clip: -1 is not a finite number > 0"),
-    (lambda: Grid({SPARSIFY: ["ista"]}, Settings(lr=float("nan"))), "lr: nan is not"),
-    (lambda: Grid({SPARSIFY: ["ista"]}, seeds=0), "seeds: 0 is not a whole number of seeds"),
-    (lambda: Grid({SPARSIFY: ["ista"]}, Settings(seed=3)), "seed: a grid trains seeds 0..seeds-1"),
-    (lambda: Grid({}), "swaps: give the steps to swap"),
-    (lambda: Grid({SPARSIFY: []}), "give a non-empty list of values"),
-    (lambda: Grid({SPARSIFY: ["ista", None]}), "give a non-empty list of values"),
-    (lambda: Grid({f"p{i}": list("abcd") for i in range(10)}), "1,048,576 runs (4 x 4 x 4 x 4 x 4 x 4"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: Grid({SPARSIFY: ["ista"]}, Settings(grad_clip=-1)), "grad_clip: -1 is not a finite number > 0"),
+        (lambda: Grid({SPARSIFY: ["ista"]}, Settings(lr=float("nan"))), "lr: nan is not"),
+        (lambda: Grid({SPARSIFY: ["ista"]}, seeds=0), "seeds: 0 is not a whole number of seeds"),
+        (lambda: Grid({SPARSIFY: ["ista"]}, Settings(seed=3)), "seed: a grid trains seeds 0..seeds-1"),
+        (lambda: Grid({}), "swaps: give the steps to swap"),
+        (lambda: Grid({SPARSIFY: []}), "give a non-empty list of values"),
+        (lambda: Grid({SPARSIFY: ["ista", None]}), "give a non-empty list of values"),
+        (lambda: Grid({f"p{i}": list("abcd") for i in range(10)}), "1,048,576 runs (4 x 4 x 4 x 4 x 4 x 4"),
+    ],
+)
 def test_a_grid_made_in_python_is_checked_by_the_same_rules(make, words):
     with pytest.raises(GridError) as caught:
         make()
@@ -118,8 +132,10 @@ def test_values_listed_twice_are_kept_once():
     grid = Grid({SPARSIFY: ["ista", "ista", "ista_soft", "ista"], "sizes.depth": [1, 1, "2"]})
     assert grid.swaps == {SPARSIFY: ["ista", "ista_soft"], "sizes.depth": ["1", "2"]}
     assert len(grid.variants()) == 4
-    assert grid.notes == [f"swaps.{SPARSIFY}: ista listed more than once; trained once",
-                          "swaps.sizes.depth: 1 listed more than once; trained once"]
+    assert grid.notes == [
+        f"swaps.{SPARSIFY}: ista listed more than once; trained once",
+        "swaps.sizes.depth: 1 listed more than once; trained once",
+    ]
 
 
 def test_every_variant_gets_a_folder_of_its_own():
@@ -141,8 +157,10 @@ def test_swap_parsing_and_labels():
 
 def test_ablate_from_a_grid_file(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"
-    grid.write_text("swaps:\n  encoder.layer.compress.primitive: [mssa, tssa]\nsteps: 3\nbatch_size: 16\nseeds: 1\n"
-                    "set:\n" + "".join(f"  - {o}\n" for o in TINY))
+    grid.write_text(
+        "swaps:\n  encoder.layer.compress.primitive: [mssa, tssa]\nsteps: 3\nbatch_size: 16\nseeds: 1\n"
+        "set:\n" + "".join(f"  - {o}\n" for o in TINY)
+    )
     out = tmp_path / "out"
     assert cli.main(["ablate", DIGITS, "--grid", str(grid), "--no-progress", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -153,33 +171,43 @@ def test_ablate_from_a_grid_file(tmp_path, capsys):
 
 
 GOOD = f"swaps:\n  {SPARSIFY}: [ista, ista_soft]\n"  # line 2: the values
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)) + GOOD
+BOMB = (
+    "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
+    + GOOD
+)
 
 
-@pytest.mark.parametrize("text, words", [
-    (GOOD + "seeds: 0\n", ["grid.yaml:3:1: seeds: 0 is not a whole number of seeds in [1, 100]"]),
-    (GOOD + "seeds: 1.5\n", ["grid.yaml:3:1: seeds: 1.5 is not"]),
-    (GOOD + "lr: .nan\n", ["grid.yaml:3:1: lr: nan is not a finite number > 0"]),
-    (GOOD + "batch_size: 0\n", ["grid.yaml:3:1: batch_size: 0 is not a whole number >= 1"]),
-    (GOOD + "grad_clip: -1\n", ["grid.yaml:3:1: grad_clip: -1 is not a finite number > 0"]),
-    (GOOD + "label_smoothing: 1\n", ["grid.yaml:3:1: label_smoothing: 1 is not"]),
-    (GOOD + "task: classfy\n", ["grid.yaml:3:1: task: 'classfy' is not one of: classify, mae, lm"]),
-    (GOOD + "steps: many\n", ["grid.yaml:3:1: steps: 'many' is not"]),
-    ("swaps: null\n", ["grid.yaml:1:1: swaps: give the steps to swap"]),
-    ("swaps:\n  encoder.layer.sparsify.primitive: []\n", ["grid.yaml:2:3: swaps.encoder.layer.sparsify.primitive: "
-                                                         "give a non-empty list"]),
-    ("swaps:\n  encoder.layer.sparsify.primitive: [ista, [a]]\n", ["grid.yaml:2:3:", "give a non-empty list"]),
-    (GOOD + "stepz: 3\n", ["grid.yaml:3:1: stepz: unknown key 'stepz' (did you mean 'steps'?)"]),
-    (GOOD + "seed: 3\n", ["grid.yaml:3:1: seed: unknown key 'seed' (a grid's seeds are 0..seeds-1"]),
-    (GOOD + "set: sizes.d=16\n", ["grid.yaml:3:1: set: give a list of PATH=VALUE overrides"]),
-    ("seeds: 0\nswaps: 3\nlr: -1\n", ["3 problems in the ablation grid", "grid.yaml:1:1: seeds", "grid.yaml:2:1: swaps",
-                                      "grid.yaml:3:1: lr"]),  # every problem, in the file's order
-    (GOOD + "steps: !!python/object/apply:os.system ['echo PWNED']\n", ["grid.yaml:3:", "tag"]),
-    (BOMB, ["grid.yaml", "more than 10,000 values"]),
-    (GOOD + "lr: " + "[" * 200 + "]" * 200 + "\n", ["grid.yaml", "nested more than 64 levels"]),
-    ("swaps:\n" + "".join(f"  p{i}.primitive: [a, b, c, d]\n" for i in range(10)), ["1,048,576 runs"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (GOOD + "seeds: 0\n", ["grid.yaml:3:1: seeds: 0 is not a whole number of seeds in [1, 100]"]),
+        (GOOD + "seeds: 1.5\n", ["grid.yaml:3:1: seeds: 1.5 is not"]),
+        (GOOD + "lr: .nan\n", ["grid.yaml:3:1: lr: nan is not a finite number > 0"]),
+        (GOOD + "batch_size: 0\n", ["grid.yaml:3:1: batch_size: 0 is not a whole number >= 1"]),
+        (GOOD + "grad_clip: -1\n", ["grid.yaml:3:1: grad_clip: -1 is not a finite number > 0"]),
+        (GOOD + "label_smoothing: 1\n", ["grid.yaml:3:1: label_smoothing: 1 is not"]),
+        (GOOD + "task: classfy\n", ["grid.yaml:3:1: task: 'classfy' is not one of: classify, mae, lm"]),
+        (GOOD + "steps: many\n", ["grid.yaml:3:1: steps: 'many' is not"]),
+        ("swaps: null\n", ["grid.yaml:1:1: swaps: give the steps to swap"]),
+        (
+            "swaps:\n  encoder.layer.sparsify.primitive: []\n",
+            ["grid.yaml:2:3: swaps.encoder.layer.sparsify.primitive: give a non-empty list"],
+        ),
+        ("swaps:\n  encoder.layer.sparsify.primitive: [ista, [a]]\n", ["grid.yaml:2:3:", "give a non-empty list"]),
+        (GOOD + "stepz: 3\n", ["grid.yaml:3:1: stepz: unknown key 'stepz' (did you mean 'steps'?)"]),
+        (GOOD + "seed: 3\n", ["grid.yaml:3:1: seed: unknown key 'seed' (a grid's seeds are 0..seeds-1"]),
+        (GOOD + "set: sizes.d=16\n", ["grid.yaml:3:1: set: give a list of PATH=VALUE overrides"]),
+        (
+            "seeds: 0\nswaps: 3\nlr: -1\n",
+            ["3 problems in the ablation grid", "grid.yaml:1:1: seeds", "grid.yaml:2:1: swaps", "grid.yaml:3:1: lr"],
+        ),  # every problem, in the file's order
+        (GOOD + "steps: !!python/object/apply:os.system ['echo PWNED']\n", ["grid.yaml:3:", "tag"]),
+        (BOMB, ["grid.yaml", "more than 10,000 values"]),
+        (GOOD + "lr: " + "[" * 200 + "]" * 200 + "\n", ["grid.yaml", "nested more than 64 levels"]),
+        ("swaps:\n" + "".join(f"  p{i}.primitive: [a, b, c, d]\n" for i in range(10)), ["1,048,576 runs"]),
+    ],
+)
 def test_a_bad_grid_file_is_located_and_nothing_is_written(tmp_path, capsys, text, words):
     grid = tmp_path / "grid.yaml"
     grid.write_text(text)
@@ -195,8 +223,13 @@ def test_grid_files_that_are_not_files_are_refused_at_once(tmp_path, capsys):
         _refused(capsys, _args(tmp_path / "out", "--grid", path), path, "cannot read", "in the ablation grid")
     fifo = tmp_path / "fifo.yaml"  # opening a FIFO nobody writes into would wait forever: in a process of its own
     os.mkfifo(fifo)
-    done = subprocess.run([sys.executable, "-m", "crate_compose.cli", *_args(tmp_path / "out", "--grid", str(fifo))],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "crate_compose.cli", *_args(tmp_path / "out", "--grid", str(fifo))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 2 and "fifo.yaml: cannot read spec file: not a regular file" in done.stderr
     assert not (tmp_path / "out").exists()
 
@@ -205,8 +238,10 @@ def test_the_command_line_wins_over_the_grid_file(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"
     grid.write_text(f"swaps:\n  {SPARSIFY}: [ista, ista_mm]\n  sizes.depth: [1]\nsteps: 5\nseeds: 3\n")
     out = tmp_path / "out"
-    assert cli.main(_args(out, "--grid", str(grid), "--swap", f"{SPARSIFY}=ista_soft", "--steps", "2",
-                          "--seeds", "1")) == 0
+    assert (
+        cli.main(_args(out, "--grid", str(grid), "--swap", f"{SPARSIFY}=ista_soft", "--steps", "2", "--seeds", "1"))
+        == 0
+    )
     assert f"note: --swap {SPARSIFY}: replaces the grid file's values of that path" in capsys.readouterr().err
     identity = json.loads((out / "ablation.json").read_text())["identity"]
     assert identity["swaps"] == {SPARSIFY: ["ista_soft"], "sizes.depth": ["1"]}
@@ -233,20 +268,25 @@ def test_values_that_cannot_fit_are_all_found_before_anything_trains(tmp_path, c
     """The first values are fine; the bad ones come last and are reported together, at their lines."""
     grid = tmp_path / "grid.yaml"
     grid.write_text(f"swaps:\n  {SPARSIFY}:\n    - ista\n    - classify\n  sizes.patch_size: [2, 3]\n")
-    err = _refused(capsys, _args(tmp_path / "out", "--grid", str(grid), "--steps", "2"),
-                   "problems in the ablation grid",
-                   "variants sparsify=classify, patch_size=2; sparsify=classify, patch_size=3: required key is missing",
-                   "variant sparsify=ista, patch_size=3: step 'patch_embed'",
-                   "image size 8x8 is not divisible by patch_size=3", f"given at {grid}:5:")
+    err = _refused(
+        capsys,
+        _args(tmp_path / "out", "--grid", str(grid), "--steps", "2"),
+        "problems in the ablation grid",
+        "variants sparsify=classify, patch_size=2; sparsify=classify, patch_size=3: required key is missing",
+        "variant sparsify=ista, patch_size=3: step 'patch_embed'",
+        "image size 8x8 is not divisible by patch_size=3",
+        f"given at {grid}:5:",
+    )
     assert "sparsify=ista, patch_size=2" not in err and "--set #" not in err
     assert not (tmp_path / "out").exists()
 
 
 def test_a_swap_path_that_does_not_exist_is_located_at_its_argument(tmp_path, capsys):
-    err = _refused(capsys, _args(tmp_path / "out", "--swap", "encoder.layer.nosuch.primitive=ista,ista_soft",
-                                 "--steps", "2"),
-                   "--swap 'encoder.layer.nosuch.primitive=ista,ista_soft': encoder.layer: every variant: no step "
-                   "named 'nosuch'")
+    err = _refused(
+        capsys,
+        _args(tmp_path / "out", "--swap", "encoder.layer.nosuch.primitive=ista,ista_soft", "--steps", "2"),
+        "--swap 'encoder.layer.nosuch.primitive=ista,ista_soft': encoder.layer: every variant: no step named 'nosuch'",
+    )
     assert err.count("no step named") == 1 and not (tmp_path / "out").exists()
 
 
@@ -263,9 +303,12 @@ def test_a_stale_ablation_is_refused(tmp_path, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in files}
     capsys.readouterr()
     _refused(capsys, _args(out, *swap, "--steps", "2"), f"{out} holds an ablation: pass --resume to continue it")
-    _refused(capsys, _args(out, *swap, "--steps", "2", "--lr", "0.01", "--resume"),
-             f"--resume: {out} holds another ablation: lr: 0.001 in {out}/ablation.json, 0.01 now; steps: 3 in "
-             f"{out}/ablation.json, 2 now")
+    _refused(
+        capsys,
+        _args(out, *swap, "--steps", "2", "--lr", "0.01", "--resume"),
+        f"--resume: {out} holds another ablation: lr: 0.001 in {out}/ablation.json, 0.01 now; steps: 3 in "
+        f"{out}/ablation.json, 2 now",
+    )
     assert {p: p.stat().st_mtime_ns for p in files} == stamps and "3 steps" in table
     assert cli.main(_args(out, *swap, "--steps", "3", "--resume")) == 0  # the same grid: every run kept
     assert (out / "results.md").read_text() == table
@@ -292,7 +335,9 @@ def test_other_files_and_a_resume_of_nothing_are_refused(tmp_path, capsys):
 
 def test_an_ablation_that_never_started_a_run_is_started_again(tmp_path, capsys, monkeypatch):
     out = tmp_path / "grid"
-    monkeypatch.setattr("crate_compose.ablation.study.train_described", _raise(KeyboardInterrupt))  # stopped before its first run
+    monkeypatch.setattr(
+        "crate_compose.ablation.study.train_described", _raise(KeyboardInterrupt)
+    )  # stopped before its first run
     assert cli.main(_args(out, "--swap", f"{SPARSIFY}=ista", "--steps", "3")) == 130
     monkeypatch.undo()
     assert cli.main(_args(out, "--swap", f"{SPARSIFY}=ista", "--steps", "2")) == 0  # another grid: nothing is lost
@@ -302,6 +347,7 @@ def test_an_ablation_that_never_started_a_run_is_started_again(tmp_path, capsys,
 def _raise(error):
     def stop(*args, **kwargs):
         raise error
+
     return stop
 
 
@@ -339,8 +385,10 @@ def test_ablate_resume_continues_an_interrupted_grid_exactly(tmp_path, capsys, m
 
 def _same_but_seconds(a: Path, b: Path) -> bool:
     """Two results.csv equal in every column but the wall time."""
+
     def rows(path):
         return [line.split(",")[:6] + line.split(",")[7:] for line in path.read_text().splitlines()]
+
     return rows(a) == rows(b)
 
 
@@ -362,8 +410,21 @@ def test_every_variant_is_fine_tuned_from_one_build_with_a_recipe(tmp_path, caps
     from safetensors.torch import load_file
 
     out = tmp_path / "grid"
-    args = _args(out, "--swap", f"{SPARSIFY}=ista,ista_soft", "--config", "crate-finetune", "--image-size", "8",
-                 "--steps", "3", "--init", str(pretrained), "--freeze", "encoder")
+    args = _args(
+        out,
+        "--swap",
+        f"{SPARSIFY}=ista,ista_soft",
+        "--config",
+        "crate-finetune",
+        "--image-size",
+        "8",
+        "--steps",
+        "3",
+        "--init",
+        str(pretrained),
+        "--freeze",
+        "encoder",
+    )
     assert cli.main(args) == 0
     assert "fine-tuned from the weights of" in (out / "results.md").read_text()
     start = load_file(pretrained / "model.safetensors")
@@ -380,27 +441,73 @@ def test_every_variant_is_fine_tuned_from_one_build_with_a_recipe(tmp_path, caps
         assert any(not torch.equal(final[name], start[name]) for name in start if name.startswith("head."))
     recorded = json.loads((out / "ablation.json").read_text())["identity"]
     assert recorded["init"]["path"] == str(pretrained.resolve()) and recorded["freeze"] == "encoder"
-    _refused(capsys, _args(out, "--swap", f"{SPARSIFY}=ista,ista_soft", "--config", "crate-finetune", "--image-size",
-                           "8", "--steps", "3", "--resume"), "holds another ablation", "init")
+    _refused(
+        capsys,
+        _args(
+            out,
+            "--swap",
+            f"{SPARSIFY}=ista,ista_soft",
+            "--config",
+            "crate-finetune",
+            "--image-size",
+            "8",
+            "--steps",
+            "3",
+            "--resume",
+        ),
+        "holds another ablation",
+        "init",
+    )
 
 
 def test_a_variant_the_build_cannot_start_is_refused_before_anything_trains(tmp_path, capsys, pretrained):
     out = tmp_path / "grid"
-    err = _refused(capsys, _args(out, "--swap", f"{SPARSIFY}=ista,ista_odl", "--steps", "2", "--init",
-                                 str(pretrained)), "variant sparsify=ista_odl", "synthesis", "is not in")
+    err = _refused(
+        capsys,
+        _args(out, "--swap", f"{SPARSIFY}=ista,ista_odl", "--steps", "2", "--init", str(pretrained)),
+        "variant sparsify=ista_odl",
+        "synthesis",
+        "is not in",
+    )
     assert "variant sparsify=ista:" not in err and not out.exists()
 
 
 def test_the_grid_file_wins_over_the_recipe_and_the_command_line_over_both(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"
-    grid.write_text(f"swaps:\n  {SPARSIFY}: [ista]\nlr: 0.003\nweight_decay: 0.2\nsteps: 2\n"
-                    "set:\n" + "".join(f"  - {o}\n" for o in TINY))
+    grid.write_text(
+        f"swaps:\n  {SPARSIFY}: [ista]\nlr: 0.003\nweight_decay: 0.2\nsteps: 2\n"
+        "set:\n" + "".join(f"  - {o}\n" for o in TINY)
+    )
     out = tmp_path / "out"
-    assert cli.main(["ablate", DIGITS, "--grid", str(grid), "--config", "crate-pretrain", "--image-size", "8",
-                     "--weight-decay", "0.3", "--batch-size", "16", "--no-progress", "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "ablate",
+                DIGITS,
+                "--grid",
+                str(grid),
+                "--config",
+                "crate-pretrain",
+                "--image-size",
+                "8",
+                "--weight-decay",
+                "0.3",
+                "--batch-size",
+                "16",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     settings = json.loads((out / "ablation.json").read_text())["identity"]["settings"]
-    assert (settings["optimizer"], settings["lr"], settings["weight_decay"], settings["steps"]) == \
-        ("lion", 0.003, 0.3, 2)  # recipe, grid file, command line, and the grid's steps over the recipe's epochs
+    assert (settings["optimizer"], settings["lr"], settings["weight_decay"], settings["steps"]) == (
+        "lion",
+        0.003,
+        0.3,
+        2,
+    )  # recipe, grid file, command line, and the grid's steps over the recipe's epochs
     assert "epochs" not in settings or settings["epochs"] is None
 
 
@@ -409,19 +516,33 @@ def test_a_variant_is_called_ahead_only_when_its_lead_exceeds_the_seeds_spread()
 
     def row(name, values):
         import statistics
-        return Row(name, 10, "test_accuracy", statistics.fmean(values), statistics.stdev(values) if len(values) > 1
-                   else 0.0, 1.0, values)
+
+        return Row(
+            name,
+            10,
+            "test_accuracy",
+            statistics.fmean(values),
+            statistics.stdev(values) if len(values) > 1 else 0.0,
+            1.0,
+            values,
+        )
 
     one = [row("sparsify=ista", [0.90]), row("sparsify=ista_soft", [0.91])]
-    assert verdict(one).startswith("no variant is ahead: sparsify=ista_soft (test_accuracy 0.9100) leads sparsify=ista "
-                                   "by 0.0100, but from one seed")
+    assert verdict(one).startswith(
+        "no variant is ahead: sparsify=ista_soft (test_accuracy 0.9100) leads sparsify=ista "
+        "by 0.0100, but from one seed"
+    )
     close = [row("a", [0.90, 0.92, 0.88]), row("b", [0.91, 0.95, 0.89])]
-    assert verdict(close).startswith("no variant is ahead: b (test_accuracy 0.9167) leads a by 0.0167, within the "
-                                     "seeds' spread")
+    assert verdict(close).startswith(
+        "no variant is ahead: b (test_accuracy 0.9167) leads a by 0.0167, within the seeds' spread"
+    )
     clear = [row("a", [0.80, 0.81, 0.79]), row("b", [0.90, 0.91, 0.89])]
-    assert verdict(clear) == ("best: b (test_accuracy 0.9000 ± 0.0100), ahead of a by 0.1000, more than the seeds' "
-                              "spread")
-    lower = [Row("a", 1, "test_loss", 1.0, 0.01, 1, [0.99, 1.0, 1.01], maximize=False),
-             Row("b", 1, "test_loss", 2.0, 0.01, 1, [1.99, 2.0, 2.01], maximize=False)]
+    assert verdict(clear) == (
+        "best: b (test_accuracy 0.9000 ± 0.0100), ahead of a by 0.1000, more than the seeds' spread"
+    )
+    lower = [
+        Row("a", 1, "test_loss", 1.0, 0.01, 1, [0.99, 1.0, 1.01], maximize=False),
+        Row("b", 1, "test_loss", 2.0, 0.01, 1, [1.99, 2.0, 2.01], maximize=False),
+    ]
     assert verdict(lower).startswith("best: a (test_loss 1.0000")
     assert verdict([Row("a", 1, "m", float("nan"), 0, 0, [], missing={0: "failed"})]) == "no variant finished a run"

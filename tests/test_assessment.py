@@ -60,7 +60,9 @@ def test_features_are_the_class_token_or_the_mean_of_the_last_encoder_step(train
     assert torch.allclose(features(model, inputs[:50]), tokens[:, 0], atol=1e-12)
     assert torch.allclose(features(model, inputs[:50], pool="mean"), tokens.mean(1), atol=1e-12)
     layer0 = [n for n in model.graph.nodes if n.op == "call_module" and n.meta.get("layer") == 0][-1].target
-    assert torch.allclose(features(model, inputs[:50], layer=0), _by_hand_tokens(model, inputs[:50], layer0)[:, 0].double())
+    assert torch.allclose(
+        features(model, inputs[:50], layer=0), _by_hand_tokens(model, inputs[:50], layer0)[:, 0].double()
+    )
     model.train()
     features(model, inputs[:4])
     assert model.training  # the mode it was found in
@@ -90,15 +92,17 @@ def test_a_masked_autoencoder_on_photos_is_probed_on_which_photo_a_crop_comes_fr
     train_y, test_y = data.train.crops[:, 0], data.test.crops[:, 0]
     assert set(train_y.tolist()) == {0, 1} and result["labels"] == "the photograph of each crop"
     _agrees_with_scikit_learn(result, model, train_x, train_y, test_x, test_y)
-    assert result["knn_accuracy"] == pytest.approx(knn(features(model, train_x), train_y, features(model, test_x),
-                                                      test_y))
+    assert result["knn_accuracy"] == pytest.approx(
+        knn(features(model, train_x), train_y, features(model, test_x), test_y)
+    )
 
 
 def _agrees_with_scikit_learn(result, model, train_x, train_y, test_x, test_y):
     """The probe's C, validation scores and test accuracy equal scikit-learn's run by hand on the same features."""
     train_f, test_f = features(model, train_x).numpy(), features(model, test_x).numpy()
-    fit_x, val_x, fit_y, val_y = train_test_split(train_f, train_y.numpy(), test_size=0.2, random_state=0,
-                                                  stratify=train_y.numpy())
+    fit_x, val_x, fit_y, val_y = train_test_split(
+        train_f, train_y.numpy(), test_size=0.2, random_state=0, stratify=train_y.numpy()
+    )
 
     def fitted(c, x, y):
         scaler = StandardScaler().fit(x)
@@ -178,10 +182,16 @@ def test_the_probe_keeps_the_heads_classes_of_the_weights(tmp_path):
             Image.fromarray((image * 255 / 16).astype(np.uint8)).convert("RGB").save(tmp_path / f"digit{label}/{i}.png")
     sizes = dict(image_size=8, channels=3, patch_size=4, d=32, depth=2, heads=2, head_dim=16, classes=1000)
     torch.save({"state_dict": state_dict("crate", sizes, dtype=torch.float32)}, tmp_path / "crate.pth")
-    overrides = ["sizes.channels=3", "sizes.classes=1000", "sizes.patch_size=4", "sizes.d=32", "sizes.heads=2",
-                 "sizes.depth=2", "preprocess.patch_embed.args.norm=true"]
-    result = linear_probe_weights(DIGITS, f"folder:{tmp_path}", tmp_path / "crate.pth",
-                                  overrides=overrides)
+    overrides = [
+        "sizes.channels=3",
+        "sizes.classes=1000",
+        "sizes.patch_size=4",
+        "sizes.d=32",
+        "sizes.heads=2",
+        "sizes.depth=2",
+        "preprocess.patch_embed.args.norm=true",
+    ]
+    result = linear_probe_weights(DIGITS, f"folder:{tmp_path}", tmp_path / "crate.pth", overrides=overrides)
     assert result["labels"] == "classes" and result["dim"] == 32 and result["train"] + result["test"] == 60
     assert result["test_accuracy"] > 0.7
 

@@ -72,8 +72,13 @@ print("not killed")
 
 
 def _killed(out: Path, moment: str, writer: str, first: bool) -> None:
-    done = subprocess.run([sys.executable, "-c", CHILD.format(tiny=TINY), str(out), moment, writer, str(int(first))],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD.format(tiny=TINY), str(out), moment, writer, str(int(first))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
 
 
@@ -176,8 +181,13 @@ def test_a_checkpoint_killed_while_its_build_is_written_leaves_nothing_a_resume_
     from crate_compose.training.run_folder import checkpoint
 
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-c", KILLED_CHECKPOINT.format(tiny=TINY), str(run)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_CHECKPOINT.format(tiny=TINY), str(run)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
     folder = run / "checkpoints"
     left = sorted(p.name for p in folder.iterdir() if p.name != "step-000010")
@@ -185,8 +195,13 @@ def test_a_checkpoint_killed_while_its_build_is_written_leaves_nothing_a_resume_
     assert left[0].count(".partial") == 2 and all((folder / name).is_dir() for name in left)
     # a deeper one, as a further staging level would name it, and what is not the writer's
     (folder / "...step-000030.abcd1234.partial.efgh5678.partial.ijkl9012.partial").mkdir()
-    users = {"notes.partial": "file", ".step-000040.mine.partial": "file", ".step-draft.partial": "folder",
-             "step-000050.partial": "folder", ".step-000010.abcd1234.old": "folder"}
+    users = {
+        "notes.partial": "file",
+        ".step-000040.mine.partial": "file",
+        ".step-draft.partial": "folder",
+        "step-000050.partial": "folder",
+        ".step-000010.abcd1234.old": "folder",
+    }
     for name, kind in users.items():
         (folder / name).mkdir() if kind == "folder" else (folder / name).write_text("mine\n")
     checkpoint.prune_partial(run)

@@ -24,8 +24,13 @@ TINY = ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("baselines") / "run"
-    cc.train("crate-digits", Settings(steps=40, batch_size=64, lr=3e-3, logger="none"), overrides=TINY, out=out,
-             progress=False)
+    cc.train(
+        "crate-digits",
+        Settings(steps=40, batch_size=64, lr=3e-3, logger="none"),
+        overrides=TINY,
+        out=out,
+        progress=False,
+    )
     return out
 
 
@@ -62,8 +67,9 @@ def test_the_untrained_network_of_a_run_of_another_seed_is_that_seeds(tmp_path):
     """linear-probe --untrained of a run of seed 1 probes the network seed 1 initializes, as evaluate does (its
     --seed used to default to 0, which also chose the untrained network: every seed's baseline was seed 0's)."""
     out = tmp_path / "seed1"
-    cc.train("crate-digits", Settings(steps=2, batch_size=16, seed=1, logger="none"), overrides=TINY, out=out,
-             progress=False)
+    cc.train(
+        "crate-digits", Settings(steps=2, batch_size=16, seed=1, logger="none"), overrides=TINY, out=out, progress=False
+    )
     probe = cc.linear_probe(out, untrained=True)
     assert probe["weights"].startswith("untrained, seed 1")
     by_hand = cc.linear_probe(out / "spec.yaml", "digits", untrained=True, seed=1)
@@ -79,7 +85,7 @@ def test_a_run_whose_spec_was_edited_after_it_trained_is_refused(run, tmp_path, 
     scored silently under its name."""
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    for name in (["spec.yaml", "final/spec.yaml"] if edited == "both" else [edited]):
+    for name in ["spec.yaml", "final/spec.yaml"] if edited == "both" else [edited]:
         path = copy / name
         path.write_text(path.read_text().replace("primitive: ista\n", "primitive: ista_soft\n"))
     for command in (["evaluate", str(copy)], ["probe", str(copy), "--logger", "none", "--out", str(tmp_path / "p")]):
@@ -93,15 +99,21 @@ def test_a_run_whose_spec_was_edited_after_it_trained_is_refused(run, tmp_path, 
 
 def test_task_classify_refuses_a_spec_that_is_no_classifier_before_it_trains(tmp_path):
     with pytest.raises(TrainError, match=r"outputs \['B', 1, 64\].*not one score per class.*--task mae"):
-        cc.train("crate-mae-photos", Settings(steps=1, batch_size=8, logger="none"), overrides=["sizes.depth=1"],
-                 out=tmp_path / "run", progress=False)
+        cc.train(
+            "crate-mae-photos",
+            Settings(steps=1, batch_size=8, logger="none"),
+            overrides=["sizes.depth=1"],
+            out=tmp_path / "run",
+            progress=False,
+        )
     assert not (tmp_path / "run").exists()
 
 
 def test_a_teacher_too_cold_for_float32_is_refused_where_it_is_given():
     """(logits - center) / T overflows float32 for T around 1e-38 and the loss is not finite: refused at 0.001."""
-    problems = dict(settings_problems(Settings(task="dino", options={"teacher_temp": 1e-30,
-                                                                      "warmup_teacher_temp": 0.0005})))
+    problems = dict(
+        settings_problems(Settings(task="dino", options={"teacher_temp": 1e-30, "warmup_teacher_temp": 0.0005}))
+    )
     assert set(problems) == {"teacher_temp", "warmup_teacher_temp"} and ">= 0.001" in problems["teacher_temp"]
     assert settings_problems(Settings(task="dino", options={"teacher_temp": 0.001})) == []
 

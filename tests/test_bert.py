@@ -33,10 +33,18 @@ def _transformers():
 
 def _small_hf(transformers, seed: int = 0) -> torch.nn.Module:
     config = transformers.BertConfig(
-        vocab_size=SMALL["vocab"], hidden_size=SMALL["d"], num_hidden_layers=SMALL["depth"],
-        num_attention_heads=SMALL["heads"], intermediate_size=SMALL["intermediate"],
-        max_position_embeddings=SMALL["context"], type_vocab_size=2, hidden_act="gelu", layer_norm_eps=1e-12,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        vocab_size=SMALL["vocab"],
+        hidden_size=SMALL["d"],
+        num_hidden_layers=SMALL["depth"],
+        num_attention_heads=SMALL["heads"],
+        intermediate_size=SMALL["intermediate"],
+        max_position_embeddings=SMALL["context"],
+        type_vocab_size=2,
+        hidden_act="gelu",
+        layer_norm_eps=1e-12,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = transformers.BertForMaskedLM(config).double().eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():  # every parameter random (biases and LayerNorms too); the tied decoder once
@@ -47,8 +55,14 @@ def _small_hf(transformers, seed: int = 0) -> torch.nn.Module:
 
 def _ours_from(hf: torch.nn.Module) -> torch.nn.Module:
     """specs/bert.yaml at the small sizes, with ``hf``'s tensors copied in by name."""
-    sizes = {"vocab": SMALL["vocab"], "d": SMALL["d"], "depth": SMALL["depth"], "heads": SMALL["heads"],
-             "context": SMALL["context"], "sep": SEP}
+    sizes = {
+        "vocab": SMALL["vocab"],
+        "d": SMALL["d"],
+        "depth": SMALL["depth"],
+        "heads": SMALL["heads"],
+        "context": SMALL["context"],
+        "sep": SEP,
+    }
     model = cc.build("bert", overrides=[f"sizes.{k}={v}" for k, v in sizes.items()], dtype="float64").eval()
     t = hf.state_dict()
     state = {
@@ -67,8 +81,9 @@ def _ours_from(hf: torch.nn.Module) -> torch.nn.Module:
     for i in range(SMALL["depth"]):
         hf_layer, layer = f"bert.encoder.layer.{i}.", f"encoder.layer_{i}."
         for kind in ("weight", "bias"):
-            state[f"{layer}attend.qkv.{kind}"] = torch.cat([t[f"{hf_layer}attention.self.{name}.{kind}"]
-                                                            for name in ("query", "key", "value")])
+            state[f"{layer}attend.qkv.{kind}"] = torch.cat(
+                [t[f"{hf_layer}attention.self.{name}.{kind}"] for name in ("query", "key", "value")]
+            )
             state[f"{layer}attend.out.{kind}"] = t[f"{hf_layer}attention.output.dense.{kind}"]
             state[f"{layer}attend_norm.{kind}"] = t[f"{hf_layer}attention.output.LayerNorm.{kind}"]
             state[f"{layer}mlp.expand.{kind}"] = t[f"{hf_layer}intermediate.dense.{kind}"]
@@ -149,16 +164,25 @@ def _primitive(name: str, args: dict, shape: tuple[int, ...]) -> torch.nn.Module
 def test_token_embed_with_segments_adds_the_segment_row_counted_from_the_seps_before():
     torch.manual_seed(0)
     embed = _primitive("token_embed", {"vocab": 20, "dim": 8, "segments": 3, "sep": 5}, (10,)).double()
-    assert {k: tuple(v.shape) for k, v in embed.state_dict().items()} == {"weight": (20, 8),
-                                                                          "segment.weight": (3, 8)}
+    assert {k: tuple(v.shape) for k, v in embed.state_dict().items()} == {"weight": (20, 8), "segment.weight": (3, 8)}
     assert embed.tokenwise is False  # a token's segment depends on the tokens before it
-    ids = torch.tensor([[1, 5, 2, 5, 5, 3, 5, 4, 0, 9],    # four [SEP]s: the third segment and beyond clamp to 2
-                        [5, 5, 1, 2, 3, 4, 6, 7, 8, 9],    # starting with [SEP]: segment 0 for it
-                        [1, 2, 3, 4, 6, 7, 8, 9, 0, 1]])   # none
+    ids = torch.tensor(
+        [
+            [1, 5, 2, 5, 5, 3, 5, 4, 0, 9],  # four [SEP]s: the third segment and beyond clamp to 2
+            [5, 5, 1, 2, 3, 4, 6, 7, 8, 9],  # starting with [SEP]: segment 0 for it
+            [1, 2, 3, 4, 6, 7, 8, 9, 0, 1],
+        ]
+    )  # none
     segments = _segments_by_loop(ids, 5, 3)
     assert segments.tolist()[0] == [0, 0, 1, 1, 2, 2, 2, 2, 2, 2] and segments.tolist()[1][:3] == [0, 1, 2]
-    expected = torch.stack([torch.stack([embed.weight[int(ids[b, i])] + embed.segment.weight[int(segments[b, i])]
-                                         for i in range(ids.shape[1])]) for b in range(ids.shape[0])])
+    expected = torch.stack(
+        [
+            torch.stack(
+                [embed.weight[int(ids[b, i])] + embed.segment.weight[int(segments[b, i])] for i in range(ids.shape[1])]
+            )
+            for b in range(ids.shape[0])
+        ]
+    )
     with torch.no_grad():
         torch.testing.assert_close(embed(ids), expected, rtol=0, atol=0)
     # the segment table starts as the token table does: N(0, std^2)
@@ -189,8 +213,11 @@ def test_token_embed_with_segments_needs_sep():
 
 def test_the_footprint_counts_the_segment_table():
     primitive = cc.all_primitives()["token_embed"]
-    footprint = primitive.footprint(primitive.args.model_validate({"vocab": 20, "dim": 8, "segments": 2, "sep": 1}),
-                                    (10,), registry.Context(ids=True))
+    footprint = primitive.footprint(
+        primitive.args.model_validate({"vocab": 20, "dim": 8, "segments": 2, "sep": 1}),
+        (10,),
+        registry.Context(ids=True),
+    )
     assert footprint.parameters == {"weight": (20, 8), "segment.weight": (2, 8)} and footprint.output == (10, 8)
 
 
@@ -202,11 +229,16 @@ def test_mlm_head_computes_bert_s_formula():
             parameter.copy_(torch.randn_like(parameter))
     assert head.norm.eps == 1e-12 and head.tokenwise is True
     assert {k: tuple(v.shape) for k, v in head.state_dict().items()} == {
-        "weight": (30, 16), "bias": (30,), "dense.weight": (16, 16), "dense.bias": (16,), "norm.weight": (16,),
-        "norm.bias": (16,)}
+        "weight": (30, 16),
+        "bias": (30,),
+        "dense.weight": (16, 16),
+        "dense.bias": (16,),
+        "norm.weight": (16,),
+        "norm.bias": (16,),
+    }
     z = torch.randn(2, 7, 16, dtype=torch.float64)
     h = z @ head.dense.weight.T + head.dense.bias
-    h = 0.5 * h * (1 + torch.erf(h / 2 ** 0.5))  # exact GELU
+    h = 0.5 * h * (1 + torch.erf(h / 2**0.5))  # exact GELU
     mean, var = h.mean(-1, keepdim=True), h.var(-1, unbiased=False, keepdim=True)
     h = (h - mean) / torch.sqrt(var + 1e-12) * head.norm.weight + head.norm.bias
     expected = h @ head.weight.T + head.bias

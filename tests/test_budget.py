@@ -19,8 +19,18 @@ SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 HUGE_D = ["sizes.d=10000000"]  # crate-digits with d = 10^7: about 10^14 parameters
 
 
-@pytest.mark.parametrize("text, size", [("8GB", 8e9), ("512MiB", 512 * 2**20), ("2e9", 2e9), ("1.5 gb", 1.5e9),
-                                        (4_000_000, 4e6), ("none", None), (None, None)])
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("8GB", 8e9),
+        ("512MiB", 512 * 2**20),
+        ("2e9", 2e9),
+        ("1.5 gb", 1.5e9),
+        (4_000_000, 4e6),
+        ("none", None),
+        (None, None),
+    ],
+)
 def test_sizes_are_read_in_decimal_and_binary_units(text, size):
     assert parse_size(text) == size
 
@@ -109,14 +119,32 @@ def test_training_counts_optimizer_state_and_a_batch_of_activations(tmp_path, ca
     assert "of activations" in str(caught.value)
     budget.check_training(spec, batch, memory_limit=math.ceil(needed * 1.01))
     run = tmp_path / "run"
-    assert main(["train", "crate-digits", "--steps", "1", "--no-progress", "--out", str(run),
-                 "--memory-limit", str(limit)]) == 2
+    assert (
+        main(
+            ["train", "crate-digits", "--steps", "1", "--no-progress", "--out", str(run), "--memory-limit", str(limit)]
+        )
+        == 2
+    )
     assert "over the memory limit" in capsys.readouterr().err and not run.exists()
 
 
 def test_a_batch_larger_than_the_training_set_is_refused(tmp_path, capsys):
-    assert main(["train", "crate-digits", "--steps", "1", "--batch-size", "100000000", "--no-progress",
-                 "--out", str(tmp_path / "run")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "crate-digits",
+                "--steps",
+                "1",
+                "--batch-size",
+                "100000000",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     assert "is larger than the training set of 'digits'" in capsys.readouterr().err
 
 
@@ -128,14 +156,17 @@ def test_depth_is_bounded_where_it_is_written(tmp_path, capsys):
     assert "less than or equal to 1024" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("options, copies, batches", [
-    ({}, 4, 1),  # AdamW: weights, gradients, two moments; the batch in use
-    ({"optimizer": "lion"}, 3, 1),
-    ({"optimizer": "sgd", "momentum": 0.0}, 2, 1),
-    ({"optimizer": "sgd"}, 3, 1),
-    ({"ema": 0.999}, 5, 1),
-    ({"workers": 4}, 4, 9),  # two batches prepared ahead by each worker
-])
+@pytest.mark.parametrize(
+    "options, copies, batches",
+    [
+        ({}, 4, 1),  # AdamW: weights, gradients, two moments; the batch in use
+        ({"optimizer": "lion"}, 3, 1),
+        ({"optimizer": "sgd", "momentum": 0.0}, 2, 1),
+        ({"optimizer": "sgd"}, 3, 1),
+        ({"ema": 0.999}, 5, 1),
+        ({"workers": 4}, 4, 9),  # two batches prepared ahead by each worker
+    ],
+)
 def test_a_run_is_estimated_with_its_optimizer_its_ema_and_its_prefetched_batches(options, copies, batches):
     from crate_compose.settings import Settings
     from crate_compose.training.preparation import check_run_memory
@@ -143,8 +174,9 @@ def test_a_run_is_estimated_with_its_optimizer_its_ema_and_its_prefetched_batche
     spec = cc.load_spec("crate-digits")
     found = estimate(spec)
     inputs = 64 * 4 * math.prod(spec.input.shape)
-    needed = found.parameters * 4 * copies + found.buffers_bytes + 64 * found.activation_bytes_per_sample \
-        + batches * inputs
+    needed = (
+        found.parameters * 4 * copies + found.buffers_bytes + 64 * found.activation_bytes_per_sample + batches * inputs
+    )
     settings = Settings(**options)
     with pytest.raises(ResourceError) as caught:
         check_run_memory(spec, settings, 64, "cpu", math.floor(needed * 0.9995))

@@ -33,8 +33,9 @@ def test_safetensors_are_recognised_without_their_suffix(tmp_path):
     assert same(read_checkpoint(path).tensors, TENSORS)
 
 
-@pytest.mark.parametrize("nest, prefix", [(None, ""), ("model", "module."), ("state_dict", "module."),
-                                          ("model", "_orig_mod."), ("net", "")])
+@pytest.mark.parametrize(
+    "nest, prefix", [(None, ""), ("model", "module."), ("state_dict", "module."), ("model", "_orig_mod."), ("net", "")]
+)
 def test_nesting_and_wrapper_prefixes_are_undone_and_said(tmp_path, nest, prefix):
     state = {prefix + k: v for k, v in TENSORS.items()}
     path = tmp_path / "ckpt.pth"
@@ -112,8 +113,13 @@ def test_a_missing_file_is_named(tmp_path):
 # ---------------------------------------------------------------- an authors' checkpoint holding NaN or Inf
 
 
-DIGITS_SETS = ["sizes.patch_size=4", "sizes.d=32", "sizes.heads=2", "sizes.depth=2",
-               "preprocess.patch_embed.args.norm=true"]  # crate-digits as the authors' CRATE computes it
+DIGITS_SETS = [
+    "sizes.patch_size=4",
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.depth=2",
+    "preprocess.patch_embed.args.norm=true",
+]  # crate-digits as the authors' CRATE computes it
 
 
 def _diverged(tmp_path):

@@ -20,11 +20,27 @@ from crate_compose.errors import SpecError
 from crate_compose.spec_language import zoo
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["name=crate-tiny", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
-         "sizes.patch_size=8", "sizes.classes=10"]
+SMALL = [
+    "name=crate-tiny",
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=2",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.classes=10",
+]
 SETS = [arg for override in SMALL for arg in ("--set", override)]
-STEPS = ["preprocess.patch_embed", "preprocess.class_token", "preprocess.positions", "encoder.layer_0.compress",
-         "encoder.layer_0.sparsify", "encoder.layer_1.compress", "encoder.layer_1.sparsify", "head.classify"]
+STEPS = [
+    "preprocess.patch_embed",
+    "preprocess.class_token",
+    "preprocess.positions",
+    "encoder.layer_0.compress",
+    "encoder.layer_0.sparsify",
+    "encoder.layer_1.compress",
+    "encoder.layer_1.sparsify",
+    "head.classify",
+]
 BUILD_FILES = {"spec.yaml", "code.py", "summary.txt", "model.safetensors"}
 
 # Parameter counts of every preset in zoo/ (CRATE: exact, paper 003 Table 1; CRATE-MAE: this build,
@@ -164,8 +180,11 @@ def test_load_checks_the_weights_against_the_spec(tmp_path, capsys):
     spec = (out / "spec.yaml").read_text()
     assert "encoder:\n  depth: 2\n" in spec
     (out / "spec.yaml").write_text(spec.replace("encoder:\n  depth: 2\n", "encoder:\n  depth: 3\n"))
-    with pytest.raises(SpecError, match=r"weights do not match the spec: encoder\.layer_2\.compress\.norm\.weight is "
-                       r"missing from the file \(the spec has \(\d+,\)\)"):
+    with pytest.raises(
+        SpecError,
+        match=r"weights do not match the spec: encoder\.layer_2\.compress\.norm\.weight is "
+        r"missing from the file \(the spec has \(\d+,\)\)",
+    ):
         cc.load_build(out)
     (out / "spec.yaml").write_text(spec.replace("d: 16", "d: 24") if "d: 16" in spec else spec)
     weights = (out / "model.safetensors").read_bytes()
@@ -201,7 +220,9 @@ def test_failed_write_keeps_the_previous_build(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr("safetensors.torch.save_file", disk_full)  # what files.save_tensors calls
     code, _, err = run(capsys, "build", "crate-tiny", *SETS, "--seed", "2", "--out", out)
-    assert code == 1 and "cannot write output" in err and f"No space left on device: '{out / 'model.safetensors'}'" in err
+    assert (
+        code == 1 and "cannot write output" in err and f"No space left on device: '{out / 'model.safetensors'}'" in err
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the staging directory is gone
     after = load_file(out / "model.safetensors")
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -250,11 +271,16 @@ def test_an_out_that_cannot_take_the_output_exits_1_for_every_command_that_write
     kept.mkdir()
     (kept / "checkpoints").write_text("mine\n")
     commands = [
-        ["build", digits, "--out", foreign], ["train", digits, "--out", foreign],
+        ["build", digits, "--out", foreign],
+        ["train", digits, "--out", foreign],
         ["ablate", digits, "--swap", "encoder.layer.sparsify.primitive=ista", "--out", foreign],
-        ["build", digits, "--out", afile], ["train", digits, "--out", afile], ["train", digits, "--out", afile / "run"],
+        ["build", digits, "--out", afile],
+        ["train", digits, "--out", afile],
+        ["train", digits, "--out", afile / "run"],
         ["ablate", digits, "--swap", "encoder.layer.sparsify.primitive=ista", "--out", afile],
-        ["probe", digits, "--out", afile], ["show", digits, "--out", afile], ["train", digits, "--out", kept],
+        ["probe", digits, "--out", afile],
+        ["show", digits, "--out", afile],
+        ["train", digits, "--out", kept],
     ]
     for argv in commands:
         code, _, err = run(capsys, *argv)
@@ -371,8 +397,9 @@ def test_node_meta_and_lint():
         for part in meta["spec_path"]:
             step = step[part] if isinstance(part, int) else getattr(step, part)
         assert (step.name, step.primitive) == (meta["step"], meta["primitive"])
-        expected_target = f"encoder.layer_{meta['layer']}.{step.name}" if meta["layer"] is not None \
-            else f"{meta['role']}.{step.name}"
+        expected_target = (
+            f"encoder.layer_{meta['layer']}.{step.name}" if meta["layer"] is not None else f"{meta['role']}.{step.name}"
+        )
         assert node.target == expected_target
         assert meta["shape"][0] == "B"
     assert [n.meta["layer"] for n in calls if n.meta["role"] == "encoder"] == [0, 0, 1, 1]
@@ -398,8 +425,13 @@ def test_inspect_json(capsys, monkeypatch):
         assert {"name", "primitive", "output_shape", "params"} <= set(step)
     assert sum(step["params"] for step in steps) == summary["params_total"]
     compress = next(s for s in steps if s["module"] == "encoder.layer_11.compress")
-    assert compress == {**compress, "primitive": "mssa", "output_shape": ["B", 197, 768], "layer": 11,
-                        "params": 2 * 768 + 768 * 768 + 768 * 768 + 768}
+    assert compress == {
+        **compress,
+        "primitive": "mssa",
+        "output_shape": ["B", 197, 768],
+        "layer": 11,
+        "params": 2 * 768 + 768 * 768 + 768 * 768 + 768,
+    }
     assert summary["reference"]["params"] == 22_796_008 and summary["reference"]["deviation"] == 0
 
 
@@ -410,8 +442,16 @@ def test_inspect_table_mentions_every_step(capsys):
     assert lines[0] == "crate-tiny: input (B, 3, 32, 32) -> output (B, 10)"
     rows = [line.split() for line in lines if line.startswith("  ") and "." in line.split()[0]]
     assert [row[0] for row in rows] == STEPS
-    assert [row[1] for row in rows] == ["patch_embed", "class_token", "positions", "mssa", "ista", "mssa", "ista",
-                                        "classify"]
+    assert [row[1] for row in rows] == [
+        "patch_embed",
+        "class_token",
+        "positions",
+        "mssa",
+        "ista",
+        "mssa",
+        "ista",
+        "classify",
+    ]
     assert rows[3][-1] == "2,144" and rows[-1][-1] == "394"
 
 
@@ -513,10 +553,16 @@ def test_bad_arguments_exit_2(capsys):
 
 def test_an_argument_error_is_one_line_and_a_pointer_to_help(capsys):
     """Not the whole usage first (train's is 36 lines): what is wrong, and where the options are listed."""
-    for argv, said in ((["train", "crate-digits", "--steps", "x"], "crate-compose train: error: argument --steps: "
-                        "'x' is not a whole number"),
-                       (["ablate", "crate-digits", "--launcher", "cloud"], "crate-compose ablate: error: argument "
-                        "--launcher: invalid choice: 'cloud'")):
+    for argv, said in (
+        (
+            ["train", "crate-digits", "--steps", "x"],
+            "crate-compose train: error: argument --steps: 'x' is not a whole number",
+        ),
+        (
+            ["ablate", "crate-digits", "--launcher", "cloud"],
+            "crate-compose ablate: error: argument --launcher: invalid choice: 'cloud'",
+        ),
+    ):
         with pytest.raises(SystemExit) as stop:
             cli.main(argv)
         err = capsys.readouterr().err

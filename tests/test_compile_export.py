@@ -4,8 +4,15 @@ import torch
 
 import crate_compose as cc
 
-SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
-         "sizes.patch_size=8", "sizes.classes=10"]
+SMALL = [
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=2",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.classes=10",
+]
 
 
 def _model():
@@ -29,8 +36,17 @@ def test_torch_export_matches_eager():
 
 
 def test_masked_autoencoder_exports_with_its_named_outputs():
-    model = cc.build("mae-drop", overrides=["sizes.image_size=32", "sizes.patch_size=8", "sizes.d=32",
-                                            "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=1"])
+    model = cc.build(
+        "mae-drop",
+        overrides=[
+            "sizes.image_size=32",
+            "sizes.patch_size=8",
+            "sizes.d=32",
+            "sizes.heads=2",
+            "sizes.head_dim=16",
+            "sizes.depth=1",
+        ],
+    )
     images = torch.randn(2, 3, 32, 32)
     exported = torch.export.export(model, (images,))
     torch.manual_seed(1)

@@ -318,8 +318,11 @@ def test_an_image_over_the_memory_limit_is_refused_with_its_size(tmp_path, never
     small_images(tmp_path)
     target = tmp_path / "dogs" / "wide.png"
     Image.new("L", (3000, 3000)).save(target)
-    with pytest.raises(DataError, match=r"wide.png: 3000x3000 pixels would take about .* decoded, over the "
-                       r"memory limit of 10.0 MB \(--memory-limit\)"):
+    with pytest.raises(
+        DataError,
+        match=r"wide.png: 3000x3000 pixels would take about .* decoded, over the "
+        r"memory limit of 10.0 MB \(--memory-limit\)",
+    ):
         D.load_data(f"folder:{tmp_path}", memory_limit="10MB")  # every header is read for the common size
     with pytest.raises(DataError, match="wide.png: 3000x3000 pixels"):
         images.read_image(target, (8, 8), (10e6, "--memory-limit"))
@@ -334,8 +337,11 @@ def test_image_sizes_past_the_bound_or_the_memory_limit_are_refused_before_alloc
     started = time.perf_counter()
     with pytest.raises(DataError, match=r"digits: image_size must be a whole number in \[1, 8192\]; got 100000"):
         D.load_data("digits", image_size=100000)
-    with pytest.raises(DataError, match=r"digits: 1,797 images of 1x8192x8192 would take about 2.4 TB in memory, "
-                       r"over the memory limit of 1.0 GB \(--memory-limit\); give a smaller --image-size"):
+    with pytest.raises(
+        DataError,
+        match=r"digits: 1,797 images of 1x8192x8192 would take about 2.4 TB in memory, "
+        r"over the memory limit of 1.0 GB \(--memory-limit\); give a smaller --image-size",
+    ):
         D.load_data("digits", image_size=8192, memory_limit="1GB")
     with pytest.raises(DataError, match="photos: 4,608 images of 3x64x64 would take"):
         D.load_data("photos", image_size=64, memory_limit="10MB")
@@ -377,9 +383,24 @@ def test_train_names_a_truncated_test_image_before_the_first_step(tmp_path, caps
     victim = tmp_path / "images" / "test" / "cats" / "0.png"
     truncated(victim)
     sets = [arg for o in ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1") for arg in ("--set", o)]
-    code = main(["train", DIGITS, *sets, "--data", f"folder:{tmp_path / 'images'}",
-                 "--image-size", "8", "--steps", "2", "--batch-size", "4", "--no-progress",
-                 "--out", str(tmp_path / "run")])
+    code = main(
+        [
+            "train",
+            DIGITS,
+            *sets,
+            "--data",
+            f"folder:{tmp_path / 'images'}",
+            "--image-size",
+            "8",
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and f"{victim}: cannot read the image" in err and "Traceback" not in err, err
     assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoints").exists()

@@ -32,8 +32,21 @@ def test_subspaces_that_cannot_exist_name_the_spec_sizes():
 
 @pytest.mark.parametrize("task", ["classify", "mae", "lm"])
 def test_training_on_token_sets_is_one_clear_refusal(tmp_path, capsys, task):
-    code = cli.main(["train", "specs/aot-subspaces.yaml", "--data", "subspaces", "--task", task, "--steps", "2",
-                     "--no-progress", "--out", str(tmp_path / "run")])
+    code = cli.main(
+        [
+            "train",
+            "specs/aot-subspaces.yaml",
+            "--data",
+            "subspaces",
+            "--task",
+            task,
+            "--steps",
+            "2",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and "Traceback" not in err and len(err.splitlines()) == 1
     assert err.startswith("error: data set 'subspaces' holds token sets labeled per token, which no task trains on")

@@ -84,8 +84,24 @@ def plugin(tmp_path, own_sets) -> Path:
 
 def test_a_plugin_registers_a_parametrized_set_and_train_runs_on_it(plugin, tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["train", DIGITS, *TINY, "--data", "stripes:64", "--steps", "2", "--batch-size", "16", "--no-progress",
-            "--logger", "none", "--out", str(out), "--plugin", str(plugin)]
+    argv = [
+        "train",
+        DIGITS,
+        *TINY,
+        "--data",
+        "stripes:64",
+        "--steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--logger",
+        "none",
+        "--out",
+        str(out),
+        "--plugin",
+        str(plugin),
+    ]
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert "test_accuracy" in capsys.readouterr().out
     module = sys.modules["crate_compose_plugin_stripes"]
@@ -101,12 +117,28 @@ def test_a_plugin_registers_a_parametrized_set_and_train_runs_on_it(plugin, tmp_
 
 
 def test_a_plugin_sets_bad_parameters_are_refused_in_its_own_terms(plugin, tmp_path, capsys):
-    for name, said in [("stripes:3", "data set 'stripes:3': give the training images as stripes:N, N from 4 to 4,096"),
-                       ("stripes:x", "data set 'stripes:x': give the training images as stripes:N, N from 4 to 4,096"),
-                       ("stripes:", "give the training images as stripes:N"),
-                       ("stripe:64", "unknown data set 'stripe:64': expected one of digits, ")]:
-        argv = ["train", DIGITS, *TINY, "--data", name, "--steps", "1", "--no-progress", "--logger", "none",
-                "--out", str(tmp_path / "refused"), "--plugin", str(plugin)]
+    for name, said in [
+        ("stripes:3", "data set 'stripes:3': give the training images as stripes:N, N from 4 to 4,096"),
+        ("stripes:x", "data set 'stripes:x': give the training images as stripes:N, N from 4 to 4,096"),
+        ("stripes:", "give the training images as stripes:N"),
+        ("stripe:64", "unknown data set 'stripe:64': expected one of digits, "),
+    ]:
+        argv = [
+            "train",
+            DIGITS,
+            *TINY,
+            "--data",
+            name,
+            "--steps",
+            "1",
+            "--no-progress",
+            "--logger",
+            "none",
+            "--out",
+            str(tmp_path / "refused"),
+            "--plugin",
+            str(plugin),
+        ]
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
         assert said in err and "Traceback" not in err, err
@@ -134,8 +166,14 @@ def test_list_data_lists_every_registered_set(plugin, capsys):
         assert one.provides in rows[one.pattern] and one.availability() in rows[one.pattern]
         assert one.summary in out
     assert "stripes:N" in rows and "generated here" in rows["stripes:N"]
-    assert {"digits", "pasted-digits[:N]", "folder:PATH", "KIND[-V]:text", "KIND[-V]:modules",
-            "KIND[-V]:folder:PATH"} <= set(rows)
+    assert {
+        "digits",
+        "pasted-digits[:N]",
+        "folder:PATH",
+        "KIND[-V]:text",
+        "KIND[-V]:modules",
+        "KIND[-V]:folder:PATH",
+    } <= set(rows)
 
 
 def test_list_data_says_whether_a_fetched_set_is_cached(tmp_path, monkeypatch, capsys):
@@ -184,44 +222,89 @@ def test_a_folder_of_text_is_read_as_bytes_folder(tmp_path):
     choice = registry.resolve(f"folder:{tmp_path}")
     assert choice.name == f"bytes:folder:{tmp_path}" and choice.data_set is registry.get("KIND[-V]:folder:PATH")
     assert dict(choice.arguments) == {"path": str(tmp_path), "kind": "bytes", "vocab": None}
-    assert choice.provides == "tokenized-text" and tasks.of(None, SimpleNamespace(provides=choice.provides)).name == "mlm"
+    assert (
+        choice.provides == "tokenized-text" and tasks.of(None, SimpleNamespace(provides=choice.provides)).name == "mlm"
+    )
 
 
 def test_names_are_the_registered_forms_in_order():
-    assert sets.names() == registry.names() == [
-        "digits", "fashion-mnist", "mnist", "photos", "subspaces", "text", "pasted-digits", "pasted-digits:N",
-        "shapes", "shapes:N", "folder:PATH", "bytes:text", "wordpiece:text", "bpe:text", "gpt2:text", "KIND-V:text",
-        "KIND:modules", "KIND:shakespeare", "KIND:plays", "KIND:folder:PATH"]
+    assert (
+        sets.names()
+        == registry.names()
+        == [
+            "digits",
+            "fashion-mnist",
+            "mnist",
+            "photos",
+            "subspaces",
+            "text",
+            "pasted-digits",
+            "pasted-digits:N",
+            "shapes",
+            "shapes:N",
+            "folder:PATH",
+            "bytes:text",
+            "wordpiece:text",
+            "bpe:text",
+            "gpt2:text",
+            "KIND-V:text",
+            "KIND:modules",
+            "KIND:shakespeare",
+            "KIND:plays",
+            "KIND:folder:PATH",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- the refusals as they were
 
 
-@pytest.mark.parametrize("name, said", [
-    ("digit", "unknown data set 'digit': expected one of digits, fashion-mnist, mnist, photos, subspaces, text, "
-              "pasted-digits, pasted-digits:N, shapes, shapes:N, folder:PATH, bytes:text, wordpiece:text, bpe:text, "
-              "gpt2:text, KIND-V:text, KIND:modules, KIND:shakespeare, KIND:plays, KIND:folder:PATH; did you mean 'digits'?"),
-    ("wordpeice:text", "did you mean 'wordpiece:text'?"),
-    ("", "unknown data set '': expected one of digits"),
-    ("bytes-300:text", "data set 'bytes-300:text': bytes takes no vocabulary size (its ids are the 256 bytes and 5 "
-                       "specials); write bytes:text"),
-    ("bytes-300:texts", "bytes takes no vocabulary size"),
-    ("wordpiece-10:text", "wordpiece: the vocabulary must be a whole number from 64 to 262,144; got 10"),
-    ("bpe-200:modules", "from 261"),
-    ("wordpiece:texts", "data set 'wordpiece:texts': a wordpiece set is wordpiece[-V]:text, wordpiece[-V]:modules, "
-                        "wordpiece[-V]:shakespeare, wordpiece[-V]:plays or wordpiece[-V]:folder:PATH"),
-    ("bytes:folder", "a bytes set is bytes:text, bytes:modules, bytes:shakespeare, bytes:plays or bytes:folder:PATH"),
-    ("gpt2:folder", "a gpt2 set is gpt2:text, gpt2:modules, gpt2:shakespeare, gpt2:plays or gpt2:folder:PATH"),
-    ("gpt2-100:shakespeare", "data set 'gpt2-100:shakespeare': gpt2 takes no vocabulary size (its ids are GPT-2's "
-                             "50,257 and 5 specials); write gpt2:shakespeare"),
-    ("wordpiece:folder:", "data set 'wordpiece:folder:': give the folder as wordpiece:folder:PATH"),
-    ("folder:", "folder: give the folder as folder:PATH"),
-    ("pasted-digits:0", "data set 'pasted-digits:0': give the training images as pasted-digits:N, N from 1 to 1,000,000"),
-    ("pasted-digits:", "give the training images as pasted-digits:N"),
-    ("pasted-digits:1e3", "give the training images as pasted-digits:N"),
-    ("pasted-digits:2000000", "give the training images as pasted-digits:N"),
-    ("shapes:0", "data set 'shapes:0': give the training images as shapes:N, N from 1 to 1,000,000"),
-])
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        (
+            "digit",
+            "unknown data set 'digit': expected one of digits, fashion-mnist, mnist, photos, subspaces, text, "
+            "pasted-digits, pasted-digits:N, shapes, shapes:N, folder:PATH, bytes:text, wordpiece:text, bpe:text, "
+            "gpt2:text, KIND-V:text, KIND:modules, KIND:shakespeare, KIND:plays, KIND:folder:PATH; did you mean 'digits'?",
+        ),
+        ("wordpeice:text", "did you mean 'wordpiece:text'?"),
+        ("", "unknown data set '': expected one of digits"),
+        (
+            "bytes-300:text",
+            "data set 'bytes-300:text': bytes takes no vocabulary size (its ids are the 256 bytes and 5 "
+            "specials); write bytes:text",
+        ),
+        ("bytes-300:texts", "bytes takes no vocabulary size"),
+        ("wordpiece-10:text", "wordpiece: the vocabulary must be a whole number from 64 to 262,144; got 10"),
+        ("bpe-200:modules", "from 261"),
+        (
+            "wordpiece:texts",
+            "data set 'wordpiece:texts': a wordpiece set is wordpiece[-V]:text, wordpiece[-V]:modules, "
+            "wordpiece[-V]:shakespeare, wordpiece[-V]:plays or wordpiece[-V]:folder:PATH",
+        ),
+        (
+            "bytes:folder",
+            "a bytes set is bytes:text, bytes:modules, bytes:shakespeare, bytes:plays or bytes:folder:PATH",
+        ),
+        ("gpt2:folder", "a gpt2 set is gpt2:text, gpt2:modules, gpt2:shakespeare, gpt2:plays or gpt2:folder:PATH"),
+        (
+            "gpt2-100:shakespeare",
+            "data set 'gpt2-100:shakespeare': gpt2 takes no vocabulary size (its ids are GPT-2's "
+            "50,257 and 5 specials); write gpt2:shakespeare",
+        ),
+        ("wordpiece:folder:", "data set 'wordpiece:folder:': give the folder as wordpiece:folder:PATH"),
+        ("folder:", "folder: give the folder as folder:PATH"),
+        (
+            "pasted-digits:0",
+            "data set 'pasted-digits:0': give the training images as pasted-digits:N, N from 1 to 1,000,000",
+        ),
+        ("pasted-digits:", "give the training images as pasted-digits:N"),
+        ("pasted-digits:1e3", "give the training images as pasted-digits:N"),
+        ("pasted-digits:2000000", "give the training images as pasted-digits:N"),
+        ("shapes:0", "data set 'shapes:0': give the training images as shapes:N, N from 1 to 1,000,000"),
+    ],
+)
 def test_the_refusals_of_a_bad_name(name, said):
     with pytest.raises(DataError) as refused:
         registry.resolve(name)
@@ -234,9 +317,17 @@ def test_the_refusals_of_a_bad_name(name, said):
 
 
 def test_the_default_task_is_the_first_that_trains_on_what_a_set_provides():
-    default = {kind: getattr(tasks.of(None, SimpleNamespace(provides=kind)), "name", None) for kind in registry.PROVIDED}
-    assert default == {"labeled-images": "classify", "images": "mae", "next-byte-text": "lm",
-                       "tokenized-text": "mlm", "labeled-tokens": "classify", "token-groups": None}
+    default = {
+        kind: getattr(tasks.of(None, SimpleNamespace(provides=kind)), "name", None) for kind in registry.PROVIDED
+    }
+    assert default == {
+        "labeled-images": "classify",
+        "images": "mae",
+        "next-byte-text": "lm",
+        "tokenized-text": "mlm",
+        "labeled-tokens": "classify",
+        "token-groups": None,
+    }
     for one in tasks.all_tasks():
         assert set(one.data_kinds) <= set(registry.PROVIDED) and not set(one.data_kinds) & set(tasks.names())
     for one in registry.all_sets():
@@ -244,10 +335,16 @@ def test_the_default_task_is_the_first_that_trains_on_what_a_set_provides():
 
 
 def test_a_loader_must_give_what_its_set_provides(own_sets):
-    registry.register("plain-digits", summary="digits declared as unlabeled", source="scikit-learn",
-                      provides="images", loader=".image_sets.shipped:load_digits")
-    with pytest.raises(DataError, match="its loader gave 'labeled-images' data, but the set is declared to provide "
-                                        "'images'"):
+    registry.register(
+        "plain-digits",
+        summary="digits declared as unlabeled",
+        source="scikit-learn",
+        provides="images",
+        loader=".image_sets.shipped:load_digits",
+    )
+    with pytest.raises(
+        DataError, match="its loader gave 'labeled-images' data, but the set is declared to provide 'images'"
+    ):
         sets.load_data("plain-digits")
 
 
@@ -260,7 +357,11 @@ def test_a_declaration_is_checked_when_registered(own_sets):
         registry.register("shapes]", summary="s", source="s", provides="images", loader="x:y")
     with pytest.raises(ValueError, match="'digits' is already registered"):
         registry.register("digits", summary="s", source="s", provides="images", loader="x:y")
-    assert registry.register("digits", summary="again", source="s", provides="labeled-images",
-                             loader=".image_sets.shipped:load_digits").summary == "again"  # from the same loader: replaced
+    assert (
+        registry.register(
+            "digits", summary="again", source="s", provides="labeled-images", loader=".image_sets.shipped:load_digits"
+        ).summary
+        == "again"
+    )  # from the same loader: replaced
     with pytest.raises(DataError, match="no data set is registered as 'shapes'"):
         registry.get("shapes")

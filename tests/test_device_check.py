@@ -28,8 +28,9 @@ HEADINGS = [heading for _, heading, _ in check.STEPS]
 
 def run_script(*args: str, timeout: float) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "OUT"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_dry_run_reports_every_step_with_its_figures(tmp_path, device):
@@ -96,19 +97,25 @@ def test_the_collapse_detector_flags_a_collapsed_run(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     collapsed = rows(LEARNING + [2.3021, 2.3040, 2.3026, 2.3019, 2.3030])  # as the H200 run: ln 10 from step 810
     evals = [{"step": 400, "kind": "eval", "test_accuracy": 0.9, "test_loss": 0.3}]
-    metrics.write_text("".join(json.dumps(r) + "\n" for r in collapsed + evals) + '{"step": 860, "kind": "tr')  # cut short
+    metrics.write_text(
+        "".join(json.dumps(r) + "\n" for r in collapsed + evals) + '{"step": 860, "kind": "tr'
+    )  # cut short
     found = check.collapse(check.read_rows(metrics))
     assert found is not None and (found["step"], found["before_step"], found["last_step"]) == (810, 800, 850)
     assert abs(found["before_loss"] - LEARNING[-1]) < 1e-12
 
 
-@pytest.mark.parametrize("losses", [
-    LEARNING,  # healthy
-    LEARNING + [2.29, 1.2, 0.9],  # back at ln 10 for one logged step, then learning again
-    [math.log(10)] * 20,  # never learned: never below 1.5
-    LEARNING + [2.303],  # one logged step at the end says nothing yet
-    LEARNING + [2.2, 2.21],  # high, but not a constant output
-], ids=["healthy", "recovered", "never-learned", "last-step-only", "near-but-not-ln10"])
+@pytest.mark.parametrize(
+    "losses",
+    [
+        LEARNING,  # healthy
+        LEARNING + [2.29, 1.2, 0.9],  # back at ln 10 for one logged step, then learning again
+        [math.log(10)] * 20,  # never learned: never below 1.5
+        LEARNING + [2.303],  # one logged step at the end says nothing yet
+        LEARNING + [2.2, 2.21],  # high, but not a constant output
+    ],
+    ids=["healthy", "recovered", "never-learned", "last-step-only", "near-but-not-ln10"],
+)
 def test_the_collapse_detector_leaves_other_runs_alone(losses):
     assert check.collapse(rows(losses)) is None
 
@@ -120,8 +127,10 @@ def test_a_collapse_keeps_the_weights_before_and_after_the_jump(tmp_path, monkey
     plan = check.dry_plan(300)
     work = tmp_path / "work"
     run = work / "folder-run"
-    weights = {f"step-{step:06d}": {"w": torch.full((4, 4), float(step)), "b": torch.arange(3.0) + step}
-               for step in (775, 800, 825, 850)}
+    weights = {
+        f"step-{step:06d}": {"w": torch.full((4, 4), float(step)), "b": torch.arange(3.0) + step}
+        for step in (775, 800, 825, 850)
+    }
     for name, tensors in weights.items():
         (run / "checkpoints" / name).mkdir(parents=True)
         save_file(tensors, str(run / "checkpoints" / name / "model.safetensors"))
@@ -131,8 +140,12 @@ def test_a_collapse_keeps_the_weights_before_and_after_the_jump(tmp_path, monkey
     monkeypatch.setattr(state, "run", lambda *args, **kwargs: check.Done(2, "", said, 5.0, False, 60.0))
     text = "\n".join(check.folder_step(state))
     assert "**Collapsed**" in text and said in text and "at step 810" in text
-    assert set(state.files) == {"metrics.jsonl", "folder-run.png", "weights-step000800-1of1.safetensors",
-                                "weights-step000825-1of1.safetensors"}
+    assert set(state.files) == {
+        "metrics.jsonl",
+        "folder-run.png",
+        "weights-step000800-1of1.safetensors",
+        "weights-step000825-1of1.safetensors",
+    }
     for step in (800, 825):
         (tmp_path / "kept").write_bytes(state.files[f"weights-step{step:06d}-1of1.safetensors"][1])
         kept = load_file(str(tmp_path / "kept"))
@@ -153,9 +166,15 @@ def test_weights_over_16_mib_are_split_into_files_that_merge_back(tmp_path):
 
 
 def test_the_files_kept_are_the_first_8_by_priority_each_under_16_mib():
-    files = {"device-check.json": (0, b"{}"), "profile.txt": (3, b"p"), "pytest.log": (3, b"l"),
-             "metrics.jsonl": (1, b"m"), "folder-run.png": (1, b"f"), "huge.safetensors": (2, b"0" * (check.MAX_BYTES + 1)),
-             **{f"weights-{i}.safetensors": (2, b"w") for i in range(4)}}
+    files = {
+        "device-check.json": (0, b"{}"),
+        "profile.txt": (3, b"p"),
+        "pytest.log": (3, b"l"),
+        "metrics.jsonl": (1, b"m"),
+        "folder-run.png": (1, b"f"),
+        "huge.safetensors": (2, b"0" * (check.MAX_BYTES + 1)),
+        **{f"weights-{i}.safetensors": (2, b"w") for i in range(4)},
+    }
     kept, notes = check.chosen_files(files)
     assert kept[0] == "section.md" and len(kept) == check.MAX_FILES
     assert "huge.safetensors" not in kept and {"profile.txt", "pytest.log"}.isdisjoint(kept)
@@ -173,8 +192,9 @@ FAILED tests/test_speed_paths.py::test_folded_ista[bfloat16-cuda] - AssertionErr
 """
     found = check.pytest_counts(complete)
     assert found["complete"] and found["counts"] == {"failed": 1, "passed": 7, "skipped": 2, "deselected": 120}
-    assert found["failures"] == [{"test": "test_speed_paths.py::test_folded_ista[bfloat16-cuda]",
-                                  "message": "AssertionError: 0.031 > 0.02"}]
+    assert found["failures"] == [
+        {"test": "test_speed_paths.py::test_folded_ista[bfloat16-cuda]", "message": "AssertionError: 0.031 > 0.02"}
+    ]
     assert found["skip_reasons"] == [("could not import 'transformers': No module named 'transformers'", 2)]
     stopped = check.pytest_counts("bringing up nodes...\n....s.....ss........ [ 12%]\n......F.\n")
     assert not stopped["complete"] and stopped["counts"] == {"passed": 24, "failed": 1, "skipped": 3, "errors": 0}

@@ -85,8 +85,9 @@ def test_the_teacher_temperature_is_dinos_schedule(warmup, epochs):
     np.ones(nepochs - warmup_epochs) * teacher_temp)), read at the step's epoch."""
     per_epoch, total = 4, 8
     expected = np.concatenate((np.linspace(warmup, 0.07, epochs), np.ones(total - epochs) * 0.07))
-    settings = Settings(task="dino", options={"teacher_temp": 0.07, "warmup_teacher_temp": warmup,
-                                              "warmup_teacher_temp_epochs": epochs})
+    settings = Settings(
+        task="dino", options={"teacher_temp": 0.07, "warmup_teacher_temp": warmup, "warmup_teacher_temp_epochs": epochs}
+    )
     ours = [teacher_temperature(step, per_epoch, settings) for step in range(per_epoch * total)]
     assert ours == pytest.approx(list(np.repeat(expected, per_epoch)), abs=1e-15)
 
@@ -97,9 +98,11 @@ def test_dinos_settings_belong_to_task_dino_and_are_recorded(tmp_path):
     problems = dict(settings_problems(Settings(task="classify", options={"local_crops": 2, "teacher_temp": 0.07})))
     assert set(problems) == {"local_crops", "teacher_temp"} and "task dino" in problems["local_crops"]
     assert dict(settings_problems(Settings(task="dino", options={"teacher_temp": 0.0})))["teacher_temp"]
-    settings = _settings(steps=2, checkpoint_every=0, options={"local_crops": 2, "teacher_temp": 0.07,
-                                                               "warmup_teacher_temp": 0.03,
-                                                               "warmup_teacher_temp_epochs": 2})
+    settings = _settings(
+        steps=2,
+        checkpoint_every=0,
+        options={"local_crops": 2, "teacher_temp": 0.07, "warmup_teacher_temp": 0.03, "warmup_teacher_temp_epochs": 2},
+    )
     train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "run", progress=False)
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["identity"]["settings"]
     assert (recorded["local_crops"], recorded["teacher_temp"], recorded["warmup_teacher_temp_epochs"]) == (2, 0.07, 2)
@@ -123,8 +126,9 @@ def test_under_ddp_the_center_is_the_mean_over_every_processs_share(tmp_path):
     """DINO's all_reduce of the batch centre: two processes holding 3 and 3 teacher rows move the centre as one
     process holding all 6 (the step's views are each process's own, as in DINO: the centre is what they share)."""
     teacher = torch.randn(6, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    torch.multiprocessing.spawn(_center_shares, args=(2, f"file://{tmp_path / 'rendezvous'}", teacher, str(tmp_path)),
-                                nprocs=2, join=True)
+    torch.multiprocessing.spawn(
+        _center_shares, args=(2, f"file://{tmp_path / 'rendezvous'}", teacher, str(tmp_path)), nprocs=2, join=True
+    )
     expected = 0.1 * teacher.mean(0, keepdim=True)
     for rank in range(2):
         assert torch.allclose(torch.load(tmp_path / f"center-{rank}.pt"), expected, rtol=1e-12, atol=1e-15)
@@ -135,25 +139,42 @@ def test_a_bf16_dino_run_killed_after_a_checkpoint_resumes_exactly(tmp_path, dev
     import shutil
 
     settings = _settings(steps=4, checkpoint_every=2, precision="bf16")
-    whole = train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "whole", progress=False,
-                  device=str(device))
+    whole = train(
+        EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "whole", progress=False, device=str(device)
+    )
     broken = tmp_path / "broken"
     train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=broken, progress=False, device=str(device))
     for folder in ("checkpoints/step-000004", "final", "final-ema"):
         shutil.rmtree(broken / folder)
     (broken / "result.json").unlink()
-    resumed = train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=broken, resume=True, progress=False,
-                    device=str(device))
+    resumed = train(
+        EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=broken, resume=True, progress=False, device=str(device)
+    )
     for folder in ("final", "final-ema"):
         a, b = (load_file(run / folder / "model.safetensors") for run in (tmp_path / "whole", broken))
         assert all(torch.equal(a[k], b[k]) for k in a), folder
-    centers = [load_file(run / "checkpoints/step-000004/task.safetensors")["center"] for run in (tmp_path / "whole", broken)]
+    centers = [
+        load_file(run / "checkpoints/step-000004/task.safetensors")["center"] for run in (tmp_path / "whole", broken)
+    ]
     assert torch.equal(*centers) and whole.train_loss == resumed.train_loss
 
 
 def _settings(**changes) -> Settings:
-    base = Settings(task="dino", data="digits", steps=3, batch_size=8, eval_every=0, checkpoint_every=3, log_every=1,
-                    logger="none", warmup=1, ema=0.996, lr=1e-3, weight_decay=0.04, grad_clip=3.0)
+    base = Settings(
+        task="dino",
+        data="digits",
+        steps=3,
+        batch_size=8,
+        eval_every=0,
+        checkpoint_every=3,
+        log_every=1,
+        logger="none",
+        warmup=1,
+        ema=0.996,
+        lr=1e-3,
+        weight_decay=0.04,
+        grad_clip=3.0,
+    )
     return replace(base, **changes)
 
 
@@ -180,10 +201,18 @@ def test_a_dino_run_logs_the_collapse_measures_and_keeps_the_center(dino_run):
 
 def test_the_teacher_is_the_average_and_the_last_layer_waits_an_epoch(dino_run, tmp_path):
     out, _ = dino_run
-    start = train(EXAMPLE.spec, _settings(steps=1, checkpoint_every=1), overrides=EXAMPLE.overrides,
-                  out=tmp_path / "zero", progress=False)
+    start = train(
+        EXAMPLE.spec,
+        _settings(steps=1, checkpoint_every=1),
+        overrides=EXAMPLE.overrides,
+        out=tmp_path / "zero",
+        progress=False,
+    )
     assert start.steps == 1
-    student, teacher = load_file(out / "final" / "model.safetensors"), load_file(out / "final-ema" / "model.safetensors")
+    student, teacher = (
+        load_file(out / "final" / "model.safetensors"),
+        load_file(out / "final-ema" / "model.safetensors"),
+    )
     initial = load_file(tmp_path / "zero" / "final-ema" / "model.safetensors")
     last = [name for name in student if ".last_layer." in name or name.endswith("last_layer.weight_v")]
     assert last, sorted(student)
@@ -205,12 +234,20 @@ def test_linear_probe_and_evaluate_of_a_dino_run_read_the_teacher(dino_run):
 def test_what_dino_cannot_train_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(TrainError, match="--ema 0.996"):
         train(EXAMPLE.spec, _settings(ema=None), overrides=EXAMPLE.overrides, out=tmp_path / "a", progress=False)
-    with pytest.raises(TrainError, match="ends in classify .*which task dino does not train \\(it trains a dino_head "
-                       "head, as specs/crate-dino.yaml has\\); --task classify trains this spec"):
+    with pytest.raises(
+        TrainError,
+        match="ends in classify .*which task dino does not train \\(it trains a dino_head "
+        "head, as specs/crate-dino.yaml has\\); --task classify trains this spec",
+    ):
         train("crate-digits", _settings(), overrides=list(EXAMPLE.overrides[:-1]), out=tmp_path / "b", progress=False)
     with pytest.raises(TrainError, match="interpolate: true"):
-        train(EXAMPLE.spec, _settings(), overrides=[*EXAMPLE.overrides, "preprocess[positions].args.interpolate=false"],
-              out=tmp_path / "c", progress=False)
+        train(
+            EXAMPLE.spec,
+            _settings(),
+            overrides=[*EXAMPLE.overrides, "preprocess[positions].args.interpolate=false"],
+            out=tmp_path / "c",
+            progress=False,
+        )
     assert not any((tmp_path / name).exists() for name in "bc")
 
 
@@ -276,8 +313,29 @@ def test_the_progress_shows_the_collapse_measures_and_the_student_and_the_teache
 
     out = tmp_path / "run"
     sets = [arg for override in EXAMPLE.overrides for arg in ("--set", override)]
-    args = ["train", EXAMPLE.spec, *sets, "--task", "dino", "--data", "digits", "--steps", "4", "--batch-size", "8",
-            "--ema", "0.996", "--local-crops", "2", "--log-every", "1", "--logger", "none", "--out", str(out)]
+    args = [
+        "train",
+        EXAMPLE.spec,
+        *sets,
+        "--task",
+        "dino",
+        "--data",
+        "digits",
+        "--steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--ema",
+        "0.996",
+        "--local-crops",
+        "2",
+        "--log-every",
+        "1",
+        "--logger",
+        "none",
+        "--out",
+        str(out),
+    ]
     assert cli.main(args) == 0
     printed, err = capsys.readouterr()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -286,16 +344,22 @@ def test_the_progress_shows_the_collapse_measures_and_the_student_and_the_teache
     assert lines, err
     for line in lines:
         row = train_rows[int(line.split()[1].split("/")[0])]
-        assert (f", loss {row['loss']:.4f}, teacher_entropy {row['teacher_entropy']:.3f}, "
-                f"teacher_kl_uniform {row['teacher_kl_uniform']:.3f}, ") in line, (line, row)
+        assert (
+            f", loss {row['loss']:.4f}, teacher_entropy {row['teacher_entropy']:.3f}, "
+            f"teacher_kl_uniform {row['teacher_kl_uniform']:.3f}, "
+        ) in line, (line, row)
     evaluation = next(row for row in rows if row["kind"] == "eval")
-    said = (f"student test_knn_accuracy {evaluation['test_knn_accuracy']:.4f}, "
-            f"teacher {evaluation['ema_test_knn_accuracy']:.4f}")
+    said = (
+        f"student test_knn_accuracy {evaluation['test_knn_accuracy']:.4f}, "
+        f"teacher {evaluation['ema_test_knn_accuracy']:.4f}"
+    )
     assert f"step 4: {said}" in err.splitlines(), err
     summary = next(line for line in printed.splitlines() if line.startswith("trained "))
     assert summary.endswith(f": last batch's train loss {train_rows[4]['loss']:.4f}, {said}"), summary
-    assert set(json.loads((out / "result.json").read_text())["metrics"]) == {"test_knn_accuracy",
-                                                                              "ema_test_knn_accuracy"}
+    assert set(json.loads((out / "result.json").read_text())["metrics"]) == {
+        "test_knn_accuracy",
+        "ema_test_knn_accuracy",
+    }
 
 
 def test_a_diverged_dino_run_names_its_own_settings(tmp_path, monkeypatch):
@@ -315,9 +379,10 @@ def test_a_diverged_dino_run_names_its_own_settings(tmp_path, monkeypatch):
         train(EXAMPLE.spec, settings, overrides=EXAMPLE.overrides, out=tmp_path / "run", progress=False)
     message = str(caught.value)
     assert message.startswith("the loss is nan at step 2: the run diverged"), message
-    assert ("lower --lr or raise --warmup, or check task dino's --local-crops 2, --teacher-temp 0.05, "
-            "--warmup-teacher-temp 0.04, --warmup-teacher-temp-epochs 0, and start a new run with another --out"
-            ) in message
+    assert (
+        "lower --lr or raise --warmup, or check task dino's --local-crops 2, --teacher-temp 0.05, "
+        "--warmup-teacher-temp 0.04, --warmup-teacher-temp-epochs 0, and start a new run with another --out"
+    ) in message
 
 
 def test_train_closes_with_the_untrained_networks_knn_and_chance(tmp_path, capsys):
@@ -327,9 +392,33 @@ def test_train_closes_with_the_untrained_networks_knn_and_chance(tmp_path, capsy
 
     out = tmp_path / "run"
     sets = [a for o in EXAMPLE.overrides for a in ("--set", o)]
-    assert cli.main(["train", EXAMPLE.spec, *sets, "--task", "dino", "--data", "digits", "--steps", "3",
-                     "--batch-size", "8", "--ema", "0.996", "--logger", "none", "--no-progress", "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                EXAMPLE.spec,
+                *sets,
+                "--task",
+                "dino",
+                "--data",
+                "digits",
+                "--steps",
+                "3",
+                "--batch-size",
+                "8",
+                "--ema",
+                "0.996",
+                "--logger",
+                "none",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     untrained = cc.evaluate(out, untrained=True)
-    assert last == (f"beside it: the same network untrained, test_knn_accuracy {untrained['test_knn_accuracy']:.4f}, "
-                    "chance 0.1000")
+    assert last == (
+        f"beside it: the same network untrained, test_knn_accuracy {untrained['test_knn_accuracy']:.4f}, chance 0.1000"
+    )

@@ -23,8 +23,9 @@ SMALL = {"out_dim": 32, "hidden": 16, "bottleneck": 8}
 class ReferenceDinoHead(nn.Module):
     """DINO's DINOHead (use_bn=False) on the class token, written out independently."""
 
-    def __init__(self, in_dim: int, out_dim: int, nlayers: int = 3, hidden_dim: int = 2048,
-                 bottleneck_dim: int = 256) -> None:
+    def __init__(
+        self, in_dim: int, out_dim: int, nlayers: int = 3, hidden_dim: int = 2048, bottleneck_dim: int = 256
+    ) -> None:
         super().__init__()
         if nlayers == 1:
             self.mlp = nn.Linear(in_dim, bottleneck_dim)
@@ -45,8 +46,15 @@ class ReferenceDinoHead(nn.Module):
 
 def _ours(dim: int, layers: int, dtype=torch.float32, **kwargs) -> DinoHead:
     torch.manual_seed(0)
-    return DinoHead(dim, SMALL["out_dim"], hidden=SMALL["hidden"], bottleneck=SMALL["bottleneck"], layers=layers,
-                    norm=False, **kwargs).to(dtype)
+    return DinoHead(
+        dim,
+        SMALL["out_dim"],
+        hidden=SMALL["hidden"],
+        bottleneck=SMALL["bottleneck"],
+        layers=layers,
+        norm=False,
+        **kwargs,
+    ).to(dtype)
 
 
 def _reference_with(ours: DinoHead, dim: int, layers: int, dtype) -> ReferenceDinoHead:
@@ -134,7 +142,7 @@ def test_the_initialization_is_dinos():
     for linear in linears:  # trunc_normal_(std=0.02), bias 0
         assert abs(linear.weight.std().item() - 0.02) < 2e-3 and torch.equal(linear.bias, torch.zeros_like(linear.bias))
     v = head.last_layer.weight_v  # nn.Linear's default: uniform within 1/sqrt(fan_in)
-    assert v.abs().max() <= 256 ** -0.5 and v.abs().max() > 0.9 * 256 ** -0.5
+    assert v.abs().max() <= 256**-0.5 and v.abs().max() > 0.9 * 256**-0.5
 
 
 def test_batch_norm_follows_dinos_use_bn_layout():
@@ -158,8 +166,9 @@ def test_the_bottleneck_is_a_unit_vector():
 
 def test_a_spec_with_a_dino_head_builds():
     head = "[{name: dino, primitive: dino_head, args: {out_dim: 32, hidden: 16, bottleneck: 8}}]"
-    model = cc.build("crate-digits", overrides=["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1",
-                                                f"head={head}"])
+    model = cc.build(
+        "crate-digits", overrides=["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1", f"head={head}"]
+    )
     out = model(torch.randn(3, 1, 8, 8))["output"]
     assert out.shape == (3, 32) and torch.isfinite(out).all()
     names = {n for n, _ in model.named_parameters()}

@@ -117,7 +117,9 @@ def test_every_file_a_page_names_exists(page):
 def test_every_public_name_is_on_the_python_page(name):
     """docs/python.md says it documents every name in ``crate_compose.__all__``: each is named there in backticks
     (``name``, or a call ``name(...)``)."""
-    assert re.search(rf"(`|### |cc\.|-> |^){re.escape(name)}\b", PYTHON, re.M), f"docs/python.md does not name cc.{name}"
+    assert re.search(rf"(`|### |cc\.|-> |^){re.escape(name)}\b", PYTHON, re.M), (
+        f"docs/python.md does not name cc.{name}"
+    )
 
 
 @pytest.mark.parametrize("name", ["train", "ablate", "probe", "evaluate", "linear_probe", "segment", "fill", "fetch"])
@@ -173,8 +175,11 @@ DOCUMENTED_COUNTS = [  # (page, spec, overrides, the parameter count the page st
 ]
 
 
-@pytest.mark.parametrize(("page", "spec", "overrides", "count"), DOCUMENTED_COUNTS,
-                         ids=[f"{page}-{count}" for page, _, _, count in DOCUMENTED_COUNTS])
+@pytest.mark.parametrize(
+    ("page", "spec", "overrides", "count"),
+    DOCUMENTED_COUNTS,
+    ids=[f"{page}-{count}" for page, _, _, count in DOCUMENTED_COUNTS],
+)
 def test_every_documented_parameter_count_is_the_built_one(page, spec, overrides, count):
     """A parameter count a page states of a network (a preset at the sizes the page trains it) is what
     ``inspect`` counts, and the page still states it: a changed preset fails here, not in a reader's table."""

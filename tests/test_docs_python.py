@@ -40,7 +40,7 @@ def expected_value(comment: str) -> object:
     """The value a trailing comment states, or UNCHECKED when it is prose."""
     text = comment.lstrip("#").strip()
     if SIZE.fullmatch(text):
-        return torch.Size(ast.literal_eval(text[len("torch.Size("):-1]))
+        return torch.Size(ast.literal_eval(text[len("torch.Size(") : -1]))
     dtype = DTYPE.fullmatch(text)
     if dtype and isinstance(getattr(torch, dtype.group(1), None), torch.dtype):
         return getattr(torch, dtype.group(1))
@@ -64,16 +64,23 @@ class CheckPrints(ast.NodeTransformer):
 
     def visit_Expr(self, node: ast.Expr) -> ast.AST:
         call = node.value
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print"
-                and len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Starred)):
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "print"
+            and len(call.args) == 1
+            and not call.keywords
+            and not isinstance(call.args[0], ast.Starred)
+        ):
             return node
         comment = self.comments.get(node.end_lineno)
         value = UNCHECKED if comment is None else expected_value(comment)
         if value is UNCHECKED:
             return node
         self.expected.append((value, node.lineno, comment))
-        check = ast.Call(ast.Name("__check_print__", ast.Load()),
-                         [call.args[0], ast.Constant(len(self.expected) - 1)], [])
+        check = ast.Call(
+            ast.Name("__check_print__", ast.Load()), [call.args[0], ast.Constant(len(self.expected) - 1)], []
+        )
         return ast.copy_location(ast.Expr(check), node)
 
 
@@ -141,8 +148,11 @@ def test_the_readme_shows_the_code_a_build_writes(tmp_path):
     """The README's excerpt of generated code is crate-tiny's code.py, line for line (``...`` elides layers)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     excerpt = next(block for block in BLOCK.findall(readme) if block.startswith("def forward("))
-    code = (cc.save(cc.build("crate-tiny", overrides=["sizes.image_size=32"]), tmp_path / "tiny") / "code.py"
-            ).read_text().splitlines()
+    code = (
+        (cc.save(cc.build("crate-tiny", overrides=["sizes.image_size=32"]), tmp_path / "tiny") / "code.py")
+        .read_text()
+        .splitlines()
+    )
     lines = [line for line in excerpt.splitlines() if line.strip() != "..."]
     assert [line for line in code if line in lines] == lines
     assert not any(line.endswith("= None") for line in code)  # torch.fx's frees are not part of the reading

@@ -24,8 +24,9 @@ BATCH = 2
 BUILTIN = {name: p for name, p in cc.all_primitives().items() if p.factory.__module__.startswith("crate_compose.")}
 
 
-def _inputs(primitive: registry.Primitive, dtype: torch.dtype, seed: int = 0,
-            device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+def _inputs(
+    primitive: registry.Primitive, dtype: torch.dtype, seed: int = 0, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, ...]:
     """A batch for the example shape, plus the values the primitive consumes (a restoring permutation),
     drawn on the CPU (the same values on every device) and put on ``device``."""
     gen = torch.Generator().manual_seed(seed)
@@ -41,13 +42,16 @@ def _inputs(primitive: registry.Primitive, dtype: torch.dtype, seed: int = 0,
     return tuple(t.to(device) for t in (x, *extra))
 
 
-def _build(primitive: registry.Primitive, dtype: torch.dtype = torch.float32, seed: int = 0,
-           device: torch.device | str = "cpu") -> torch.nn.Module:
+def _build(
+    primitive: registry.Primitive, dtype: torch.dtype = torch.float32, seed: int = 0, device: torch.device | str = "cpu"
+) -> torch.nn.Module:
     torch.manual_seed(seed)
     args = primitive.args.model_validate(primitive.example.args)
-    module = primitive.build(args, primitive.example.shape, registry.Context(image=primitive.example.shape
-                                                                              if len(primitive.example.shape) == 3
-                                                                              else None))
+    module = primitive.build(
+        args,
+        primitive.example.shape,
+        registry.Context(image=primitive.example.shape if len(primitive.example.shape) == 3 else None),
+    )
     if isinstance(module, Residual):  # exercise LayerScale too: it is part of every residual step
         module.enable_layer_scale(primitive.example.shape[-1] if len(primitive.example.shape) == 2 else 1, 0.5)
     for buffer in module.buffers():  # BatchNorm running statistics: not the identity, so they are tested
@@ -209,8 +213,12 @@ def test_half_products_on_the_cpu_take_the_linear_layout(name, half):
     if half == "bf16-autocast":
         module = module.float()
     x, *extra = _inputs(primitive, torch.float32)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half == "bf16-autocast"), \
-            torchs_own_kernels(), RowMajorProducts() as products:
+    with (
+        torch.no_grad(),
+        torch.autocast("cpu", dtype=torch.bfloat16, enabled=half == "bf16-autocast"),
+        torchs_own_kernels(),
+        RowMajorProducts() as products,
+    ):
         torch.manual_seed(1)  # steps that draw randomness (the mask) draw the same in both
         out = _tokens(module(x.to(torch.bfloat16) if half == "bf16-build" and x.is_floating_point() else x, *extra))
     assert not products.found, f"{name}: row-major half products {products.found}"

@@ -21,10 +21,29 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS = cc.presets()
 
 # Small sizes for a forward pass of any preset: each applies only where the preset declares that size.
-SMALL_SIZES = {"image_size": 32, "d": 32, "heads": 2, "head_dim": 16, "depth": 1, "class_depth": 1, "classes": 10,
-               "tokens": 12, "subspaces": 2, "subspace_dim": 16, "vocab": 64, "context": 16}
-TINY = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
-        "sizes.patch_size=8", "sizes.classes=10"]
+SMALL_SIZES = {
+    "image_size": 32,
+    "d": 32,
+    "heads": 2,
+    "head_dim": 16,
+    "depth": 1,
+    "class_depth": 1,
+    "classes": 10,
+    "tokens": 12,
+    "subspaces": 2,
+    "subspace_dim": 16,
+    "vocab": 64,
+    "context": 16,
+}
+TINY = [
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=2",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.classes=10",
+]
 
 
 def small(preset: str) -> list[str]:
@@ -79,16 +98,26 @@ def test_every_presets_half_products_on_the_cpu_take_the_linear_layout(preset):
 
     model = cc.build(preset, overrides=small(preset))
     spec = cc.spec_of(model)
-    x = torch.randint(0, 64, (2, spec.input.shape[0] - 3)) if spec.input.dtype == "int64" else \
-        torch.randn(2, *spec.input.shape)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), torchs_own_kernels(), \
-            RowMajorProducts() as products:  # the products torch's own kernels compute (an AVX2-only CPU)
+    x = (
+        torch.randint(0, 64, (2, spec.input.shape[0] - 3))
+        if spec.input.dtype == "int64"
+        else torch.randn(2, *spec.input.shape)
+    )
+    with (
+        torch.no_grad(),
+        torch.autocast("cpu", dtype=torch.bfloat16),
+        torchs_own_kernels(),
+        RowMajorProducts() as products,
+    ):  # the products torch's own kernels compute (an AVX2-only CPU)
         model(x)
     assert not products.found, f"{preset}: row-major half products {products.found}"
 
 
 EXACT = {  # the counts the papers give exactly (README.md, docs/language.md)
-    "tost-tiny": 5_769_328, "tost-small": 22_589_944, "vit-tiny": 5_717_416, "vit-small": 22_050_664,
+    "tost-tiny": 5_769_328,
+    "tost-small": 22_589_944,
+    "vit-tiny": 5_717_416,
+    "vit-small": 22_050_664,
     "crate-alpha-base16": 72_328_936,
 }
 
@@ -102,8 +131,9 @@ def test_crate_alpha_is_within_half_a_percent_of_the_paper_and_says_why():
     summary = cc.inspect("crate-alpha-base16")
     assert abs(summary.params_total - 72_300_000) / 72_300_000 < 0.005
     assert "72,328,936" in summary.reference["note"]
-    with_layer_scale = cc.inspect("crate-alpha-base16", ["encoder.layer.compress.layer_scale=1e-5",
-                                                         "encoder.layer.sparsify.layer_scale=1e-5"])
+    with_layer_scale = cc.inspect(
+        "crate-alpha-base16", ["encoder.layer.compress.layer_scale=1e-5", "encoder.layer.sparsify.layer_scale=1e-5"]
+    )
     assert with_layer_scale.params_total == 72_328_936 + 18_432  # the JAX original's ls1/ls2
 
 
@@ -113,19 +143,27 @@ def test_crate_alpha_is_within_half_a_percent_of_the_paper_and_says_why():
 def test_tost_runs_class_attention_as_a_stack_of_its_own():
     model = cc.build("tost-tiny", overrides=small("tost-tiny"), meta=True)
     targets = [n.target for n in model.graph.nodes if n.op == "call_module"]
-    assert targets[-5:] == ["class_attention.class_token", "class_attention.layer_0.attend",
-                            "class_attention.layer_0.mlp", "class_attention.norm", "head.classify"]
+    assert targets[-5:] == [
+        "class_attention.class_token",
+        "class_attention.layer_0.attend",
+        "class_attention.layer_0.mlp",
+        "class_attention.norm",
+        "head.classify",
+    ]
     shapes_ = {row.module: row.output_shape for row in cc.summarize(model).steps}
     assert shapes_["encoder.layer_0.mlp"] == ["B", 4, 32] and shapes_["class_attention.class_token"] == ["B", 5, 32]
     assert "class attention (1 layers)" in cc.diagram(model).source
 
 
 def test_stack_names_cannot_shadow_the_layout(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: tost-tiny
         stacks:
           head: {depth: 1, layer: [{name: norm, primitive: layernorm}]}
-        """)
+        """,
+    )
     with pytest.raises(SpecError, match="stack name 'head'"):
         cc.load_spec(path)
 
@@ -143,8 +181,15 @@ def _weights(model) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("swap", ["encoder.layer.compress.primitive=tssa", "encoder.layer.sparsify.primitive=ista_mm",
-                                  "encoder.layer.sparsify.primitive=ista_soft", "sizes.depth=3"])
+@pytest.mark.parametrize(
+    "swap",
+    [
+        "encoder.layer.compress.primitive=tssa",
+        "encoder.layer.sparsify.primitive=ista_mm",
+        "encoder.layer.sparsify.primitive=ista_soft",
+        "sizes.depth=3",
+    ],
+)
 def test_a_variant_keeps_every_other_steps_initial_weights(swap):
     base = _weights(cc.build("crate-tiny", overrides=TINY, seed=7))
     variant = _weights(cc.build("crate-tiny", overrides=[*TINY, swap], seed=7))
@@ -154,17 +199,22 @@ def test_a_variant_keeps_every_other_steps_initial_weights(swap):
     for key in kept:
         assert torch.equal(base[key], variant[key]), key
     other_seed = _weights(cc.build("crate-tiny", overrides=TINY, seed=8))
-    assert not torch.equal(base["encoder.layer_0.compress.subspaces.weight"],
-                           other_seed["encoder.layer_0.compress.subspaces.weight"])
+    assert not torch.equal(
+        base["encoder.layer_0.compress.subspaces.weight"], other_seed["encoder.layer_0.compress.subspaces.weight"]
+    )
 
 
 def test_a_patch_through_extends_keeps_the_other_weights_too(tmp_path):
-    path = write(tmp_path, f"""\
+    path = write(
+        tmp_path,
+        f"""\
         extends: {ROOT / "zoo/crate-tiny.yaml"}
         encoder:
           layer:
             sparsify: {{primitive: ista_soft}}
-        """, "soft.yaml")
+        """,
+        "soft.yaml",
+    )
     variant = cc.build(path, overrides=TINY, seed=0)
     base = _weights(cc.build("crate-tiny", overrides=TINY, seed=0))
     assert variant.get_submodule("encoder.layer_0.sparsify").threshold == "soft"
@@ -206,8 +256,18 @@ def test_layer_scale_applies_to_residual_steps_only():
 
 def test_an_ablated_build_gets_its_own_name_and_no_paper_count(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["build", "crate-tiny", *sum((["--set", o] for o in TINY[:1]), []),
-                     "--set", "encoder.layer.sparsify.primitive=ista_soft"]) == 0
+    assert (
+        cli.main(
+            [
+                "build",
+                "crate-tiny",
+                *sum((["--set", o] for o in TINY[:1]), []),
+                "--set",
+                "encoder.layer.sparsify.primitive=ista_soft",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert (tmp_path / "out" / "crate-tiny.d-32.sparsify-ista_soft" / "model.safetensors").is_file()
     assert not (tmp_path / "out" / "crate-tiny").exists()
@@ -223,17 +283,22 @@ def test_extends_drops_a_reference_the_child_no_longer_matches(tmp_path):
     deeper = write(tmp_path, "extends: crate-tiny\nencoder: {depth: 6}\n", "deeper.yaml")
     spec = cc.load_spec(deeper)
     assert spec.name == "deeper" and spec.reference is None
-    restated = write(tmp_path, "extends: crate-tiny\nname: x\nencoder: {depth: 6}\nreference: {params: 1, source: me}\n")
+    restated = write(
+        tmp_path, "extends: crate-tiny\nname: x\nencoder: {depth: 6}\nreference: {params: 1, source: me}\n"
+    )
     assert cc.load_spec(restated).reference.params == 1
 
 
 def test_extends_patch_of_an_unknown_step_is_located(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         encoder:
           layer:
             sparsfy: {primitive: ista_soft}
-        """)
+        """,
+    )
     with pytest.raises(SpecError) as caught:
         cc.load_spec(path)
     problem = caught.value.problems[0]
@@ -249,8 +314,9 @@ def test_derived_spec_keeps_size_references(tmp_path, capsys):
     assert cli.main(["derive", "specs/mae.yaml", "--out", str(out)]) == 0
     text = out.read_text()
     assert "heads: '${heads}'" in text and "patch_size: '${patch_size}'" in text and "depth: ${depth}" in text
-    small_model = cc.inspect(out, ["sizes.d=64", "sizes.heads=2", "sizes.head_dim=32", "sizes.depth=1",
-                                   "sizes.image_size=32"])
+    small_model = cc.inspect(
+        out, ["sizes.d=64", "sizes.heads=2", "sizes.head_dim=32", "sizes.depth=1", "sizes.image_size=32"]
+    )
     rows = {row.module: row for row in small_model.steps}
     assert rows["decoder.layer_0.inverse_compress"].output_shape == ["B", 5, 64]
     assert len([r for r in small_model.steps if r.role == "decoder" and r.layer is not None]) == 2
@@ -268,13 +334,16 @@ def test_sine_cosine_positions_follow_a_rectangular_grid():
 
 
 def test_positions_after_a_dropping_mask_are_refused(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: mae-drop
         preprocess:
           - {name: patch_embed, primitive: patch_embed, args: {patch_size: 16, dim: 64}}
           - {name: mask, primitive: mask, args: {mode: drop}}
           - {name: positions, primitive: positions, args: {init: sincos2d}}
-        """)
+        """,
+    )
     with pytest.raises(SpecError) as caught:
         cc.validate(path, ["sizes.image_size=32", "sizes.d=64", "sizes.heads=2", "sizes.head_dim=32"])
     problem = caught.value.problems[0]
@@ -316,7 +385,7 @@ def test_aot_spec_raises_every_subspace_snr_layer_after_layer():
     def snr(tokens):  # book eq. 5.3.3, per subspace
         out = []
         for k in range(K):
-            Zk, Uk = tokens[labels == k], U[:, k * p:(k + 1) * p]
+            Zk, Uk = tokens[labels == k], U[:, k * p : (k + 1) * p]
             signal = Zk @ Uk @ Uk.T
             out.append(signal.norm() / (Zk - signal).norm())
         return torch.stack(out)
@@ -333,7 +402,7 @@ def test_aot_spec_raises_every_subspace_snr_layer_after_layer():
 
 # ---------------------------------------------------------------- plug-ins from the command line
 
-PLUGIN = '''
+PLUGIN = """
 import torch
 from torch import nn
 from pydantic import Field
@@ -357,7 +426,7 @@ class Shrink(nn.Module):
               update="factor * ReLU(Z)", description="a user's step", example=cc.Example({{}}, (4, 8)))
 def shrink(args, shape):
     return Shrink(args.factor)
-'''
+"""
 
 
 def test_a_plugin_primitive_is_usable_from_the_command_line(tmp_path, capsys, monkeypatch):
@@ -386,8 +455,12 @@ def _imports() -> nx.DiGraph:
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         graph.add_node(module)
         tree = ast.parse(path.read_text())
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and ast.unparse(block.test) == "TYPE_CHECKING" for n in ast.walk(block)}
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+            for n in ast.walk(block)
+        }
         for node in ast.walk(tree):
             if id(node) in typing_only:  # imports for type hints only: never run
                 continue
@@ -412,13 +485,26 @@ def test_the_import_graph_has_no_cycles():
     graph = _imports()
     assert ("crate_compose.building.builder", "crate_compose.building.derivation") in graph.edges  # the graph was read
     assert nx.is_directed_acyclic_graph(graph), nx.find_cycle(graph)
-    assert not nx.has_path(graph, "crate_compose.spec_language.loader", "crate_compose.building.builder")  # loading never compiles
+    assert not nx.has_path(
+        graph, "crate_compose.spec_language.loader", "crate_compose.building.builder"
+    )  # loading never compiles
 
 
 # The layers, lowest first: a module imports only from its own layer or those below (docs/architecture.md).
 LAYERS = [
-    ("base", ["crate_compose.errors", "crate_compose.files", "crate_compose.options", "crate_compose.settings",
-              "crate_compose.seeds", "crate_compose.memory", "crate_compose.registering", "crate_compose.version"]),
+    (
+        "base",
+        [
+            "crate_compose.errors",
+            "crate_compose.files",
+            "crate_compose.options",
+            "crate_compose.settings",
+            "crate_compose.seeds",
+            "crate_compose.memory",
+            "crate_compose.registering",
+            "crate_compose.version",
+        ],
+    ),
     ("spec language and the registry of primitives", ["crate_compose.spec_language", "crate_compose.registry"]),
     ("torch building blocks", ["crate_compose.modules"]),
     ("primitive declarations", ["crate_compose.primitives"]),
@@ -439,8 +525,9 @@ LAYERS = [
 
 def _layer(module: str) -> int:
     for rank, (_, prefixes) in enumerate(LAYERS):
-        if any(module == p or module.startswith(p + ".") for p in prefixes if p != "crate_compose") or \
-                (module == "crate_compose" and "crate_compose" in prefixes):
+        if any(module == p or module.startswith(p + ".") for p in prefixes if p != "crate_compose") or (
+            module == "crate_compose" and "crate_compose" in prefixes
+        ):
             return rank
     raise AssertionError(f"{module} belongs to no layer: add it to LAYERS (and to docs/architecture.md)")
 
@@ -460,25 +547,42 @@ def test_the_packages_import_each_other_without_a_circle():
 
 def test_the_import_graph_follows_the_layers():
     graph = _imports()
-    upward = [f"{a} ({LAYERS[_layer(a)][0]}) imports {b} ({LAYERS[_layer(b)][0]})"
-              for a, b in graph.edges if b.startswith("crate_compose") and _layer(a) < _layer(b)]
+    upward = [
+        f"{a} ({LAYERS[_layer(a)][0]}) imports {b} ({LAYERS[_layer(b)][0]})"
+        for a, b in graph.edges
+        if b.startswith("crate_compose") and _layer(a) < _layer(b)
+    ]
     assert not upward, "\n".join(upward)
     assert len({_layer(m) for m in graph.nodes if m.startswith("crate_compose")}) == len(LAYERS)  # every layer read
 
 
 def test_the_package_top_holds_only_entry_points_and_base():
     top = sorted(p.stem for p in (ROOT / "crate_compose").glob("*.py"))
-    assert top == ["__init__", "errors", "files", "memory", "options", "registering", "registry", "seeds", "settings",
-                   "version"], top
+    assert top == [
+        "__init__",
+        "errors",
+        "files",
+        "memory",
+        "options",
+        "registering",
+        "registry",
+        "seeds",
+        "settings",
+        "version",
+    ], top
     assert (ROOT / "crate_compose" / "cli" / "__init__.py").is_file()  # the command line: a package, a module a command
 
 
 def test_no_folder_of_the_package_holds_more_than_15_modules():
     """A folder is grouped by what it holds (data/image_sets, training/run_folder, ...) before it grows past 15
     modules; primitives/ and modules/ hold a module per family of steps and are exempt."""
-    crowded = {str(folder.relative_to(ROOT)): count for folder in (ROOT / "crate_compose").rglob("*")
-               if folder.is_dir() and folder.name not in ("primitives", "modules", "__pycache__")
-               and (count := len(list(folder.glob("*.py")))) > 15}
+    crowded = {
+        str(folder.relative_to(ROOT)): count
+        for folder in (ROOT / "crate_compose").rglob("*")
+        if folder.is_dir()
+        and folder.name not in ("primitives", "modules", "__pycache__")
+        and (count := len(list(folder.glob("*.py")))) > 15
+    }
     assert not crowded, crowded
 
 
@@ -500,7 +604,17 @@ def test_a_derived_autoencoder_is_named_apart_from_its_classifier():
 
 
 def test_variant_names_do_not_depend_on_how_overrides_are_spaced():
-    many = [f"sizes.{k}={v}" for k, v in [("d", 32), ("heads", 2), ("head_dim", 16), ("depth", 1),
-                                           ("image_size", 32), ("patch_size", 8), ("classes", 10)]]
+    many = [
+        f"sizes.{k}={v}"
+        for k, v in [
+            ("d", 32),
+            ("heads", 2),
+            ("head_dim", 16),
+            ("depth", 1),
+            ("image_size", 32),
+            ("patch_size", 8),
+            ("classes", 10),
+        ]
+    ]
     spaced = [o.replace("=", " = ") for o in many]
     assert cc.load_spec("crate-tiny", many).name == cc.load_spec("crate-tiny", spaced).name

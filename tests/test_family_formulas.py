@@ -24,8 +24,22 @@ from crate_compose.registry import Context
 TOL = 1e-10
 B, N, D = 2, 7, 24
 
-OURS = ["tssa", "denoise", "coding_rate_step", "ista", "ista_soft", "ista_mm", "ista_odl", "aot",
-        "conv_patch_embed", "fourier_positions", "class_attention", "class_mlp", "mhsa", "mlp"]
+OURS = [
+    "tssa",
+    "denoise",
+    "coding_rate_step",
+    "ista",
+    "ista_soft",
+    "ista_mm",
+    "ista_odl",
+    "aot",
+    "conv_patch_embed",
+    "fourier_positions",
+    "class_attention",
+    "class_mlp",
+    "mhsa",
+    "mlp",
+]
 
 
 def _build(name, shape=(N, D), context=None, **args):
@@ -89,6 +103,7 @@ def _close(got, expected, what, tol=TOL):
 
 # --------------------------------------------------------------------------------------------- registry entries
 
+
 @pytest.mark.parametrize("name", OURS)
 def test_entry_is_documented_and_its_example_builds(name):
     primitive = registry.get(name)
@@ -105,8 +120,18 @@ def test_entry_is_documented_and_its_example_builds(name):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("name,setting", [("mhsa", "norm"), ("mlp", "norm"), ("aot", "norm"), ("ista", "norm"),
-                                          ("tssa", "norm"), ("aot", "phi"), ("class_mlp", "patches")])
+@pytest.mark.parametrize(
+    "name,setting",
+    [
+        ("mhsa", "norm"),
+        ("mlp", "norm"),
+        ("aot", "norm"),
+        ("ista", "norm"),
+        ("tssa", "norm"),
+        ("aot", "phi"),
+        ("class_mlp", "patches"),
+    ],
+)
 def test_update_strings_follow_the_settings(name, setting):
     primitive = registry.get(name)
     base = dict(primitive.example.args)
@@ -119,18 +144,19 @@ def test_update_strings_follow_the_settings(name, setting):
 
 # --------------------------------------------------------------------------------------------- TSSA
 
+
 def _tssa_expected(x, prm, heads, eps=1e-5):
     w = _ln(x, prm["norm.weight"], prm["norm.bias"], eps) @ prm["qkv.weight"].T + prm["qkv.bias"]  # (B, n, d)
     p = w.shape[-1] // heads
-    ws = [w[..., k * p:(k + 1) * p] for k in range(heads)]  # K x (B, n, p)
+    ws = [w[..., k * p : (k + 1) * p] for k in range(heads)]  # K x (B, n, p)
     scores = []
     for k, wk in enumerate(ws):
-        norm_over_tokens = torch.sqrt((wk ** 2).sum(1, keepdim=True)).clamp_min(1e-12)  # (B, 1, p)
+        norm_over_tokens = torch.sqrt((wk**2).sum(1, keepdim=True)).clamp_min(1e-12)  # (B, 1, p)
         scores.append(prm["temp"][k, 0] * ((wk / norm_over_tokens) ** 2).sum(-1))  # (B, n)
     pi = _softmax(torch.stack(scores), dim=0)  # (K, B, n): softmax over heads
     outs = []
     for k, wk in enumerate(ws):
-        m = torch.einsum("bi,bij->bj", pi[k], wk ** 2) / (pi[k].sum(-1, keepdim=True) + 1e-8)  # (B, p)
+        m = torch.einsum("bi,bij->bj", pi[k], wk**2) / (pi[k].sum(-1, keepdim=True) + 1e-8)  # (B, p)
         outs.append(-pi[k][..., None] * wk / (1 + m[:, None, :]))
     return x + torch.cat(outs, -1) @ prm["to_out.weight"].T + prm["to_out.bias"]
 
@@ -152,13 +178,21 @@ def test_tssa_formula(heads, eps):
 def test_tssa_parameters_match_tost():
     step = _build("tssa", shape=(196, 192), heads=4)
     shapes = {name: tuple(p.shape) for name, p in step.named_parameters()}
-    assert shapes == {"norm.weight": (192,), "norm.bias": (192,), "qkv.weight": (192, 192), "qkv.bias": (192,),
-                      "temp": (4, 1), "to_out.weight": (192, 192), "to_out.bias": (192,)}
+    assert shapes == {
+        "norm.weight": (192,),
+        "norm.bias": (192,),
+        "qkv.weight": (192, 192),
+        "qkv.bias": (192,),
+        "temp": (4, 1),
+        "to_out.weight": (192, 192),
+        "to_out.bias": (192,),
+    }
     assert _count(step) == 384 + 74_116
     assert torch.equal(step.temp, torch.ones(4, 1, dtype=torch.float64))
 
 
 # --------------------------------------------------------------------------------------------- subspace denoiser
+
 
 def test_denoise_formula():
     heads, p, sigma = 3, 5, 0.7
@@ -169,9 +203,9 @@ def test_denoise_formula():
     for b in range(B):
         for i in range(N):
             z = x[b, i]
-            proj = [U[:, k * p:(k + 1) * p].T @ z for k in range(heads)]
-            pi = _softmax(torch.stack([(c ** 2).sum() / (2 * sigma ** 2) for c in proj]))
-            expected[b, i] = sum(pi[k] * U[:, k * p:(k + 1) * p] @ proj[k] for k in range(heads))
+            proj = [U[:, k * p : (k + 1) * p].T @ z for k in range(heads)]
+            pi = _softmax(torch.stack([(c**2).sum() / (2 * sigma**2) for c in proj]))
+            expected[b, i] = sum(pi[k] * U[:, k * p : (k + 1) * p] @ proj[k] for k in range(heads))
     with torch.no_grad():
         _close(step(x), expected, "denoiser sum_k U_k pi_k U_k^T z")
 
@@ -184,8 +218,8 @@ def test_denoise_recovers_a_token_on_one_subspace():
     with torch.no_grad():
         step.subspaces.weight.copy_(Q.T)
     for k in range(heads):
-        clean = 6.0 * Q[:, k * p:(k + 1) * p] @ torch.randn(p, generator=gen, dtype=torch.float64)
-        Uk = Q[:, k * p:(k + 1) * p]
+        clean = 6.0 * Q[:, k * p : (k + 1) * p] @ torch.randn(p, generator=gen, dtype=torch.float64)
+        Uk = Q[:, k * p : (k + 1) * p]
         noise = 0.3 * torch.randn(D, generator=gen, dtype=torch.float64)
         noise = noise - Uk @ (Uk.T @ noise)  # off subspace k
         with torch.no_grad():
@@ -197,12 +231,13 @@ def test_denoise_recovers_a_token_on_one_subspace():
 
 # --------------------------------------------------------------------------------------------- exact coding-rate step
 
+
 def _rate(u, U, heads, p, precision):
     """R^c(u | U) = 1/2 sum_k logdet(I + a w_k^T w_k), a = p / (n eps^2), w_k = u U_k (rows)."""
-    a = p / (u.shape[-2] * precision ** 2)
+    a = p / (u.shape[-2] * precision**2)
     total = 0.0
     for k in range(heads):
-        wk = u @ U[:, k * p:(k + 1) * p]
+        wk = u @ U[:, k * p : (k + 1) * p]
         total = total + 0.5 * torch.logdet(torch.eye(p, dtype=u.dtype) + a * wk.transpose(-1, -2) @ wk).sum()
     return total
 
@@ -210,10 +245,10 @@ def _rate(u, U, heads, p, precision):
 def _rate_gradient_columns(Z, U, heads, p, precision):
     """003 eq. 9 as printed, tokens as columns: a sum_k U_k U_k^T Z (I_N + a (U_k^T Z)^T U_k^T Z)^{-1}."""
     n = Z.shape[1]
-    a = p / (n * precision ** 2)
+    a = p / (n * precision**2)
     grad = torch.zeros_like(Z)
     for k in range(heads):
-        Uk = U[:, k * p:(k + 1) * p]
+        Uk = U[:, k * p : (k + 1) * p]
         P = Uk.T @ Z  # (p, N)
         grad += a * Uk @ P @ torch.linalg.inv(torch.eye(n, dtype=Z.dtype) + a * P.T @ P)
     return grad
@@ -258,6 +293,7 @@ def test_coding_rate_step_lowers_the_coding_rate():
 
 # --------------------------------------------------------------------------------------------- ISTA family
 
+
 def _ista_expected(z, prm, eta, lambd, eps, soft=False):
     u = _ln(z, prm["norm.weight"], prm["norm.bias"], eps)
     Dm = prm["dictionary"]
@@ -284,7 +320,7 @@ def test_ista_mm_formula(alpha):
     step = _randomize(_build("ista_mm", alpha=alpha, lambd=lambd))
     prm = _prm(step)
     z = _tokens()
-    a = alpha if alpha is not None else D / (N * precision ** 2)  # 003 eq. 77: alpha = d / (N eps^2)
+    a = alpha if alpha is not None else D / (N * precision**2)  # 003 eq. 77: alpha = d / (N eps^2)
     u = _ln(z, prm["norm.weight"], prm["norm.bias"])
     Dm = prm["dictionary"]
     expected = torch.zeros_like(z)
@@ -322,6 +358,7 @@ def test_ista_odl_formula_and_parameters():
 
 # --------------------------------------------------------------------------------------------- AoT
 
+
 def _aot_expected(x, prm, heads, p, eta, phi, tau, scale, norm, variant):
     """Book eq. 5.3.2 in columns: Z + eta sum_k U_k U_k^T Z phi(Z^T U_k U_k^T Z), phi on each column."""
     out = torch.zeros_like(x)
@@ -336,7 +373,7 @@ def _aot_expected(x, prm, heads, p, eta, phi, tau, scale, norm, variant):
             else:
                 W = prm["qkv.weight"]  # rows: [Q; K; V] each (K*p, d)
                 hp = heads * p
-                Qk, Kk, Vk = (W[i * hp:(i + 1) * hp][sl].T for i in range(3))
+                Qk, Kk, Vk = (W[i * hp : (i + 1) * hp][sl].T for i in range(3))
                 Ok = prm["out.weight"][:, sl]  # (d, p)
             M = scale * Z.T @ Kk @ Qk.T @ Z  # (N, N): column i = scores of query i
             A = _softmax(M, dim=0)
@@ -347,13 +384,21 @@ def _aot_expected(x, prm, heads, p, eta, phi, tau, scale, norm, variant):
     return out
 
 
-@pytest.mark.parametrize("variant,phi,norm,scale", [("mssa", "softmax", False, 1.0), ("mssa", "threshold", False, 1.0),
-                                                    ("mssa", "softmax", True, 0.5), ("mhsa", "softmax", False, 1.0),
-                                                    ("mhsa", "threshold", True, 1.0)])
+@pytest.mark.parametrize(
+    "variant,phi,norm,scale",
+    [
+        ("mssa", "softmax", False, 1.0),
+        ("mssa", "threshold", False, 1.0),
+        ("mssa", "softmax", True, 0.5),
+        ("mhsa", "softmax", False, 1.0),
+        ("mhsa", "threshold", True, 1.0),
+    ],
+)
 def test_aot_formula(variant, phi, norm, scale):
     heads, p, eta, tau = 3, 6, 0.4, 0.55
-    step = _randomize(_build("aot", heads=heads, head_dim=p, step_size=eta, phi=phi, tau=tau, scale=scale,
-                             norm=norm, variant=variant))
+    step = _randomize(
+        _build("aot", heads=heads, head_dim=p, step_size=eta, phi=phi, tau=tau, scale=scale, norm=norm, variant=variant)
+    )
     x = 2.0 * _tokens(seed=9)
     prm = _prm(step)
     with torch.no_grad():
@@ -385,7 +430,7 @@ def _snr(Z, Q, labels, K, p):
     out = []
     for k in range(K):
         Zk = Z[0, labels == k]  # rows
-        Uk = Q[:, k * p:(k + 1) * p]
+        Uk = Q[:, k * p : (k + 1) * p]
         signal = Zk @ Uk @ Uk.T
         out.append(signal.norm() / (Zk - signal).norm())
     return torch.stack(out)
@@ -425,6 +470,7 @@ def test_aot_threshold_steps_raise_every_subspace_snr(seed):
 
 
 # --------------------------------------------------------------------------------------------- ToST: conv patch embedding
+
 
 def _bn_eval(x, prm, buffers, prefix, eps=1e-5):
     mean, var = buffers[f"{prefix}.running_mean"], buffers[f"{prefix}.running_var"]
@@ -469,6 +515,7 @@ def test_conv_patch_embed_rejects_other_patches_and_sizes():
 
 # --------------------------------------------------------------------------------------------- ToST: Fourier positions
 
+
 def _fourier_expected(x, prm, grid, hidden=32, temperature=10000.0):
     """XCiT's PositionalEncodingFourier, element by element: feature 2i = sin, 2i+1 = cos of pos / T^(2i/hidden),
     pos = 2 pi * (row or column index, 1-based) / (size + 1e-6); the y (row) features first, then the x."""
@@ -510,16 +557,17 @@ def test_fourier_positions_needs_a_matching_grid():
 
 # --------------------------------------------------------------------------------------------- ToST: class attention
 
+
 def _class_attention_expected(x, prm, heads, eps):
     y = _ln(x, prm["norm.weight"], prm["norm.bias"], eps)
     qkv = y @ prm["qkv.weight"].T + prm["qkv.bias"]  # (B, n, 3d)
     d = x.shape[-1]
     p = d // heads
-    q, k, v = qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:]
+    q, k, v = qkv[..., :d], qkv[..., d : 2 * d], qkv[..., 2 * d :]
     cls = []
     for h in range(heads):
         sl = slice(h * p, (h + 1) * p)
-        scores = torch.einsum("bj,bnj->bn", q[:, 0, sl], k[..., sl]) * p ** -0.5  # only the class token queries
+        scores = torch.einsum("bj,bnj->bn", q[:, 0, sl], k[..., sl]) * p**-0.5  # only the class token queries
         cls.append(torch.einsum("bn,bnj->bj", _softmax(scores), v[..., sl]))
     cls = torch.cat(cls, -1) @ prm["proj.weight"].T + prm["proj.bias"]  # (B, d)
     return cls, y
@@ -588,6 +636,7 @@ def test_class_mlp_patch_tokens_option():
 
 # --------------------------------------------------------------------------------------------- standard parts
 
+
 @pytest.mark.parametrize("norm", [True, False])
 def test_mhsa_formula(norm):
     heads, p, eps = 3, 5, 1e-6
@@ -599,13 +648,18 @@ def test_mhsa_formula(norm):
     hp = heads * p
     heads_out = []
     for h in range(heads):
-        q, k, v = (qkv[..., i * hp + h * p:i * hp + (h + 1) * p] for i in range(3))
-        heads_out.append(_softmax(q @ k.transpose(-1, -2) * p ** -0.5) @ v)
+        q, k, v = (qkv[..., i * hp + h * p : i * hp + (h + 1) * p] for i in range(3))
+        heads_out.append(_softmax(q @ k.transpose(-1, -2) * p**-0.5) @ v)
     expected = x + torch.cat(heads_out, -1) @ prm["out.weight"].T + prm["out.bias"]
     with torch.no_grad():
         _close(step(x), expected, f"MHSA (norm={norm})")
     assert isinstance(step, Residual)
-    assert set(prm) == ({"norm.weight", "norm.bias"} if norm else set()) | {"qkv.weight", "qkv.bias", "out.weight", "out.bias"}
+    assert set(prm) == ({"norm.weight", "norm.bias"} if norm else set()) | {
+        "qkv.weight",
+        "qkv.bias",
+        "out.weight",
+        "out.bias",
+    }
 
 
 @pytest.mark.parametrize("norm", [True, False])
@@ -614,13 +668,16 @@ def test_mlp_formula(norm):
     prm = _prm(step)
     x = _tokens()
     y = _ln(x, prm["norm.weight"], prm["norm.bias"], 1e-6) if norm else x
-    expected = x + _gelu(y @ prm["expand.weight"].T + prm["expand.bias"]) @ prm["contract.weight"].T + prm["contract.bias"]
+    expected = (
+        x + _gelu(y @ prm["expand.weight"].T + prm["expand.bias"]) @ prm["contract.weight"].T + prm["contract.bias"]
+    )
     with torch.no_grad():
         _close(step(x), expected, f"MLP (norm={norm})")
     assert isinstance(step, Residual)
 
 
 # --------------------------------------------------------------------------------------------- ToST-T, counted
+
 
 def test_tost_tiny_counts_5_769_328():
     d, depth, heads, classes = 192, 12, 4, 1000
@@ -631,9 +688,22 @@ def test_tost_tiny_counts_5_769_328():
     mlp = _count(_build("mlp", shape=(196, d), ratio=4.0, eps=1e-6))
     ca = _count(_build("class_attention", shape=(197, d), heads=heads))
     ca_mlp = _count(_build("class_mlp", shape=(197, d), ratio=4.0))
-    assert (embed, positions, tssa, mlp, ca, ca_mlp) == (219_096, 12_480, 384 + 74_116, 384 + 295_872,
-                                                         384 + 111_168 + 37_056, 384 + 295_872)
+    assert (embed, positions, tssa, mlp, ca, ca_mlp) == (
+        219_096,
+        12_480,
+        384 + 74_116,
+        384 + 295_872,
+        384 + 111_168 + 37_056,
+        384 + 295_872,
+    )
     layer_scale, class_token, final_ln, head = d, d, 2 * d, d * classes + classes  # the builder's / other steps'
-    total = (embed + positions + depth * (tssa + layer_scale + mlp + layer_scale) + class_token
-             + 2 * (ca + layer_scale + ca_mlp + layer_scale) + final_ln + head)
+    total = (
+        embed
+        + positions
+        + depth * (tssa + layer_scale + mlp + layer_scale)
+        + class_token
+        + 2 * (ca + layer_scale + ca_mlp + layer_scale)
+        + final_ln
+        + head
+    )
     assert total == 5_769_328

@@ -44,12 +44,30 @@ def _images(folder: Path, classes: int, side: int, seed: int, count: int = 6) ->
     return f"folder:{folder}"
 
 
-def _train(capsys, out: Path, data: str, *extra: str, spec: str = DIGITS, sets=SETS, steps: int = 4,
-           status: int = 0) -> str:
+def _train(
+    capsys, out: Path, data: str, *extra: str, spec: str = DIGITS, sets=SETS, steps: int = 4, status: int = 0
+) -> str:
     """Run ``train`` in this process; return what it printed (stdout, then stderr)."""
     capsys.readouterr()
-    code = cli.main(["train", spec, *sets, "--data", data, "--steps", str(steps), "--batch-size", "4",
-                     "--log-every", "1", "--no-progress", "--out", str(out), *extra])
+    code = cli.main(
+        [
+            "train",
+            spec,
+            *sets,
+            "--data",
+            data,
+            "--steps",
+            str(steps),
+            "--batch-size",
+            "4",
+            "--log-every",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == status, err
     assert "Traceback" not in err
@@ -71,8 +89,25 @@ def folders(tmp_path_factory) -> dict[str, str]:
 def pretrained(tmp_path_factory, folders) -> Path:
     """A tiny CRATE trained 4 steps on 2 classes: its final/ is the build fine-tuning starts from."""
     run = tmp_path_factory.mktemp("pretrained") / "run"
-    assert cli.main(["train", DIGITS, *SETS, "--data", folders["two"], "--steps", "4", "--batch-size", "4",
-                     "--no-progress", "--out", str(run)]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                DIGITS,
+                *SETS,
+                "--data",
+                folders["two"],
+                "--steps",
+                "4",
+                "--batch-size",
+                "4",
+                "--no-progress",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
     return run / "final"
 
 
@@ -87,19 +122,24 @@ def test_another_number_of_classes_keeps_everything_but_the_head(pretrained, fol
     for name, tensor in model.state_dict().items():
         expected = fresh[name] if name.startswith("head.classify.classifier") else init[name]
         assert torch.equal(tensor, expected), name
-    assert notes == [f"head.classify.classifier.weight is (3, 16) here, (2, 16) in {pretrained}: left newly initialized",
-                     f"head.classify.classifier.bias is (3,) here, (2,) in {pretrained}: left newly initialized"]
+    assert notes == [
+        f"head.classify.classifier.weight is (3, 16) here, (2, 16) in {pretrained}: left newly initialized",
+        f"head.classify.classifier.bias is (3,) here, (2,) in {pretrained}: left newly initialized",
+    ]
     # the command says so, trains, and leaves the init as it was
     err = _train(capsys, tmp_path / "run", folders["three"], "--init", str(pretrained))
-    assert f"note: head.classify.classifier.weight is (3, 16) here, (2, 16) in {pretrained}: left newly initialized" \
-        in err
+    assert (
+        f"note: head.classify.classifier.weight is (3, 16) here, (2, 16) in {pretrained}: left newly initialized" in err
+    )
     assert "not used" not in err  # every tensor of the init is used or replaced
     final = _weights(tmp_path / "run" / "final")
     assert final["head.classify.classifier.weight"].shape == (3, 16)
     assert snapshot(pretrained) == before
     record = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert record["identity"]["init"] == {"path": str(pretrained.resolve()),
-                                          "sha256": hashlib.sha256((pretrained / "model.safetensors").read_bytes()).hexdigest()}
+    assert record["identity"]["init"] == {
+        "path": str(pretrained.resolve()),
+        "sha256": hashlib.sha256((pretrained / "model.safetensors").read_bytes()).hexdigest(),
+    }
     assert "freeze" not in record["identity"]
 
 
@@ -122,10 +162,18 @@ def test_freeze_encoder_trains_the_head_alone(pretrained, folders, tmp_path, cap
 
 def test_freeze_without_init_and_through_the_python_api(folders, tmp_path):
     said: list[str] = []
-    result = train(DIGITS, Settings(data=folders["three"], steps=2, batch_size=4), overrides=TINY,
-                   out=tmp_path / "run", progress=False, freeze="encoder", notes=said.append)
+    result = train(
+        DIGITS,
+        Settings(data=folders["three"], steps=2, batch_size=4),
+        overrides=TINY,
+        out=tmp_path / "run",
+        progress=False,
+        freeze="encoder",
+        notes=said.append,
+    )
     assert result.trainable < result.params and said == [
-        f"--freeze encoder: {result.trainable:,} of {result.params:,} parameters train (the head's)"]
+        f"--freeze encoder: {result.trainable:,} of {result.params:,} parameters train (the head's)"
+    ]
     with pytest.raises(TrainError, match="--freeze 'decoder': expected one of: none, encoder"):
         train(DIGITS, Settings(steps=1), overrides=TINY, out=tmp_path / "other", progress=False, freeze="decoder")
     mae = cc.build(MAE, overrides=TINY)
@@ -140,16 +188,33 @@ def test_an_encoder_that_does_not_fit_is_refused_before_anything_is_written(pret
     err = _train(capsys, tmp_path / "run", folders["three"], "--init", str(pretrained), sets=wider, status=2)
     weights = pretrained / "model.safetensors"
     assert f"error: --init {pretrained}: " in err
-    assert "12 tensors of the weights do not fit spec 'crate-digits." in err and ".d-32.heads-2.head_dim-16.depth-1'" in err
+    assert (
+        "12 tensors of the weights do not fit spec 'crate-digits." in err
+        and ".d-32.heads-2.head_dim-16.depth-1'" in err
+    )
     assert f"preprocess.patch_embed.project.weight is (16, 12) in {weights}, (32, 12) here" in err
     assert err.count("\n") == 1 and err.endswith("; and 7 more. Nothing was written\n")
     # another primitive at the same place: its tensors are missing, and the init's are left over
-    err = _train(capsys, tmp_path / "run", folders["three"], "--init", str(pretrained), status=2,
-                 sets=[*SETS, "--set", "encoder.layer.compress.primitive=tssa"])
+    err = _train(
+        capsys,
+        tmp_path / "run",
+        folders["three"],
+        "--init",
+        str(pretrained),
+        status=2,
+        sets=[*SETS, "--set", "encoder.layer.compress.primitive=tssa"],
+    )
     assert f"encoder.layer_0.compress.temp (2, 1) is not in {weights}" in err
     # a deeper spec: the layers the init lacks
-    err = _train(capsys, tmp_path / "run", folders["three"], "--init", str(pretrained), status=2,
-                 sets=[*SETS, "--set", "sizes.depth=2"])
+    err = _train(
+        capsys,
+        tmp_path / "run",
+        folders["three"],
+        "--init",
+        str(pretrained),
+        status=2,
+        sets=[*SETS, "--set", "sizes.depth=2"],
+    )
     assert f"encoder.layer_1.compress.norm.weight (16,) is not in {weights}" in err
     for folder, said in ((tmp_path / "missing", "does not exist"), (tmp_path, "no spec.yaml there")):
         err = _train(capsys, tmp_path / "run", folders["three"], "--init", str(folder), status=2)
@@ -167,8 +232,8 @@ def test_a_masked_autoencoders_encoder_under_a_classifier_head(tmp_path, capsys)
     classifier = tmp_path / "classifier.yaml"  # the same encoder, no mask, no decoder, a head
     classifier.write_text(f"""
 name: crate-mae-classifier
-sizes: {{image_size: 32, channels: 3, patch_size: 8, d: {sizes['d']}, heads: {sizes['heads']},
-        head_dim: {sizes['head_dim']}, depth: {sizes['depth']}, classes: 2}}
+sizes: {{image_size: 32, channels: 3, patch_size: 8, d: {sizes["d"]}, heads: {sizes["heads"]},
+        head_dim: {sizes["head_dim"]}, depth: {sizes["depth"]}, classes: 2}}
 input: {{name: images, shape: ["${{channels}}", "${{image_size}}", "${{image_size}}"]}}
 preprocess:
   - {{name: patch_embed, primitive: patch_embed, args: {{patch_size: "${{patch_size}}", dim: "${{d}}", projection: conv, norm: false}}}}
@@ -185,12 +250,24 @@ head:
   - {{name: classify, primitive: classify, args: {{classes: "${{classes}}", pool: cls}}}}
 """)
     data = _images(tmp_path / "images", 3, 32, seed=2, count=4)
-    err = _train(capsys, tmp_path / "run", data, "--init", str(mae), "--freeze", "encoder", spec=str(classifier),
-                 sets=[], steps=2)
+    err = _train(
+        capsys,
+        tmp_path / "run",
+        data,
+        "--init",
+        str(mae),
+        "--freeze",
+        "encoder",
+        spec=str(classifier),
+        sets=[],
+        steps=2,
+    )
     assert f"note: head.classify (4 tensors) is not in {mae}: left newly initialized" in err
     decoder = sum(1 for name in _weights(mae) if name.startswith("decoder."))
-    assert f"note: {decoder + 1} tensors of {mae} not used by spec 'crate-mae-classifier': " \
-           f"decoder.* ({decoder} tensors), preprocess.mask (1 tensor)" in err
+    assert (
+        f"note: {decoder + 1} tensors of {mae} not used by spec 'crate-mae-classifier': "
+        f"decoder.* ({decoder} tensors), preprocess.mask (1 tensor)" in err
+    )
     final, init = _weights(tmp_path / "run" / "final"), _weights(mae)
     encoder = [name for name in final if not name.startswith("head.")]
     assert any(name.startswith("encoder.layer_0.") for name in encoder)
@@ -227,8 +304,10 @@ def test_resume_with_another_init_or_freeze_is_refused(pretrained, folders, tmp_
     before = snapshot(run)
     elsewhere = tmp_path / "copy"
     shutil.copytree(pretrained, elsewhere)
-    cases = [(["--init", str(elsewhere)], f"--init: {pretrained.resolve()} in the run, {elsewhere.resolve()} now"),
-             (["--freeze", "encoder"], "--freeze: none in the run, encoder now")]
+    cases = [
+        (["--init", str(elsewhere)], f"--init: {pretrained.resolve()} in the run, {elsewhere.resolve()} now"),
+        (["--freeze", "encoder"], "--freeze: none in the run, encoder now"),
+    ]
     for extra, said in cases:
         err = _train(capsys, run, folders["three"], "--resume", *extra, status=2)
         assert f"error: --resume: {run} is another run: {said}." in err
@@ -245,6 +324,12 @@ def test_resume_with_another_init_or_freeze_is_refused(pretrained, folders, tmp_
     err = _train(capsys, fresh, folders["three"], "--resume", "--steps", "3", status=2)
     assert "--init: the weights of the build the run started from have changed since" in err
     with pytest.raises(WorkbenchError, match=r"--init: \S+ in the run, none now"):  # the Python API takes no default
-        train(DIGITS, Settings(data=folders["three"], steps=4, batch_size=4, log_every=1, checkpoint_every=2),
-              overrides=TINY, out=run, resume=True, progress=False)
+        train(
+            DIGITS,
+            Settings(data=folders["three"], steps=4, batch_size=4, log_every=1, checkpoint_every=2),
+            overrides=TINY,
+            out=run,
+            resume=True,
+            progress=False,
+        )
     assert snapshot(run) == before

@@ -52,9 +52,13 @@ def _built(primitive: registry.Primitive, args, shape, context: Context, consume
     except Exception:
         return None
     tokens, *published = out if primitive.publishes else (out,)
-    return Footprint(tuple(tokens.shape[1:]), {n: tuple(p.shape) for n, p in module.named_parameters()},
-                     tuple(tuple(v.shape[1:]) for v in published), isinstance(module, Residual) and module.adds_skip,
-                     frozenset(n for n, p in module.named_parameters() if not p.requires_grad))
+    return Footprint(
+        tuple(tokens.shape[1:]),
+        {n: tuple(p.shape) for n, p in module.named_parameters()},
+        tuple(tuple(v.shape[1:]) for v in published),
+        isinstance(module, Residual) and module.adds_skip,
+        frozenset(n for n, p in module.named_parameters() if not p.requires_grad),
+    )
 
 
 def _declared(primitive, args, shape, context: Context, consumed: tuple) -> Footprint | None:
@@ -119,7 +123,11 @@ def _case(draw, primitive: registry.Primitive):
     grid = draw(st.none() | st.tuples(st.integers(1, 4), st.integers(1, 4)))
     given_grid = getattr(args, "grid", None) or grid
     if rank == 3:
-        shape = (draw(st.integers(1, 3)), draw(st.sampled_from([8, 12, 16, 32, 48])), draw(st.sampled_from([8, 16, 32])))
+        shape = (
+            draw(st.integers(1, 3)),
+            draw(st.sampled_from([8, 12, 16, 32, 48])),
+            draw(st.sampled_from([8, 16, 32])),
+        )
     else:  # token counts that often fit: the grid's cells, the visible tokens of an unmask (and a prefix)
         fitting = [given_grid[0] * given_grid[1]] if given_grid else []
         fitting += [args.visible + draw(st.integers(0, 1))] if "visible" in values else []
@@ -143,8 +151,12 @@ def test_whatever_a_footprint_accepts_builds_as_declared(name):
     primitive = WITH_FOOTPRINT[name]
     outcomes: Counter = Counter()
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+    )
     @given(_case(primitive))
     def check(case):
         args, shape, context, consumed = case
@@ -171,16 +183,23 @@ def test_the_walk_of_every_preset_is_its_placement(name):
     walked = walk(spec)
     assert walked is not None, f"{name} falls back to the meta device"
     placed = list(place(spec, meta=True))
-    assert [(w.target, w.input_shape, w.footprint.output) for w in walked] == \
-        [(p.target, p.input_shape, tuple(p.output.shape[1:])) for p in placed]
+    assert [(w.target, w.input_shape, w.footprint.output) for w in walked] == [
+        (p.target, p.input_shape, tuple(p.output.shape[1:])) for p in placed
+    ]
     model = cc.compile_spec(spec, meta=True)
     summary = summarize_march(spec, walked)  # what inspect prints
     assert summary.params_total == sum(p.numel() for p in model.parameters())
     assert summary.to_dict() == cc.summarize(model).to_dict()
 
 
-SMALL = ["sizes.depth=1", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.image_size=32",
-         "sizes.patch_size=8"]
+SMALL = [
+    "sizes.depth=1",
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+]
 
 
 class _ScaleArgs(cc.Args):
@@ -201,8 +220,15 @@ def test_a_primitive_without_a_footprint_is_placed_on_meta(unregistered):
         def forward(self, x):
             return 2 * x
 
-    cc.primitive("scale_nofootprint", args=_ScaleArgs, kind="norm", objective="none", equation="-",
-                 update="2 Z", description="test")(lambda args, shape: Scale())
+    cc.primitive(
+        "scale_nofootprint",
+        args=_ScaleArgs,
+        kind="norm",
+        objective="none",
+        equation="-",
+        update="2 Z",
+        description="test",
+    )(lambda args, shape: Scale())
     unregistered.append("scale_nofootprint")
     swap = ["encoder.layer.sparsify.primitive=scale_nofootprint", "encoder.layer.sparsify.args={}"]
     spec = cc.load_spec("crate-tiny", SMALL + swap)
@@ -214,15 +240,26 @@ def test_a_primitive_without_a_footprint_is_placed_on_meta(unregistered):
 
 
 def test_a_footprint_that_disagrees_with_its_module_is_caught_when_placed(unregistered):
-    cc.primitive("halve_wrongly", kind="norm", objective="none", equation="-", update="Z", description="test",
-                 footprint=lambda args, shape, context: Footprint((shape[0], shape[1] // 2)),
-                 example=cc.Example({}, (4, 8)))(lambda args, shape: torch.nn.Identity())
+    cc.primitive(
+        "halve_wrongly",
+        kind="norm",
+        objective="none",
+        equation="-",
+        update="Z",
+        description="test",
+        footprint=lambda args, shape, context: Footprint((shape[0], shape[1] // 2)),
+        example=cc.Example({}, (4, 8)),
+    )(lambda args, shape: torch.nn.Identity())
     unregistered.append("halve_wrongly")
-    spec = cc.load_spec("crate-tiny", SMALL + ["encoder.layer.sparsify.primitive=halve_wrongly",
-                                               "encoder.layer.sparsify.args={}"])
-    with pytest.raises(cc.SpecError, match=r"--set #7 .*: encoder.layer\[1\].primitive: step 'sparsify' "
-                       r"\(halve_wrongly, from test_footprints\): the primitive's footprint disagrees with the module it "
-                       r"builds: output \(17, 16\) declared, \(17, 32\) built") as caught:
+    spec = cc.load_spec(
+        "crate-tiny", SMALL + ["encoder.layer.sparsify.primitive=halve_wrongly", "encoder.layer.sparsify.args={}"]
+    )
+    with pytest.raises(
+        cc.SpecError,
+        match=r"--set #7 .*: encoder.layer\[1\].primitive: step 'sparsify' "
+        r"\(halve_wrongly, from test_footprints\): the primitive's footprint disagrees with the module it "
+        r"builds: output \(17, 16\) declared, \(17, 32\) built",
+    ) as caught:
         cc.build(spec, meta=True)
     assert caught.value.problems[0].path == ("encoder", "layer", 1, "primitive")  # the --set naming it
 
@@ -233,12 +270,15 @@ def _messages(run) -> str:
     return str(caught.value)
 
 
-@pytest.mark.parametrize("overrides", [
-    ["sizes.patch_size=5"],                                        # a size given in --set: named in the hint
-    ["encoder.layer.compress.args={heads: 3}"],                   # d = 32 does not divide into 3 heads
-    ["encoder.layer.compress.primitive=tssa", "sizes.heads=3"],   # a swap: the hint lists what fits
-    ["encoder.layer.sparsify.primitive=classify", "encoder.layer.sparsify.args={classes: 3}"],  # (3,) into mssa
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["sizes.patch_size=5"],  # a size given in --set: named in the hint
+        ["encoder.layer.compress.args={heads: 3}"],  # d = 32 does not divide into 3 heads
+        ["encoder.layer.compress.primitive=tssa", "sizes.heads=3"],  # a swap: the hint lists what fits
+        ["encoder.layer.sparsify.primitive=classify", "encoder.layer.sparsify.args={classes: 3}"],  # (3,) into mssa
+    ],
+)
 def test_a_step_that_does_not_fit_is_reported_by_the_walk_as_placement_reports_it(overrides):
     """The walk answers a shape error itself, with placement's message, location and hint, word for word."""
     spec = explicit(cc.load_spec("crate-tiny", SMALL + overrides))
@@ -247,17 +287,21 @@ def test_a_step_that_does_not_fit_is_reported_by_the_walk_as_placement_reports_i
     assert "cannot take input of shape" in walked
 
 
-@pytest.mark.parametrize("overrides", [
-    ["sizes.image_size=1048576", "sizes.patch_size=1"],  # 2^40 tokens: an attention matrix torch cannot address
-    ["sizes.d=1048576", "sizes.heads=1", "sizes.head_dim=1"],  # an axis beyond the walk's bound
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["sizes.image_size=1048576", "sizes.patch_size=1"],  # 2^40 tokens: an attention matrix torch cannot address
+        ["sizes.d=1048576", "sizes.heads=1", "sizes.head_dim=1"],  # an axis beyond the walk's bound
+    ],
+)
 def test_sizes_beyond_the_walks_bound_are_left_to_placement(overrides):
     assert walk(explicit(cc.load_spec("crate-tiny", SMALL + overrides))) is None
 
 
 def test_a_footprint_takes_lists_and_sets_for_tuples_and_frozensets():
-    assert Footprint([4, 8], {"w": [8, 8]}, [[4]], True, ["w"]) == \
-        Footprint((4, 8), {"w": (8, 8)}, ((4,),), True, frozenset({"w"}))
+    assert Footprint([4, 8], {"w": [8, 8]}, [[4]], True, ["w"]) == Footprint(
+        (4, 8), {"w": (8, 8)}, ((4,),), True, frozenset({"w"})
+    )
 
 
 def test_the_walked_summary_counts_a_tie_once():

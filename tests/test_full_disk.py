@@ -34,8 +34,14 @@ def disk(request, tmp_path, monkeypatch):
     """A 4 MB disk: a real tmpfs where mounting is permitted, else (and for ``injected``) injected failures."""
     folder = tmp_path / "disk"
     folder.mkdir()
-    mounted = request.param == "tmpfs" and shutil.which("mount") is not None and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True).returncode == 0
+    mounted = (
+        request.param == "tmpfs"
+        and shutil.which("mount") is not None
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        == 0
+    )
     try:
         yield Disk(folder, monkeypatch, real=mounted)
     finally:
@@ -136,8 +142,20 @@ def test_a_refused_probe_removes_the_folder_it_made_and_only_that(disk, capsys):
 def test_a_refused_ablation_removes_what_it_made_and_keeps_what_it_trained(disk, capsys):
     """An ablation that cannot train its first run (a full disk) wrote nothing of value: its folder, record,
     lock and variant folders go. One whose first run trained keeps it, to resume."""
-    ablate = ["ablate", DIGITS, *SETS, "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft", "--data",
-              "digits", "--batch-size", "16", "--steps", "2", "--no-progress"]
+    ablate = [
+        "ablate",
+        DIGITS,
+        *SETS,
+        "--swap",
+        "encoder.layer.sparsify.primitive=ista,ista_soft",
+        "--data",
+        "digits",
+        "--batch-size",
+        "16",
+        "--steps",
+        "2",
+        "--no-progress",
+    ]
     disk.leave(20_000)
     assert main([*ablate, "--out", str(disk.folder / "abl")]) == 1
     assert str(disk.folder / "abl") in capsys.readouterr().err
@@ -157,6 +175,25 @@ def test_an_ablation_stopped_after_a_trained_run_keeps_it(tmp_path, capsys, monk
 
     monkeypatch.setattr(ablation, "train_described", second_fails)
     out = tmp_path / "abl"
-    assert main(["ablate", DIGITS, *SETS, "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft", "--data",
-                 "digits", "--batch-size", "16", "--steps", "2", "--no-progress", "--out", str(out)]) == 1
+    assert (
+        main(
+            [
+                "ablate",
+                DIGITS,
+                *SETS,
+                "--swap",
+                "encoder.layer.sparsify.primitive=ista,ista_soft",
+                "--data",
+                "digits",
+                "--batch-size",
+                "16",
+                "--steps",
+                "2",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 1
+    )
     assert (out / "ablation.json").is_file() and (out / "sparsify-ista" / "seed-0" / "final").is_dir()

@@ -69,14 +69,17 @@ SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 SMALL = ROOT / "specs" / "crate-digits.yaml"
 
 _SCALE = os.environ.get("CRATE_FUZZ_EXAMPLES")
-EXAMPLES = {name: int(_SCALE) if _SCALE else default for name, default in
-            (("mutate", 100), ("text", 500), ("overrides", 200))}
+EXAMPLES = {
+    name: int(_SCALE) if _SCALE else default for name, default in (("mutate", 100), ("text", 500), ("overrides", 200))
+}
 HANG_S = float(os.environ.get("CRATE_FUZZ_HANG_S", "10"))
 GRAY_LAYERS = (64, 100_000)  # valid depths too slow to unroll within the hang guard: loaded, not built
 MEMORY_MARGIN = 4 * 1024**3  # address space an input may add before allocation fails
 
-FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                  HealthCheck.function_scoped_fixture])
+FUZZ = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 
 
 # ---------------------------------------------------------------- the property
@@ -136,11 +139,14 @@ def builds_or_refuses(path: Path, overrides: list[str] = (), fuzzing: bool = Tru
         if fuzzing and TOLERATE_KNOWN and not error.problems and re.search(KNOWN_SIGNATURES[0], signature):
             return f"known escape: {signature[:60]}"
         assert not isinstance(walked, list), f"the footprint walk certified a spec placement refuses: {error}"
-        assert not isinstance(walked, str) or walked in ("not walked", str(error)), \
+        assert not isinstance(walked, str) or walked in ("not walked", str(error)), (
             f"the walk and placement word a problem differently:\n{walked}\n{error}"
+        )
         assert error.problems, f"a SpecError without problems: {signature!r}"
         for problem in error.problems:
-            assert isinstance(problem.message, str) and problem.message.strip(), f"a problem without a message: {problem!r}"
+            assert isinstance(problem.message, str) and problem.message.strip(), (
+                f"a problem without a message: {problem!r}"
+            )
         text = str(error)
         assert "Traceback" not in text, text
         outcome = "refused"
@@ -164,8 +170,11 @@ def _walk_agrees(walked: Any, model) -> None:
     """A spec that builds: the walk did not refuse it, and what it certified is what was built."""
     assert not isinstance(walked, str), f"the footprint walk refuses a spec that builds: {walked}"
     if walked is not None:
-        outputs = [n.meta["shape"][1:] for n in model.graph.nodes if n.op == "call_module" and n.meta.get("step")
-                   and n.meta.get("shape") is not None]
+        outputs = [
+            n.meta["shape"][1:]
+            for n in model.graph.nodes
+            if n.op == "call_module" and n.meta.get("step") and n.meta.get("shape") is not None
+        ]
         assert [w.footprint.output for w in walked if not w.footprint.publishes] == [tuple(o) for o in outputs]
         assert summarize_march(model.meta["spec"], walked).params_total == sum(p.numel() for p in model.parameters())
 
@@ -180,10 +189,48 @@ def _warm() -> None:
 # ---------------------------------------------------------------- values of every type
 
 ODD_STRINGS = [
-    "", " ", "0", "-1", "1e309", ".nan", ".inf", "-.inf", "nan", "inf", "true", "null", "~", "${d}", "${depth}",
-    "${nope}", "${", "${}", "${${d}}", "$d", "0x10", "1_000", "ista", "mssa", "cls", "mean", "randn", "int64",
-    "float16", "complex128", "a" * 300, "ünïcødé", "\u202e", "../../etc/passwd", "/dev/zero", "specs/vit.yaml",
-    "crate-tiny", "forward", "__init__", "self", "class", "training",
+    "",
+    " ",
+    "0",
+    "-1",
+    "1e309",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "nan",
+    "inf",
+    "true",
+    "null",
+    "~",
+    "${d}",
+    "${depth}",
+    "${nope}",
+    "${",
+    "${}",
+    "${${d}}",
+    "$d",
+    "0x10",
+    "1_000",
+    "ista",
+    "mssa",
+    "cls",
+    "mean",
+    "randn",
+    "int64",
+    "float16",
+    "complex128",
+    "a" * 300,
+    "ünïcødé",
+    "\u202e",
+    "../../etc/passwd",
+    "/dev/zero",
+    "specs/vit.yaml",
+    "crate-tiny",
+    "forward",
+    "__init__",
+    "self",
+    "class",
+    "training",
 ]
 
 INTS = st.one_of(
@@ -191,13 +238,36 @@ INTS = st.one_of(
     st.sampled_from([0, -1, 1, 2, 3, 7, 64, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**30, -(2**63), -(10**30)]),
     st.integers(-(2**80), 2**80),
 )
-FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                   st.sampled_from([0.0, -0.0, 0.5, 1.5, 1e-300, 1e308, math.nan, math.inf, -math.inf]))
+FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 0.5, 1.5, 1e-300, 1e308, math.nan, math.inf, -math.inf]),
+)
 NUMBERS = st.one_of(INTS, FLOATS, st.lists(INTS, min_size=0, max_size=4))  # lists: shapes
 SCALARS = st.one_of(INTS, FLOATS, st.booleans(), st.none(), st.sampled_from(ODD_STRINGS), st.text(max_size=12))
-KEYS = st.one_of(st.sampled_from(["name", "primitive", "args", "depth", "layer", "pre", "post", "shape", "dtype",
-                                  "heads", "dim", "extends", "sizes", "inverts", "layer_scale", "derive", "<<"]),
-                 st.text(min_size=1, max_size=10))
+KEYS = st.one_of(
+    st.sampled_from(
+        [
+            "name",
+            "primitive",
+            "args",
+            "depth",
+            "layer",
+            "pre",
+            "post",
+            "shape",
+            "dtype",
+            "heads",
+            "dim",
+            "extends",
+            "sizes",
+            "inverts",
+            "layer_scale",
+            "derive",
+            "<<",
+        ]
+    ),
+    st.text(min_size=1, max_size=10),
+)
 VALUES = st.recursive(
     SCALARS,
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(KEYS, inner, max_size=4)),
@@ -222,8 +292,13 @@ def _get(data: Any, path: KeyPath) -> Any:
 
 
 def _step_lists(data: Any) -> list[KeyPath]:
-    return [p for p in _paths(data) if isinstance(_get(data, p), list) and _get(data, p)
-            and all(isinstance(s, dict) and "name" in s for s in _get(data, p))]
+    return [
+        p
+        for p in _paths(data)
+        if isinstance(_get(data, p), list)
+        and _get(data, p)
+        and all(isinstance(s, dict) and "name" in s for s in _get(data, p))
+    ]
 
 
 def _depths(data: Any) -> list[KeyPath]:
@@ -233,8 +308,23 @@ def _depths(data: Any) -> list[KeyPath]:
 def _mutate(data: dict, draw, primitives: list[str]) -> str:
     """Apply one structural change to ``data`` in place; returns what it did."""
     paths = list(_paths(data))
-    kind = draw(st.sampled_from(["delete", "replace", "replace", "number", "number", "unknown key", "duplicate step",
-                                 "swap primitive", "depth", "rename", "reference"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "delete",
+                "replace",
+                "replace",
+                "number",
+                "number",
+                "unknown key",
+                "duplicate step",
+                "swap primitive",
+                "depth",
+                "rename",
+                "reference",
+            ]
+        )
+    )
     if kind == "number":  # an extreme number where the spec has a number (or a ${reference}: often a size)
         numeric = [p for p in paths if _numeric(_get(data, p))]
         if numeric:
@@ -264,7 +354,9 @@ def _mutate(data: dict, draw, primitives: list[str]) -> str:
         steps = _get(data, path)
         i = draw(st.integers(0, len(steps) - 1))
         if kind == "rename":
-            steps[i]["name"] = draw(st.one_of(st.sampled_from(ODD_STRINGS), st.sampled_from([s["name"] for s in steps])))
+            steps[i]["name"] = draw(
+                st.one_of(st.sampled_from(ODD_STRINGS), st.sampled_from([s["name"] for s in steps]))
+            )
             return f"rename {path}[{i}] -> {steps[i]['name']!r}"
         copy = yaml.safe_load(yaml.safe_dump(steps[i]))
         if draw(st.booleans()):
@@ -289,15 +381,21 @@ def _mutate(data: dict, draw, primitives: list[str]) -> str:
         if refs:
             path = draw(st.sampled_from(refs))
             sizes = list(data.get("sizes") or {}) if isinstance(data.get("sizes"), dict) else []
-            value = draw(st.one_of(st.sampled_from([f"${{{s}}}" for s in sizes] or ["${d}"]),
-                                   st.sampled_from(["${nope}", "${", "${}", "x${d}y", "${d}${d}", "$${d}"])))
+            value = draw(
+                st.one_of(
+                    st.sampled_from([f"${{{s}}}" for s in sizes] or ["${d}"]),
+                    st.sampled_from(["${nope}", "${", "${}", "x${d}y", "${d}${d}", "$${d}"]),
+                )
+            )
             _get(data, path[:-1])[path[-1]] = value
             return f"reference {path} = {value!r}"
     return "nothing"
 
 
 def _numeric(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) or (isinstance(value, str) and "${" in value)
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+        isinstance(value, str) and "${" in value
+    )
 
 
 def _dump(data: Any) -> str:
@@ -322,29 +420,102 @@ def test_mutated_specs(spec, data, tmp_path):
 # ---------------------------------------------------------------- 2. raw YAML-ish text
 
 FRAGMENTS = [
-    "name: x\n", "name: ", "description: ", "sizes:\n", "  d: 8\n", "encoder:\n", "  depth: 1\n", "  layer:\n",
-    "    - {name: c, primitive: mssa, args: {heads: 2}}\n", "input: {shape: [1, 8, 8]}\n",
+    "name: x\n",
+    "name: ",
+    "description: ",
+    "sizes:\n",
+    "  d: 8\n",
+    "encoder:\n",
+    "  depth: 1\n",
+    "  layer:\n",
+    "    - {name: c, primitive: mssa, args: {heads: 2}}\n",
+    "input: {shape: [1, 8, 8]}\n",
     "preprocess:\n  - {name: p, primitive: patch_embed, args: {patch_size: 4, dim: 8}}\n",
-    "head:\n  - {name: h, primitive: classify, args: {classes: 3}}\n", f"extends: {SMALL}\n", "extends: crate-tiny\n",
-    "extends: /dev/zero\n", "extends: .\n", "extends: [a, b]\n",
-    "!!python/object/apply:os.system [echo PWNED]", "!!python/name:os.system", "!!binary aGVsbG8=", "!!set {a, b}",
-    "!!timestamp 2024-13-01", "!!int x", "!!float .nan", "!include f.yaml", "!!str", "!!map", "!!seq", "!<tag:x>",
-    "&a ", "*a", "&a [*a]", "<<: *a\n", "<<: 5\n", "? ", ": ", "- ", "---\n", "...\n", "%YAML 1.1\n",
-    "%TAG ! tag:yaml.org,2002:\n", "{", "}", "[", "]", ",", "|\n", ">-\n", "'", '"', "#", "@", "`", "%", "\t", "\n",
-    "  ", "    ", "\x00", "\x07", "\x1b[2J", "\ufeff", "\u2028", "\r\n", "${d}", "${", "1e309", ".nan", "~", "null",
-    "true", "0x1F", "0o17", "1_000", "10000000000000000000000000000000",
+    "head:\n  - {name: h, primitive: classify, args: {classes: 3}}\n",
+    f"extends: {SMALL}\n",
+    "extends: crate-tiny\n",
+    "extends: /dev/zero\n",
+    "extends: .\n",
+    "extends: [a, b]\n",
+    "!!python/object/apply:os.system [echo PWNED]",
+    "!!python/name:os.system",
+    "!!binary aGVsbG8=",
+    "!!set {a, b}",
+    "!!timestamp 2024-13-01",
+    "!!int x",
+    "!!float .nan",
+    "!include f.yaml",
+    "!!str",
+    "!!map",
+    "!!seq",
+    "!<tag:x>",
+    "&a ",
+    "*a",
+    "&a [*a]",
+    "<<: *a\n",
+    "<<: 5\n",
+    "? ",
+    ": ",
+    "- ",
+    "---\n",
+    "...\n",
+    "%YAML 1.1\n",
+    "%TAG ! tag:yaml.org,2002:\n",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "|\n",
+    ">-\n",
+    "'",
+    '"',
+    "#",
+    "@",
+    "`",
+    "%",
+    "\t",
+    "\n",
+    "  ",
+    "    ",
+    "\x00",
+    "\x07",
+    "\x1b[2J",
+    "\ufeff",
+    "\u2028",
+    "\r\n",
+    "${d}",
+    "${",
+    "1e309",
+    ".nan",
+    "~",
+    "null",
+    "true",
+    "0x1F",
+    "0o17",
+    "1_000",
+    "10000000000000000000000000000000",
 ]
 YAML_CHARS = ":-?[]{},&*!|>'\"%@`#\n\t \r\\$~."
 
 
 @settings(max_examples=EXAMPLES["text"], **FUZZ)
-@given(text=st.one_of(
-    st.lists(st.sampled_from(FRAGMENTS), max_size=30).map("".join),
-    st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(alphabet=YAML_CHARS + "abcdx019", max_size=8)),
-             max_size=30).map("".join),
-    st.text(max_size=200),
-    st.builds(lambda a, b: a + b, st.just(SMALL.read_text()), st.lists(st.sampled_from(FRAGMENTS), max_size=8).map("".join)),
-), raw=st.booleans(), cut=st.integers(0, 2000))
+@given(
+    text=st.one_of(
+        st.lists(st.sampled_from(FRAGMENTS), max_size=30).map("".join),
+        st.lists(
+            st.one_of(st.sampled_from(FRAGMENTS), st.text(alphabet=YAML_CHARS + "abcdx019", max_size=8)), max_size=30
+        ).map("".join),
+        st.text(max_size=200),
+        st.builds(
+            lambda a, b: a + b,
+            st.just(SMALL.read_text()),
+            st.lists(st.sampled_from(FRAGMENTS), max_size=8).map("".join),
+        ),
+    ),
+    raw=st.booleans(),
+    cut=st.integers(0, 2000),
+)
 def test_raw_text(text, raw, cut, tmp_path):
     path = tmp_path / "fuzz.yaml"
     data = text.encode("utf-8", "surrogatepass")
@@ -356,6 +527,7 @@ def test_raw_text(text, raw, cut, tmp_path):
 
 
 # ---------------------------------------------------------------- 3. --set overrides
+
 
 def _override_paths(spec: Path) -> list[str]:
     """Key paths of a real spec, written the ways a user may write them."""
@@ -378,8 +550,11 @@ def _override_paths(spec: Path) -> list[str]:
 def _numeric_paths(spec: Path) -> list[str]:
     """Key paths (dotted) of a spec's numbers, ${references} and shape lists."""
     data = yaml.safe_load(spec.read_text())
-    return sorted(".".join(map(str, p)) for p in _paths(data)
-                  if _numeric(_get(data, p)) or (isinstance(_get(data, p), list) and p[-1] == "shape"))
+    return sorted(
+        ".".join(map(str, p))
+        for p in _paths(data)
+        if _numeric(_get(data, p)) or (isinstance(_get(data, p), list) and p[-1] == "shape")
+    )
 
 
 def _flow(value: Any) -> str:
@@ -390,12 +565,72 @@ def _flow(value: Any) -> str:
 OVERRIDE_SPECS = [SMALL, ROOT / "specs" / "mae.yaml", ROOT / "specs" / "tost-lm.yaml"]
 OVERRIDE_PATHS = {spec: _override_paths(spec) for spec in OVERRIDE_SPECS}
 NUMERIC_PATHS = {spec: _numeric_paths(spec) for spec in OVERRIDE_SPECS}
-ODD_SEGMENTS = ["", "0", "-1", "99", "10000000000", "[0]", "[", "]", "[]", "[x]", "..", "args", "primitive", "name",
-                "depth", "sizes", "extends", "nosuch", "__class__", "ünï", " "]
-ODD_VALUES = ["", " ", "[", "]", "{a: ", "{", "!!python/name:os.system", "!!python/object/apply:os.system [echo PWNED]",
-              "&a [*a]", "*a", "${d}", "${nope}", "${", ".nan", "-.inf", "1e400", "0x10", "0o7", "1_000", "~", "null",
-              "true", "- x", "\x00", "\x07", "a: b", "[1, 2]", "{d: 8}", "10000000000000000000000000000000", "-5",
-              "0", "2.5", "'quoted'", '"\\x00"', "ista", "tssa", "---", "a=b", "=", "#", "? x"]
+ODD_SEGMENTS = [
+    "",
+    "0",
+    "-1",
+    "99",
+    "10000000000",
+    "[0]",
+    "[",
+    "]",
+    "[]",
+    "[x]",
+    "..",
+    "args",
+    "primitive",
+    "name",
+    "depth",
+    "sizes",
+    "extends",
+    "nosuch",
+    "__class__",
+    "ünï",
+    " ",
+]
+ODD_VALUES = [
+    "",
+    " ",
+    "[",
+    "]",
+    "{a: ",
+    "{",
+    "!!python/name:os.system",
+    "!!python/object/apply:os.system [echo PWNED]",
+    "&a [*a]",
+    "*a",
+    "${d}",
+    "${nope}",
+    "${",
+    ".nan",
+    "-.inf",
+    "1e400",
+    "0x10",
+    "0o7",
+    "1_000",
+    "~",
+    "null",
+    "true",
+    "- x",
+    "\x00",
+    "\x07",
+    "a: b",
+    "[1, 2]",
+    "{d: 8}",
+    "10000000000000000000000000000000",
+    "-5",
+    "0",
+    "2.5",
+    "'quoted'",
+    '"\\x00"',
+    "ista",
+    "tssa",
+    "---",
+    "a=b",
+    "=",
+    "#",
+    "? x",
+]
 
 
 @st.composite
@@ -418,14 +653,18 @@ def _override(draw, paths: list[str]) -> str:
         key = ".".join(parts)
     elif bend == "bracket":
         i = draw(st.integers(0, len(key)))
-        key = key[:i] + draw(st.sampled_from(["[", "]", "[0]", "[-1]", "[99]", "[sparsify]", "[]", "][", "."])) + key[i:]
+        key = (
+            key[:i] + draw(st.sampled_from(["[", "]", "[0]", "[-1]", "[99]", "[sparsify]", "[]", "][", "."])) + key[i:]
+        )
     elif bend == "text":
         key = draw(st.text(alphabet="abcdez.[]0123-_ ", max_size=20))
-    value = draw(st.one_of(
-        st.sampled_from(ODD_VALUES),
-        VALUES.map(_flow),
-        st.text(max_size=12),
-    ))
+    value = draw(
+        st.one_of(
+            st.sampled_from(ODD_VALUES),
+            VALUES.map(_flow),
+            st.text(max_size=12),
+        )
+    )
     joiner = draw(st.sampled_from(["=", "=", "=", " = ", "==", ""]))
     return f"{key}{joiner}{value}"
 
@@ -455,10 +694,14 @@ KNOWN: list[tuple[str, str, list[str]]] = [
     ("mae-drop-one-patch", "specs/mae-drop.yaml", ["sizes.image_size=16"]),
     # SpecError with an empty list of problems: the CLI prints "error: 0 problems in the spec:" and nothing else
     ("sizes-a-reference-set", "specs/crate-digits.yaml", ["sizes=${d}"]),
-    ("sizes-a-reference", "name: tiny\nsizes: ${d}\ninput: {shape: [1, 8, 8]}\npreprocess:\n"
-     "  - {name: patch_embed, primitive: patch_embed, args: {patch_size: 4, dim: 8}}\n"
-     "encoder:\n  depth: 1\n  layer:\n    - {name: compress, primitive: mssa, args: {heads: 2}}\n"
-     "head:\n  - {name: classify, primitive: classify, args: {classes: 3}}\n", []),
+    (
+        "sizes-a-reference",
+        "name: tiny\nsizes: ${d}\ninput: {shape: [1, 8, 8]}\npreprocess:\n"
+        "  - {name: patch_embed, primitive: patch_embed, args: {patch_size: 4, dim: 8}}\n"
+        "encoder:\n  depth: 1\n  layer:\n    - {name: compress, primitive: mssa, args: {heads: 2}}\n"
+        "head:\n  - {name: classify, primitive: classify, args: {classes: 3}}\n",
+        [],
+    ),
 ]
 
 

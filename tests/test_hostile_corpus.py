@@ -212,8 +212,10 @@ def test_case_in_process(case, work, clean_state, monkeypatch, capfd):
         if broken:
             wrong.append(f"broken output: {broken[:200]}")
     first = next((line.strip() for line in (err or out).splitlines() if line.strip()), "(no output)")
-    assert not wrong, (f"{case['id']} ({case['why']}): expected exit {'/'.join(map(str, expected))}; "
-                       f"{'; '.join(wrong)}\n  argv: {argv}\n  {wall:.1f} s, first line: {first[:300]}\n{output[-3000:]}")
+    assert not wrong, (
+        f"{case['id']} ({case['why']}): expected exit {'/'.join(map(str, expected))}; "
+        f"{'; '.join(wrong)}\n  argv: {argv}\n  {wall:.1f} s, first line: {first[:300]}\n{output[-3000:]}"
+    )
 
 
 # ---------------------------------------------------------------- Test B: time and memory, own processes
@@ -225,17 +227,34 @@ def _measure_baselines(work: Path) -> dict:
     commands = {
         "spec": [str(survey.PYTHON), "-c", survey.PLACED],  # placed on meta, as a spec may need to be
         "build": [*survey.CLI, "build", digits, "--out", str(work / "out")],
-        "train": [*survey.CLI, "train", digits, "--steps", "1", "--eval-every", "0", "--no-progress",
-                  "--out", str(work / "run")],
+        "train": [
+            *survey.CLI,
+            "train",
+            digits,
+            "--steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--no-progress",
+            "--out",
+            str(work / "run"),
+        ],
     }
     with futures.ThreadPoolExecutor(max_workers=2) as pool:
-        runs = dict(zip(commands, pool.map(lambda argv: survey.run_process(argv, ROOT, timeout=120), commands.values())))
+        runs = dict(
+            zip(commands, pool.map(lambda argv: survey.run_process(argv, ROOT, timeout=120), commands.values()))
+        )
     for name, run in runs.items():
         assert run["status"] == 0, f"the baseline run of {name} fails: {run['stderr'][-1000:]}"
     spec = runs["spec"]
-    return {"spec_s": spec["wall_s"], "spec_mb": spec["peak_mb"], "spec_cpu_s": spec["cpu_s"],
-            "baseline": {name: [runs[name]["wall_s"], runs[name]["peak_mb"], runs[name]["cpu_s"]]
-                         for name in ("build", "train")}}
+    return {
+        "spec_s": spec["wall_s"],
+        "spec_mb": spec["peak_mb"],
+        "spec_cpu_s": spec["cpu_s"],
+        "baseline": {
+            name: [runs[name]["wall_s"], runs[name]["peak_mb"], runs[name]["cpu_s"]] for name in ("build", "train")
+        },
+    }
 
 
 def _resource_run(work: Path) -> dict:
@@ -266,8 +285,14 @@ print(json.dumps(module._resource_run(Path(sys.argv[2]))))
 @pytest.fixture(scope="module")
 def resource_records(tmp_path_factory) -> tuple[dict, dict]:
     work = tmp_path_factory.mktemp("hostile-resources")
-    helper = subprocess.run([sys.executable, "-c", HELPER, __file__, str(work)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=900, stdin=subprocess.DEVNULL)
+    helper = subprocess.run(
+        [sys.executable, "-c", HELPER, __file__, str(work)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     assert helper.returncode == 0, f"the helper running the resource cases failed:\n{helper.stderr[-3000:]}"
     result = json.loads(helper.stdout.strip().splitlines()[-1])
     return result["records"], result["startup"]
@@ -286,11 +311,17 @@ def test_resources_in_subprocess(case_id, resource_records):
     if record["traceback"]:
         wrong.append(f"traceback: {record['exception']}")
     if record["peak_mb"] > base_mb + survey.MEMORY_BEYOND_MB:
-        wrong.append(f"too much memory: {record['peak_mb']:.0f} MB peak, a valid run of the command "
-                     f"{base_mb:.0f} MB (+{survey.MEMORY_BEYOND_MB:.0f} allowed)")
+        wrong.append(
+            f"too much memory: {record['peak_mb']:.0f} MB peak, a valid run of the command "
+            f"{base_mb:.0f} MB (+{survey.MEMORY_BEYOND_MB:.0f} allowed)"
+        )
     first = record["message"][0] if record["message"] else "(no output)"
-    print(f"{case_id}: exit {record['status']}, {record['wall_s']:.1f} s wall, {record['cpu_s']:.1f} s CPU, "
-          f"{record['peak_mb']:.0f} MB peak (valid run of the command: {base_mb:.0f} MB); {first[:120]}")
-    assert not wrong, (f"{case_id} ({case['why']}): expected exit {'/'.join(map(str, record['expect_exit']))}; "
-                       f"{'; '.join(wrong)}\n  {record['wall_s']:.1f} s wall, {record['cpu_s']:.1f} s CPU; "
-                       f"first line: {first[:300]}")
+    print(
+        f"{case_id}: exit {record['status']}, {record['wall_s']:.1f} s wall, {record['cpu_s']:.1f} s CPU, "
+        f"{record['peak_mb']:.0f} MB peak (valid run of the command: {base_mb:.0f} MB); {first[:120]}"
+    )
+    assert not wrong, (
+        f"{case_id} ({case['why']}): expected exit {'/'.join(map(str, record['expect_exit']))}; "
+        f"{'; '.join(wrong)}\n  {record['wall_s']:.1f} s wall, {record['cpu_s']:.1f} s CPU; "
+        f"first line: {first[:300]}"
+    )

@@ -35,16 +35,27 @@ CASES = {  # name: (text, what the message says, line of the problem)
     "nul byte": (VALID.replace("name: tiny", "name: ti\x00ny"), "U+0000 is not allowed", 1),
     "bel byte": (VALID.replace("name: tiny", 'name: "ti\x07ny"'), "U+0007 is not allowed", 1),
     "terminal escape": (VALID.replace("name: tiny", 'name: "\x1b[2Jtiny"'), "U+001B is not allowed", 1),
-    "python tag": (VALID.replace("name: tiny", "name: !!python/name:os.system"), "'!!python/name:os.system' is not "
-                   "allowed", 1),
-    "python apply on a key": (VALID + "!!python/object/apply:os.system [echo PWNED]: 1\n",
-                              "'!!python/object/apply:os.system' is not allowed", 11),
+    "python tag": (
+        VALID.replace("name: tiny", "name: !!python/name:os.system"),
+        "'!!python/name:os.system' is not allowed",
+        1,
+    ),
+    "python apply on a key": (
+        VALID + "!!python/object/apply:os.system [echo PWNED]: 1\n",
+        "'!!python/object/apply:os.system' is not allowed",
+        11,
+    ),
     "include tag": (VALID.replace("input:", "sizes: !include other.yaml\ninput:"), "'!include' is not allowed", 2),
     "binary": (VALID.replace("name: tiny", "name: !!binary aGVsbG8="), "'!!binary' is not allowed", 1),
     "timestamp": (VALID.replace("name: tiny", "name: !!timestamp 2024-13-01"), "'!!timestamp' is not allowed", 1),
-    "merge key": (VALID.replace("    - {name: compress, primitive: mssa, args: {heads: 2}}",
-                                "    - &c {name: compress, primitive: mssa, args: {heads: 2}}\n    - {<<: *c, name: again}"),
-                  "merge keys (<<) are not supported", 9),
+    "merge key": (
+        VALID.replace(
+            "    - {name: compress, primitive: mssa, args: {heads: 2}}",
+            "    - &c {name: compress, primitive: mssa, args: {heads: 2}}\n    - {<<: *c, name: again}",
+        ),
+        "merge keys (<<) are not supported",
+        9,
+    ),
     "int tag on a word": (VALID.replace("depth: 1", "depth: !!int twelve"), "not a valid int: 'twelve'", 6),
     "float tag on a word": (VALID.replace("heads: 2", "heads: !!float abc"), "not a valid float: 'abc'", 8),
 }
@@ -72,8 +83,12 @@ def test_a_hostile_yaml_feature_is_refused_where_it_is_written(tmp_path, capsys,
 
 def test_ten_thousand_levels_of_nesting_stop_at_the_bound(tmp_path):
     for deep in ("[" * 10_000 + "]" * 10_000, "{a: " * 10_000 + "1" + "}" * 10_000, "- " * 10_000 + "x"):
-        _, problems = _problem(tmp_path, VALID.replace("name: tiny", f"name: tiny\ndescription: {deep}")
-                               if not deep.startswith("-") else VALID + f"extra:\n  {deep}\n")
+        _, problems = _problem(
+            tmp_path,
+            VALID.replace("name: tiny", f"name: tiny\ndescription: {deep}")
+            if not deep.startswith("-")
+            else VALID + f"extra:\n  {deep}\n",
+        )
         assert f"nested more than {yamlread.MAX_DEPTH} levels" in problems[0].message
         assert problems[0].location.line in (2, 12)
 
@@ -107,8 +122,12 @@ def test_directories_fifos_and_devices_are_named_for_what_they_are(tmp_path, cap
 
 
 def test_every_bad_override_is_reported_together(capsys):
-    sets = ["encoder.depth=!!python/object/apply:os.system [echo ran]", "sizes." + ".".join(["a"] * 10_000) + "=1",
-            "nonsense", "encoder.layer.compress.args.heads=" + "[" * 10_000 + "]" * 10_000]
+    sets = [
+        "encoder.depth=!!python/object/apply:os.system [echo ran]",
+        "sizes." + ".".join(["a"] * 10_000) + "=1",
+        "nonsense",
+        "encoder.layer.compress.args.heads=" + "[" * 10_000 + "]" * 10_000,
+    ]
     with pytest.raises(SpecError) as error:
         cc.load_spec("crate-digits", sets)
     messages = [p.message for p in error.value.problems]
@@ -133,14 +152,25 @@ def test_plain_yaml_still_reads_as_before(tmp_path):
 # ----------------------------------------------------------------------------- names, numbers, arguments
 
 
-@pytest.mark.parametrize("name, says", [
-    ("forward", "attribute of every torch module"), ("training", "attribute of every torch module"),
-    ("self", "attribute of every torch module"), ("class", "Python keyword"), ("lambda", "Python keyword"),
-    ("None", "Python keyword"), ("_modules", "starting with a letter"), ("__init__", "starting with a letter"),
-])
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("forward", "attribute of every torch module"),
+        ("training", "attribute of every torch module"),
+        ("self", "attribute of every torch module"),
+        ("class", "Python keyword"),
+        ("lambda", "Python keyword"),
+        ("None", "Python keyword"),
+        ("_modules", "starting with a letter"),
+        ("__init__", "starting with a letter"),
+    ],
+)
 def test_a_name_python_or_torch_needs_is_refused(name, says):
-    for override in (f"encoder.layer.0.name={name}", f"input.name={name}",
-                     f"stacks={{{name}: {{depth: 1, layer: [{{name: n, primitive: layernorm}}]}}}}"):
+    for override in (
+        f"encoder.layer.0.name={name}",
+        f"input.name={name}",
+        f"stacks={{{name}: {{depth: 1, layer: [{{name: n, primitive: layernorm}}]}}}}",
+    ):
         with pytest.raises(SpecError, match=says):
             cc.validate("crate-digits", [override])
 
@@ -154,44 +184,55 @@ def test_the_reserved_names_cover_every_public_module_attribute():
 
     from crate_compose.spec_language.spec import MODULE_ATTRIBUTES
 
-    code = ("import json, torch, torch.fx; print(json.dumps(sorted(n for n in set(dir(torch.nn.Module)) | "
-            "set(dir(torch.fx.GraphModule)) if not n.startswith('_'))))")
-    public = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                           check=True).stdout))
+    code = (
+        "import json, torch, torch.fx; print(json.dumps(sorted(n for n in set(dir(torch.nn.Module)) | "
+        "set(dir(torch.fx.GraphModule)) if not n.startswith('_'))))"
+    )
+    public = set(
+        json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    )
     assert public <= MODULE_ATTRIBUTES
 
 
-@pytest.mark.parametrize("override, says", [
-    ("encoder.depth=true", "expected a number, not true"),
-    ("encoder.layer.compress.args.heads=true", "expected a number, not true"),
-    ("encoder.layer.sparsify.args.step_size=.inf", "finite number"),
-    ("encoder.layer.sparsify.args.lambd=.nan", "finite number"),
-    ("encoder.layer.compress.layer_scale=.inf", "finite number"),
-    ("extends=vit", "extends is followed when a file is read"),
-])
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("encoder.depth=true", "expected a number, not true"),
+        ("encoder.layer.compress.args.heads=true", "expected a number, not true"),
+        ("encoder.layer.sparsify.args.step_size=.inf", "finite number"),
+        ("encoder.layer.sparsify.args.lambd=.nan", "finite number"),
+        ("encoder.layer.compress.layer_scale=.inf", "finite number"),
+        ("extends=vit", "extends is followed when a file is read"),
+    ],
+)
 def test_silent_acceptances_are_now_refusals(override, says):
     with pytest.raises(SpecError, match=says):
         cc.load_spec("crate-digits", [override])
 
 
 def test_booleans_and_ints_still_go_where_they_belong():
-    spec = cc.load_spec("crate-digits", ["encoder.layer.compress.args.causal=true", "encoder.layer.sparsify.args.lambd=1"])
+    spec = cc.load_spec(
+        "crate-digits", ["encoder.layer.compress.args.causal=true", "encoder.layer.sparsify.args.lambd=1"]
+    )
     assert spec.encoder.layer[0].args["causal"] is True and spec.encoder.layer[1].args["lambd"] == 1.0
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["build", "crate-digits", "--device", "banana"], "'banana' is not a device"),
-    (["build", "crate-digits", "--device", "meta"], "meta holds no weights"),
-    (["build", "crate-digits", "--seed", str(2**64)], "must be in [0, 9223372036854775807]"),
-    (["build", "crate-digits", "--seed", "-1"], "must be in [0"),
-    (["train", "crate-digits", "--steps", "0"], "--steps: 0: must be in [1, 100000000]"),
-    (["train", "crate-digits", "--batch-size", "0"], "must be at least 1"),
-    (["train", "crate-digits", "--lr", "nan"], "give a finite number"),
-    (["train", "crate-digits", "--warmup", "-3"], "must be at least 0"),
-    (["train", "crate-digits", "--label-smoothing", "2"], "must be in [0, 1)"),
-    (["probe", "crate-digits", "--samples", "0"], "must be at least 1"),
-    (["generate", "causal-crate-bytes", "--prompt", "x", "--tokens", "-1"], "must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["build", "crate-digits", "--device", "banana"], "'banana' is not a device"),
+        (["build", "crate-digits", "--device", "meta"], "meta holds no weights"),
+        (["build", "crate-digits", "--seed", str(2**64)], "must be in [0, 9223372036854775807]"),
+        (["build", "crate-digits", "--seed", "-1"], "must be in [0"),
+        (["train", "crate-digits", "--steps", "0"], "--steps: 0: must be in [1, 100000000]"),
+        (["train", "crate-digits", "--batch-size", "0"], "must be at least 1"),
+        (["train", "crate-digits", "--lr", "nan"], "give a finite number"),
+        (["train", "crate-digits", "--warmup", "-3"], "must be at least 0"),
+        (["train", "crate-digits", "--label-smoothing", "2"], "must be in [0, 1)"),
+        (["probe", "crate-digits", "--samples", "0"], "must be at least 1"),
+        (["generate", "causal-crate-bytes", "--prompt", "x", "--tokens", "-1"], "must be at least 1"),
+    ],
+)
 def test_bad_command_line_arguments_exit_2_naming_the_option(capsys, tmp_path, argv, says):
     with pytest.raises(SystemExit) as code:
         cli.main([*argv, *(["--out", str(tmp_path / "out")] if argv[0] in ("build", "train") else [])])
@@ -201,7 +242,7 @@ def test_bad_command_line_arguments_exit_2_naming_the_option(capsys, tmp_path, a
 
 
 def test_references_that_grow_a_text_exponentially_stop_at_the_bound(tmp_path):
-    sizes = "".join(f"  s{i}: \"${{s{i - 1}}}${{s{i - 1}}}\"\n" for i in range(1, 45))
+    sizes = "".join(f'  s{i}: "${{s{i - 1}}}${{s{i - 1}}}"\n' for i in range(1, 45))
     text = VALID + "sizes:\n  s0: ab\n" + sizes + "description: ${s44}\n"
     began = time.perf_counter()
     _, problems = _problem(tmp_path, text)
@@ -230,8 +271,18 @@ def test_weights_of_the_wrong_kind_or_not_finite_are_named(tmp_path, capsys):
     with pytest.raises(SpecError, match=r"is torch.int32 in the file, torch.float32 in the spec"):
         cc.load_build(tmp_path / "build")
     save_file({k: torch.full_like(v, float("nan")) for k, v in tensors.items()}, weights)
-    argv = ["probe", "crate-digits", "--set", "sizes.depth=1", "--weights", str(tmp_path / "build"), "--samples", "8",
-            "--out", str(tmp_path / "probes")]
+    argv = [
+        "probe",
+        "crate-digits",
+        "--set",
+        "sizes.depth=1",
+        "--weights",
+        str(tmp_path / "build"),
+        "--samples",
+        "8",
+        "--out",
+        str(tmp_path / "probes"),
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "holds NaN or infinite values" in err and "Traceback" not in err
@@ -275,7 +326,10 @@ def test_an_extends_that_cannot_be_read_is_reported_at_the_extends(tmp_path):
     child.write_text("name: x\nextends: folder\n")
     with pytest.raises(SpecError) as caught:
         cc.load_spec(child)
-    assert str(caught.value.problems[0]) == f"{child}:2:1: extends: {tmp_path / 'folder'}: cannot read spec file: a directory"
+    assert (
+        str(caught.value.problems[0])
+        == f"{child}:2:1: extends: {tmp_path / 'folder'}: cannot read spec file: a directory"
+    )
     (tmp_path / "text.yaml").write_text("just a line of text\n")
     child.write_text("name: x\nextends: text.yaml\n")
     with pytest.raises(SpecError) as caught:

@@ -61,8 +61,9 @@ def test_export_then_import_is_the_identity(tmp_path, family):
 @pytest.mark.parametrize("family", sorted(SMALL))
 def test_the_sizes_are_read_from_the_checkpoint(tmp_path, family):
     preset, sizes, overrides = SMALL[family]
-    imported = import_checkpoint(preset, saved(tmp_path, family, state_dict(family, sizes)), family, infer=True,
-                                 overrides=overrides)
+    imported = import_checkpoint(
+        preset, saved(tmp_path, family, state_dict(family, sizes)), family, infer=True, overrides=overrides
+    )
     spec_sizes = cc.spec_of(imported.module).sizes
     assert {k: spec_sizes[k] for k in sizes if k in spec_sizes} == {k: v for k, v in sizes.items() if k in spec_sizes}
 
@@ -80,8 +81,9 @@ def test_the_published_sizes_fit_their_presets_name_for_name(family, size):
     sizes = SIZES[family][size]
     theirs = state_dict(family, sizes, device="meta")
     found = FAMILIES[family]
-    spec = cc.load_spec(found.spec, overrides=[f"sizes.{k}={v}" for k, v in sizes.items()
-                                               if k in cc.load_spec(found.spec).sizes])
+    spec = cc.load_spec(
+        found.spec, overrides=[f"sizes.{k}={v}" for k, v in sizes.items() if k in cc.load_spec(found.spec).sizes]
+    )
     ours = cc.compile_spec(spec, meta=True).state_dict()
     pairs, problems = correspond(plan(explicit(spec)), ours, found)
     assert not problems
@@ -110,18 +112,24 @@ def test_missing_and_extra_tensors_are_each_named(tmp_path):
     with pytest.raises(InteropError) as error:
         import_checkpoint(preset, saved(tmp_path, "crate", state), "crate", infer=True, overrides=overrides)
     text = str(error.value)
-    assert "transformer.layers.1.1.fn.weight is missing from the checkpoint (it would fill " \
-           "encoder.layer_1.sparsify.dictionary, (48, 48))" in text
+    assert (
+        "transformer.layers.1.1.fn.weight is missing from the checkpoint (it would fill "
+        "encoder.layer_1.sparsify.dictionary, (48, 48))" in text
+    )
     assert "transformer.layers.0.0.fn.extra (3,) is in the checkpoint but has no place in the spec" in text
 
 
 def test_a_spec_step_the_family_does_not_have_is_named(tmp_path):
     preset, sizes, overrides = SMALL["crate"]
     path = saved(tmp_path, "crate", state_dict("crate", sizes))
-    with pytest.raises(InteropError, match=r"encoder.layer_0.sparsify \(ista_mm, encoder layer 0\) has no "
-                                              r"counterpart in crate checkpoints"):
-        import_checkpoint(preset, path, "crate", infer=True,
-                          overrides=[*overrides, "encoder.layer.sparsify.primitive=ista_mm"])
+    with pytest.raises(
+        InteropError,
+        match=r"encoder.layer_0.sparsify \(ista_mm, encoder layer 0\) has no "
+        r"counterpart in crate checkpoints",
+    ):
+        import_checkpoint(
+            preset, path, "crate", infer=True, overrides=[*overrides, "encoder.layer.sparsify.primitive=ista_mm"]
+        )
 
 
 def test_the_wrong_family_is_refused_with_what_it_lacks(tmp_path):
@@ -133,8 +141,9 @@ def test_the_wrong_family_is_refused_with_what_it_lacks(tmp_path):
 @pytest.mark.parametrize("family", sorted(SMALL))
 def test_the_family_is_told_by_the_names_of_the_tensors(tmp_path, family):
     preset, sizes, overrides = SMALL[family]
-    imported = import_checkpoint(preset, saved(tmp_path, family, state_dict(family, sizes)), infer=True,
-                                 overrides=overrides)
+    imported = import_checkpoint(
+        preset, saved(tmp_path, family, state_dict(family, sizes)), infer=True, overrides=overrides
+    )
     assert imported.family.name == family
 
 
@@ -152,13 +161,20 @@ def test_every_command_that_takes_weights_reads_an_authors_checkpoint_as_its_imp
     sizes = dict(image_size=8, channels=1, patch_size=4, d=32, depth=2, heads=2, head_dim=16, classes=10)
     path = saved(tmp_path, "crate", state_dict("crate", sizes, dtype=torch.float32))
     spec = "specs/crate-digits.yaml"
-    overrides = ["sizes.patch_size=4", "sizes.d=32", "sizes.heads=2", "sizes.depth=2",
-                 "preprocess.patch_embed.args.norm=true"]
+    overrides = [
+        "sizes.patch_size=4",
+        "sizes.d=32",
+        "sizes.heads=2",
+        "sizes.depth=2",
+        "preprocess.patch_embed.args.norm=true",
+    ]
     cc.save(import_checkpoint(spec, path, overrides=overrides).module, tmp_path / "imported")
     direct = evaluate_weights(spec, "digits", path, overrides=overrides)
     built = evaluate_weights(spec, "digits", tmp_path / "imported", overrides=overrides)
     assert direct["test_loss"] == built["test_loss"] and direct["test_accuracy"] == built["test_accuracy"]
-    with pytest.raises(WorkbenchError, match="(?s)--weights .*does not fit.*import SPEC FILE builds the spec at the checkpoint's sizes"):
+    with pytest.raises(
+        WorkbenchError, match="(?s)--weights .*does not fit.*import SPEC FILE builds the spec at the checkpoint's sizes"
+    ):
         evaluate_weights(spec, "digits", path)
 
 
@@ -170,8 +186,9 @@ def test_an_unknown_family_is_refused_with_the_known_ones():
 def test_a_spec_argument_that_differs_from_the_authors_code_gets_a_note(tmp_path):
     preset, sizes, overrides = SMALL["crate-mae"]
     path = saved(tmp_path, "crate-mae", state_dict("crate-mae", sizes))
-    imported = import_checkpoint(preset, path, "crate-mae", infer=True,
-                                 overrides=[*overrides, "encoder.layer.sparsify.args.lambd=0.1"])
+    imported = import_checkpoint(
+        preset, path, "crate-mae", infer=True, overrides=[*overrides, "encoder.layer.sparsify.args.lambd=0.1"]
+    )
     assert any("lambd=0.1; crate-mae's code computes with 0.5" in note for note in imported.notes)
     assert any("decoder_embed.weight" in skipped for skipped in imported.skipped)
 
@@ -187,8 +204,18 @@ def test_import_and_export_on_the_command_line(tmp_path):
     preset, sizes, overrides = SMALL["tost"]
     state = state_dict("tost", sizes, seed=2)
     path = saved(tmp_path, "tost", state)
-    done = run("import", preset, str(path), "--from", "tost", "--infer-sizes", *(f"--set={o}" for o in overrides),
-               "--out", "imported", cwd=tmp_path)
+    done = run(
+        "import",
+        preset,
+        str(path),
+        "--from",
+        "tost",
+        "--infer-sizes",
+        *(f"--set={o}" for o in overrides),
+        "--out",
+        "imported",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "the prefix 'module.' was removed" in done.stderr and "imported" in done.stdout
     build = cc.load_build(tmp_path / "imported")

@@ -27,8 +27,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def model_args(sizes: dict, **extra) -> dict:
     """nanoGPT's ``model_args``, as its train.py records them."""
-    return dict(n_layer=sizes["depth"], n_head=sizes["heads"], n_embd=sizes["d"], block_size=sizes["context"],
-                vocab_size=sizes["vocab"], dropout=0.0, **extra)
+    return dict(
+        n_layer=sizes["depth"],
+        n_head=sizes["heads"],
+        n_embd=sizes["d"],
+        block_size=sizes["context"],
+        vocab_size=sizes["vocab"],
+        dropout=0.0,
+        **extra,
+    )
 
 
 # ---------------------------------------------------------------- the language models: nanoGPT's model_args
@@ -41,12 +48,23 @@ def test_a_language_model_takes_every_size_from_its_model_args(tmp_path, family,
     sizes = dict(SMALL[family][1], d=48, heads=heads, depth=3, context=24, vocab=80)
     state = state_dict(family, sizes, seed=4)
     bias = {"bias": sizes["bias"]} if "bias" in sizes else {}
-    path = saved(tmp_path, family, state, model_args=model_args(sizes, **bias), iter_num=5000,
-                 config={"learning_rate": 6e-4, "n_layer": sizes["depth"]})
+    path = saved(
+        tmp_path,
+        family,
+        state,
+        model_args=model_args(sizes, **bias),
+        iter_num=5000,
+        config={"learning_rate": 6e-4, "n_layer": sizes["depth"]},
+    )
     imported = import_checkpoint(SMALL[family][0], path)
     spec_sizes = cc.spec_of(imported.module).sizes
-    assert (spec_sizes["heads"], spec_sizes["d"], spec_sizes["depth"], spec_sizes["context"], spec_sizes["vocab"]) \
-        == (heads, 48, 3, 24, 80)
+    assert (spec_sizes["heads"], spec_sizes["d"], spec_sizes["depth"], spec_sizes["context"], spec_sizes["vocab"]) == (
+        heads,
+        48,
+        3,
+        24,
+        80,
+    )
     assert any("recorded in the checkpoint" in note and f"heads={heads}" in note for note in imported.notes)
     ours, theirs = ours_and_theirs(imported.module.eval(), family, state, inputs(family, sizes), sizes)
     assert (ours - theirs).abs().max().item() < TOLERANCE
@@ -57,10 +75,16 @@ def test_a_language_model_takes_every_size_from_its_model_args(tmp_path, family,
 
 NAMED = [  # family, what its script records, the published sizes that name stands for (tests/reference/authors.py)
     ("crate", {"arch": "CRATE_small"}, SIZES["crate"]["small"]),
-    ("crate-mae", {"args": argparse.Namespace(model="mae_crate_small", input_size=224, mask_ratio=0.75)},
-     SIZES["crate-mae"]["small"]),
-    ("tost", {"args": argparse.Namespace(model="tost_cab_small_24_p16", input_size=224, nb_classes=1000)},
-     SIZES["tost"]["small-24"]),
+    (
+        "crate-mae",
+        {"args": argparse.Namespace(model="mae_crate_small", input_size=224, mask_ratio=0.75)},
+        SIZES["crate-mae"]["small"],
+    ),
+    (
+        "tost",
+        {"args": argparse.Namespace(model="tost_cab_small_24_p16", input_size=224, nb_classes=1000)},
+        SIZES["tost"]["small-24"],
+    ),
 ]
 
 
@@ -68,12 +92,17 @@ NAMED = [  # family, what its script records, the published sizes that name stan
 def test_a_recorded_model_name_gives_its_sizes(tmp_path, family, recorded, published):
     """CRATE-S has 12 heads of 48, not the 576 / 64 = 9 a head dimension of 64 would give: its script records
     ``arch``, and that is what is read (checked on the meta device: the sizes alone)."""
-    checkpoint = Checkpoint(tmp_path / "x.pth", state_dict(family, published, device="meta"), "0" * 64,
-                            recorded={k: vars(v) if isinstance(v, argparse.Namespace) else v for k, v in recorded.items()})
+    checkpoint = Checkpoint(
+        tmp_path / "x.pth",
+        state_dict(family, published, device="meta"),
+        "0" * 64,
+        recorded={k: vars(v) if isinstance(v, argparse.Namespace) else v for k, v in recorded.items()},
+    )
     spec_sizes = cc.load_spec(SMALL[family][0]).sizes
     sizes, notes = infer_sizes(FAMILIES[family], checkpoint, dict(spec_sizes, heads=1))
-    assert sizes["heads"] == published["heads"] and sizes.get("head_dim", published.get("head_dim")) \
-        == published.get("head_dim", sizes.get("head_dim"))
+    assert sizes["heads"] == published["heads"] and sizes.get("head_dim", published.get("head_dim")) == published.get(
+        "head_dim", sizes.get("head_dim")
+    )
     assert any("recorded in the checkpoint" in note for note in notes)
 
 
@@ -81,8 +110,13 @@ def test_recorded_arguments_are_read_from_the_file_as_plain_values(tmp_path):
     """``args`` is an ``argparse.Namespace`` in a DeiT checkpoint: it is read as its dictionary; tensors and
     optimizer states beside the weights are not kept."""
     sizes = SMALL["tost"][1]
-    path = saved(tmp_path, "tost", state_dict("tost", sizes), optimizer={"state": {0: {"m": torch.ones(2)}}},
-                 args=argparse.Namespace(model="tost_cab_tiny_12_p16", input_size=48, nb_classes=10, lr=5e-4))
+    path = saved(
+        tmp_path,
+        "tost",
+        state_dict("tost", sizes),
+        optimizer={"state": {0: {"m": torch.ones(2)}}},
+        args=argparse.Namespace(model="tost_cab_tiny_12_p16", input_size=48, nb_classes=10, lr=5e-4),
+    )
     recorded = read_checkpoint(path).recorded
     assert recorded == {"args": {"model": "tost_cab_tiny_12_p16", "input_size": 48, "nb_classes": 10, "lr": 5e-4}}
 
@@ -103,8 +137,9 @@ def test_a_published_model_is_told_by_all_its_shapes_when_nothing_is_recorded(tm
     its 12 heads; a width of 768 alone would not (crate-lm's one-head model has it too)."""
     published = SIZES["crate-alpha"]["base"]
     checkpoint = Checkpoint(tmp_path / "x.pth", state_dict("crate-alpha", published, device="meta"), "0" * 64)
-    sizes, notes = infer_sizes(FAMILIES["crate-alpha"], checkpoint, dict(cc.load_spec("crate-alpha-base16").sizes,
-                                                                         heads=1))
+    sizes, notes = infer_sizes(
+        FAMILIES["crate-alpha"], checkpoint, dict(cc.load_spec("crate-alpha-base16").sizes, heads=1)
+    )
     assert sizes["heads"] == 12 and any("published CRATE_base" in note for note in notes)
     one_layer = dict(SIZES["crate-lm"]["base"], depth=1, heads=1)
     checkpoint = Checkpoint(tmp_path / "y.pth", state_dict("crate-lm", one_layer, device="meta"), "0" * 64)
@@ -118,11 +153,18 @@ def test_a_published_model_is_told_by_all_its_shapes_when_nothing_is_recorded(tm
 def test_heads_that_nothing_tells_are_refused_naming_the_override(tmp_path):
     preset, sizes, _ = SMALL["crate"]
     path = saved(tmp_path, "crate", state_dict("crate", sizes))
-    with pytest.raises(InteropError, match=r"(?s)number of heads is neither recorded.*--set sizes\.heads=K "
-                                           r"\(K divides 48\)"):
+    with pytest.raises(
+        InteropError,
+        match=r"(?s)number of heads is neither recorded.*--set sizes\.heads=K "
+        r"\(K divides 48\)",
+    ):
         import_checkpoint(preset, path)
-    done = subprocess.run([sys.executable, "-m", "crate_compose.cli", "import", preset, str(path), "--out", "built"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "crate_compose.cli", "import", preset, str(path), "--out", "built"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "--set sizes.heads=K" in done.stderr
     assert not (tmp_path / "built").exists()
     imported = import_checkpoint(preset, path, overrides=["sizes.heads=4"])
@@ -132,7 +174,10 @@ def test_heads_that_nothing_tells_are_refused_naming_the_override(tmp_path):
 def test_recorded_arguments_that_contradict_the_tensors_are_refused(tmp_path):
     preset, sizes, _ = SMALL["crate"]
     path = saved(tmp_path, "crate", state_dict("crate", sizes), arch="CRATE_base")
-    with pytest.raises(InteropError, match=r"contradict its tensors \(patch_size=16 recorded, 8 in the shapes; d=768 recorded, 48 in the shapes"):
+    with pytest.raises(
+        InteropError,
+        match=r"contradict its tensors \(patch_size=16 recorded, 8 in the shapes; d=768 recorded, 48 in the shapes",
+    ):
         import_checkpoint(preset, path)
     path = saved(tmp_path, "crate", state_dict("crate", sizes), arch="CRATE_huge")
     with pytest.raises(InteropError, match=r"'arch' is 'CRATE_huge', which .* does not define .*CRATE_base"):
@@ -152,8 +197,9 @@ def test_crate_alpha_takes_its_final_layernorm_eps_from_the_family(tmp_path):
     assert any("as crate-alpha's code computes" in note and "eps=1.0e-05" in note for note in imported.notes)
     ours, theirs = ours_and_theirs(imported.module.eval(), "crate-alpha", state, inputs("crate-alpha", sizes), sizes)
     assert (ours - theirs).abs().max().item() < TOLERANCE
-    mine = import_checkpoint(preset, saved(tmp_path, "crate-alpha", state),
-                             overrides=[*overrides, "encoder.post.norm.args.eps=1e-6"])  # a --set still wins
+    mine = import_checkpoint(
+        preset, saved(tmp_path, "crate-alpha", state), overrides=[*overrides, "encoder.post.norm.args.eps=1e-6"]
+    )  # a --set still wins
     assert cc.spec_of(mine.module).encoder.post[0].args["eps"] == 1e-6
     assert any("has eps=1e-06; crate-alpha's code computes with 1e-05" in note for note in mine.notes)
 
@@ -173,9 +219,24 @@ def test_the_average_of_the_weights_is_read_when_asked_for(tmp_path):
     assert any("--key model_ema" in note for note in default.notes)
     with pytest.raises(InteropError, match=r"no entry 'model_emma' .*'model', 'model_ema'"):
         import_checkpoint(preset, path, overrides=overrides, key="model_emma")
-    done = subprocess.run([sys.executable, "-m", "crate_compose.cli", "import", preset, str(path), "--key", "model_ema",
-                           *(f"--set={o}" for o in overrides), "--out", "ema"], cwd=tmp_path, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crate_compose.cli",
+            "import",
+            preset,
+            str(path),
+            "--key",
+            "model_ema",
+            *(f"--set={o}" for o in overrides),
+            "--out",
+            "ema",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert torch.equal(cc.load_build(tmp_path / "ema").state_dict()[temp].double(), ema["blocks.1.attn.temp"])
 

@@ -31,13 +31,16 @@ def test_a_regular_file_is_read_whole(tmp_path):
     assert read_json(path, limit=100, what="the file") == {"a": [1, {"b": 2}]}
 
 
-@pytest.mark.parametrize("make, said", [
-    (lambda p: os.mkfifo(p), "a FIFO, not a file"),
-    (lambda p: p.mkdir(), "a directory, not a file"),
-    (lambda p: p.symlink_to(p.parent / "gone"), "a link to nothing"),
-    (lambda p: None, "no such file"),
-    (lambda p: p.write_bytes(b"x" * 101), "101 bytes, more than the 100 it may hold"),
-])
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda p: os.mkfifo(p), "a FIFO, not a file"),
+        (lambda p: p.mkdir(), "a directory, not a file"),
+        (lambda p: p.symlink_to(p.parent / "gone"), "a link to nothing"),
+        (lambda p: None, "no such file"),
+        (lambda p: p.write_bytes(b"x" * 101), "101 bytes, more than the 100 it may hold"),
+    ],
+)
 def test_what_is_not_a_small_regular_file_is_refused_naming_it(tmp_path, make, said):
     path = tmp_path / "in.json"
     make(path)
@@ -52,12 +55,15 @@ def test_devices_and_files_that_lie_about_their_size():
         read_input("/proc/self/status", limit=10, what="x")  # a regular file that says it holds 0 bytes
 
 
-@pytest.mark.parametrize("content, said", [
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply to read"),
-    (b'{"a": ' * 70 + b"1" + b"}" * 70, "nested 70 levels deep, more than 64"),
-    (b'{"a": "\xff"}', r"not UTF-8 \(byte 0xff at offset 7\)"),
-    (b'{"a": ', "not JSON"),
-])
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply to read"),
+        (b'{"a": ' * 70 + b"1" + b"}" * 70, "nested 70 levels deep, more than 64"),
+        (b'{"a": "\xff"}', r"not UTF-8 \(byte 0xff at offset 7\)"),
+        (b'{"a": ', "not JSON"),
+    ],
+)
 def test_json_that_cannot_be_read_is_refused_naming_the_file(tmp_path, content, said):
     path = tmp_path / "config.json"
     path.write_bytes(content)
@@ -132,10 +138,13 @@ def test_a_long_pre_token_is_cut_for_bpe_and_the_rest_kept():
     assert parts[0] == "a b"
 
 
-@pytest.mark.parametrize("text, said", [
-    ("ab\udcff", r"byte 0xff at character 3 of 3"),
-    ("a\ud800", r"U\+D800 \(a lone surrogate\) at character 2"),
-])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("ab\udcff", r"byte 0xff at character 3 of 3"),
+        ("a\ud800", r"U\+D800 \(a lone surrogate\) at character 2"),
+    ],
+)
 def test_a_text_to_fill_must_be_utf8(text, said):
     with pytest.raises(WorkbenchError, match=f"the text is not valid UTF-8: {said}"):
         check_text(text)
@@ -143,19 +152,28 @@ def test_a_text_to_fill_must_be_utf8(text, said):
 
 
 def _tensors(count: int = 14) -> dict[str, torch.Tensor]:
-    return {"images": torch.zeros(count, 28, 28, dtype=torch.uint8), "labels": torch.arange(count) % 10,
-            "test": (torch.arange(count) % 7 == 0).to(torch.uint8)}
+    return {
+        "images": torch.zeros(count, 28, 28, dtype=torch.uint8),
+        "labels": torch.arange(count) % 10,
+        "test": (torch.arange(count) % 7 == 0).to(torch.uint8),
+    }
 
 
-@pytest.mark.parametrize("change, said", [
-    (lambda t: t.update(labels=t["labels"][:-1]), r"labels are int64 of shape \(13,\); expected int64 of shape \(14,\)"),
-    (lambda t: t.update(images=t["images"].reshape(14, 784)), r"images are uint8 of shape \(14, 784\)"),
-    (lambda t: t.update(images=t["images"].float()), "images are float32"),
-    (lambda t: t["labels"].__setitem__(0, 10), r"a label is 10; the set has 10 classes \(0\.\.9\)"),
-    (lambda t: t["test"].zero_(), "0 of its 14 images are test images"),
-    (lambda t: t["test"].fill_(1), "14 of its 14 images are test images"),
-    (lambda t: t["test"].__setitem__(0, 3), "a test mark is 3"),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (
+            lambda t: t.update(labels=t["labels"][:-1]),
+            r"labels are int64 of shape \(13,\); expected int64 of shape \(14,\)",
+        ),
+        (lambda t: t.update(images=t["images"].reshape(14, 784)), r"images are uint8 of shape \(14, 784\)"),
+        (lambda t: t.update(images=t["images"].float()), "images are float32"),
+        (lambda t: t["labels"].__setitem__(0, 10), r"a label is 10; the set has 10 classes \(0\.\.9\)"),
+        (lambda t: t["test"].zero_(), "0 of its 14 images are test images"),
+        (lambda t: t["test"].fill_(1), "14 of its 14 images are test images"),
+        (lambda t: t["test"].__setitem__(0, 3), "a test mark is 3"),
+    ],
+)
 def test_the_cache_checks(change, said):
     tensors = _tensors()
     assert archives.check_cache(tensors, 10) == ""

@@ -22,8 +22,15 @@ import kernels  # noqa: E402  (benchmarks/kernels.py)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SMALL = ("sizes.d=64", "sizes.heads=2", "sizes.head_dim=32", "sizes.depth=2", "sizes.image_size=32",
-         "sizes.patch_size=4", "sizes.classes=10")
+SMALL = (
+    "sizes.d=64",
+    "sizes.heads=2",
+    "sizes.head_dim=32",
+    "sizes.depth=2",
+    "sizes.image_size=32",
+    "sizes.patch_size=4",
+    "sizes.classes=10",
+)
 CRATE = kernels.Model("crate", "specs/crate.yaml", SMALL, batch=4)
 VIT = kernels.Model("vit", "specs/vit.yaml", tuple(o for o in SMALL if "head_dim" not in o), batch=4)
 
@@ -71,7 +78,9 @@ def test_the_kinds_follow_the_modules_that_ran_the_ops():
     ista = [o for o in crate.ops if o.kind == "ISTA step"]
     assert {"mm", "addmm", "relu_", "threshold_backward"} <= {o.name for o in ista}
     # every FLOP of CRATE is a matrix product or attention, and the ISTA step's products are its own kind
-    assert crate.total("flops", optimizer="", kinds={"matmul", "attention", "ISTA step"}) == crate.total("flops", optimizer="")
+    assert crate.total("flops", optimizer="", kinds={"matmul", "attention", "ISTA step"}) == crate.total(
+        "flops", optimizer=""
+    )
 
 
 def test_the_fused_adamw_moves_fewer_bytes_than_the_multi_tensor_kernels_and_the_bound_adds_up():
@@ -118,4 +127,8 @@ def test_the_report_has_every_table():
     assert len(rows) == 2 + len(kernels.OPTIMIZERS)  # the step, its kinds, and each optimizer alone
     assert "| vit | adamw-fused |" in text
     assert kernels.against_peer("CRATE-B/16", {"CRATE-B/16": 3.0, "ViT-B/16": 2.0}) == "1.50x"
-    assert kernels.against_peer("CRATE-B/16", {"CRATE-B/16": 3.0}) == kernels.against_peer("ViT-B/16", {"ViT-B/16": 1.0}) == ""
+    assert (
+        kernels.against_peer("CRATE-B/16", {"CRATE-B/16": 3.0})
+        == kernels.against_peer("ViT-B/16", {"ViT-B/16": 1.0})
+        == ""
+    )

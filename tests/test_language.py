@@ -43,8 +43,13 @@ def _randomize(module, seed=3):
     with torch.no_grad():
         for name, param in module.named_parameters():
             noise = torch.randn(param.shape, generator=gen, dtype=param.dtype)
-            param.copy_(1 + 0.3 * noise if param.ndim == 1 and name.endswith("weight") else
-                        0.3 * noise if param.ndim == 1 else noise / math.sqrt(param[0].numel()))
+            param.copy_(
+                1 + 0.3 * noise
+                if param.ndim == 1 and name.endswith("weight")
+                else 0.3 * noise
+                if param.ndim == 1
+                else noise / math.sqrt(param[0].numel())
+            )
     return module
 
 
@@ -71,20 +76,34 @@ def test_causal_tssa_is_tosts_running_sums():
     prm = {k: v.detach() for k, v in step.named_parameters()}
     x = _x((2, n, d))
     p = d // heads
-    w = (_ln(x, prm["norm.weight"], prm["norm.bias"]) @ prm["qkv.weight"].T + prm["qkv.bias"])
+    w = _ln(x, prm["norm.weight"], prm["norm.bias"]) @ prm["qkv.weight"].T + prm["qkv.bias"]
     w = w.reshape(2, n, heads, p)
     y = torch.zeros_like(w)
     for b in range(2):
         for t in range(n):
-            q = torch.stack([(w[b, t, k] ** 2 / (w[b, : t + 1, k] ** 2).sum(0).clamp_min(1e-12)
-                              + prm["denom_bias"][k, t, 0]).sum() * prm["temp"][k, 0] for k in range(heads)])
+            q = torch.stack(
+                [
+                    (
+                        w[b, t, k] ** 2 / (w[b, : t + 1, k] ** 2).sum(0).clamp_min(1e-12) + prm["denom_bias"][k, t, 0]
+                    ).sum()
+                    * prm["temp"][k, 0]
+                    for k in range(heads)
+                ]
+            )
             pi_t = torch.softmax(q, 0)
             for k in range(heads):
                 pis = []
                 for s in range(t + 1):  # Pi at every earlier position s, recomputed from its own prefix
-                    qs = torch.stack([(w[b, s, j] ** 2 / (w[b, : s + 1, j] ** 2).sum(0).clamp_min(1e-12)
-                                       + prm["denom_bias"][j, s, 0]).sum() * prm["temp"][j, 0]
-                                      for j in range(heads)])
+                    qs = torch.stack(
+                        [
+                            (
+                                w[b, s, j] ** 2 / (w[b, : s + 1, j] ** 2).sum(0).clamp_min(1e-12)
+                                + prm["denom_bias"][j, s, 0]
+                            ).sum()
+                            * prm["temp"][j, 0]
+                            for j in range(heads)
+                        ]
+                    )
                     pis.append(torch.softmax(qs, 0)[k])
                 pis = torch.stack(pis)
                 m = (pis[:, None] * w[b, : t + 1, k] ** 2).sum(0) / (pis.sum() + 1e-8)
@@ -96,8 +115,9 @@ def test_causal_tssa_is_tosts_running_sums():
 
 
 def test_causal_tssa_parameters_are_tosts():
-    step = registry.get("tssa").build(registry.get("tssa").args.model_validate({"heads": 12, "causal": True}),
-                                      (1024, 768), Context())
+    step = registry.get("tssa").build(
+        registry.get("tssa").args.model_validate({"heads": 12, "causal": True}), (1024, 768), Context()
+    )
     assert tuple(step.denom_bias.shape) == (12, 1024, 1) and not step.denom_bias.any()
     assert sum(p.numel() for p in step.parameters()) == 1536 + 590_592 + 12 + 12_288 + 590_592
 
@@ -210,15 +230,19 @@ def test_the_diagram_draws_the_tie():
     assert "tied: weight" in source and "one weight shared by two steps" in source
 
 
-@pytest.mark.parametrize("tie, message", [
-    ({"weight": "preprocess.nowhere.weight"}, "no earlier step is 'preprocess.nowhere'"),
-    ({"weight": "preprocess.positions.embedding"}, "shapes differ, (256, 128) here and (1, 128, 128) there"),
-    ({"bias": "preprocess.embed.weight"}, "step 'lm_head' has no parameter 'bias'"),
-    ({"weight": "preprocess.embed.scale"}, "'preprocess.embed' has no parameter 'scale'"),
-])
+@pytest.mark.parametrize(
+    "tie, message",
+    [
+        ({"weight": "preprocess.nowhere.weight"}, "no earlier step is 'preprocess.nowhere'"),
+        ({"weight": "preprocess.positions.embedding"}, "shapes differ, (256, 128) here and (1, 128, 128) there"),
+        ({"bias": "preprocess.embed.weight"}, "step 'lm_head' has no parameter 'bias'"),
+        ({"weight": "preprocess.embed.scale"}, "'preprocess.embed' has no parameter 'scale'"),
+    ],
+)
 def test_a_bad_tie_is_located_and_says_what_does_not_fit(tmp_path, tie, message):
     text = cc.dump_spec(cc.load_spec("causal-crate-bytes")).replace(
-        "weight: preprocess.embed.weight", f"{next(iter(tie))}: {next(iter(tie.values()))}")
+        "weight: preprocess.embed.weight", f"{next(iter(tie))}: {next(iter(tie.values()))}"
+    )
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(SpecError) as error:
@@ -315,20 +339,61 @@ def _run(capsys, *argv):
 def test_a_small_language_model_beats_the_unigram_baseline(tmp_path, capsys, preset):
     """A short version of the documented runs (docs/language.md): a narrower, shallower model (d 64, 2 layers,
     context 64) for 200 steps, about 30 s each on 2 cores. It ends near 0.85 of the unigram loss."""
-    code, out, err = _run(capsys, "train", preset, "--task", "lm", "--data", "text", "--steps", 200,
-                          "--batch-size", 32, "--lr", 1e-2, "--out", tmp_path / "run", "--no-progress",
-                          *[arg for size in SHORT for arg in ("--set", size)])
+    code, out, err = _run(
+        capsys,
+        "train",
+        preset,
+        "--task",
+        "lm",
+        "--data",
+        "text",
+        "--steps",
+        200,
+        "--batch-size",
+        32,
+        "--lr",
+        1e-2,
+        "--out",
+        tmp_path / "run",
+        "--no-progress",
+        *[arg for size in SHORT for arg in ("--set", size)],
+    )
     assert code == 0, err
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     metrics = result["metrics"]
     assert metrics["test_loss"] < 0.9 * metrics["test_unigram_loss"], metrics
     sets = [arg for size in SHORT for arg in ("--set", size)]
-    code, out, err = _run(capsys, "generate", preset, "--weights", tmp_path / "run" / "final", "--prompt",
-                          "import ", "--tokens", 40, "--seed", 3, *sets)
+    code, out, err = _run(
+        capsys,
+        "generate",
+        preset,
+        "--weights",
+        tmp_path / "run" / "final",
+        "--prompt",
+        "import ",
+        "--tokens",
+        40,
+        "--seed",
+        3,
+        *sets,
+    )
     assert code == 0, err
     assert out.startswith("import ") and len(out.encode()) >= len("import ") + 40 - 10  # invalid UTF-8 shrinks
-    _, again, _ = _run(capsys, "generate", preset, "--weights", tmp_path / "run" / "final", "--prompt",
-                       "import ", "--tokens", 40, "--seed", 3, "--no-cache", *sets)
+    _, again, _ = _run(
+        capsys,
+        "generate",
+        preset,
+        "--weights",
+        tmp_path / "run" / "final",
+        "--prompt",
+        "import ",
+        "--tokens",
+        40,
+        "--seed",
+        3,
+        "--no-cache",
+        *sets,
+    )
     assert again == out
 
 
@@ -345,15 +410,30 @@ def test_the_bigram_baseline_is_add_one_pair_counts(vocab):
     train = torch.randint(0, 5, (400,), generator=generator) * (vocab // 5)
     test = torch.cat([torch.randint(0, 5, (99,), generator=generator) * (vocab // 5), torch.tensor([vocab - 1])])
     pairs, firsts = Counter(zip(train[:-1].tolist(), train[1:].tolist())), Counter(train[:-1].tolist())
-    expected = -sum(math.log((pairs[(a, b)] + 1) / (firsts[a] + vocab))
-                    for a, b in zip(test[:-1].tolist(), test[1:].tolist())) / (len(test) - 1)
+    expected = -sum(
+        math.log((pairs[(a, b)] + 1) / (firsts[a] + vocab)) for a, b in zip(test[:-1].tolist(), test[1:].tolist())
+    ) / (len(test) - 1)
     assert bigram_loss(train, test, vocab) == pytest.approx(expected, rel=1e-12)
 
 
 def test_a_language_model_reports_the_bigram_baseline_below_the_unigram(capsys, tmp_path):
-    code, _, err = _run(capsys, "train", "causal-crate-bytes", "--task", "lm", "--data", "text", "--steps", 1,
-                        "--eval-every", 0, "--no-progress", "--out", tmp_path / "run",
-                        *[arg for size in SHORT for arg in ("--set", size)])
+    code, _, err = _run(
+        capsys,
+        "train",
+        "causal-crate-bytes",
+        "--task",
+        "lm",
+        "--data",
+        "text",
+        "--steps",
+        1,
+        "--eval-every",
+        0,
+        "--no-progress",
+        "--out",
+        tmp_path / "run",
+        *[arg for size in SHORT for arg in ("--set", size)],
+    )
     assert code == 0, err
     metrics = json.loads((tmp_path / "run" / "result.json").read_text())["metrics"]
     assert 0 < metrics["test_bigram_loss"] < metrics["test_unigram_loss"], metrics  # source code: pairs tell
@@ -367,8 +447,21 @@ def test_lm_on_images_and_images_on_text_are_refused(capsys, tmp_path):
     assert not (tmp_path / "run").exists()
     code, _, err = _run(capsys, "train", "crate-digits", "--task", "lm", "--data", "text", "--steps", 1)
     assert code == 2 and "no language model" in err
-    code, _, err = _run(capsys, "train", "causal-crate-bytes", "--task", "lm", "--data", "text", "--steps", 1,
-                        "--set", "encoder.layer.compress.args.causal=false", "--set", "sizes.vocab=100")
+    code, _, err = _run(
+        capsys,
+        "train",
+        "causal-crate-bytes",
+        "--task",
+        "lm",
+        "--data",
+        "text",
+        "--steps",
+        1,
+        "--set",
+        "encoder.layer.compress.args.causal=false",
+        "--set",
+        "sizes.vocab=100",
+    )
     assert code == 2 and "vocabulary of 100" in err
 
 
@@ -400,7 +493,9 @@ def test_a_derived_spec_keeps_its_ties(tmp_path):
     model = cc.build(path)
     assert model.encoder.norm.bias is model.preprocess.patch_embed.project.bias
     row = next(r for r in cc.summarize(model).steps if r.module == "encoder.norm")
-    assert row.params == model.encoder.norm.weight.numel() and row.tied == {"bias": "preprocess.patch_embed.project.bias"}
+    assert row.params == model.encoder.norm.weight.numel() and row.tied == {
+        "bias": "preprocess.patch_embed.project.bias"
+    }
 
 
 # ----------------------------------------------------------------------------------------- generate: hostile requests
@@ -411,8 +506,10 @@ TINY = ["--set", "sizes.context=16", "--set", "sizes.d=16", "--set", "sizes.head
 def test_generate_refuses_a_spec_that_is_no_language_model(capsys):
     code, out, err = _run(capsys, "generate", "specs/crate-digits.yaml", "--prompt", "hi")
     assert code == 2 and out == "" and "Traceback" not in err
-    assert ("error: spec 'crate-digits' is not a language model (input [1, 8, 8], float32); generate takes a spec "
-            "whose input is token ids") in err
+    assert (
+        "error: spec 'crate-digits' is not a language model (input [1, 8, 8], float32); generate takes a spec "
+        "whose input is token ids"
+    ) in err
 
 
 def test_a_prompt_that_is_not_utf8_keeps_its_bytes(tmp_path):
@@ -424,8 +521,12 @@ def test_a_prompt_that_is_not_utf8_keeps_its_bytes(tmp_path):
     result = generate_text("causal-crate-bytes", "\udcff\udcfe", overrides=TINY[1::2], tokens=3)
     assert result.prompt == b"\xff\xfe" and len(result.continuation) == 3 and result.text.startswith("\ufffd\ufffd")
     from commands import CLI
-    run = subprocess.run([*CLI, "generate", "causal-crate-bytes", "--prompt", b"\xff\xfe", "--tokens", "3", *TINY],
-                         capture_output=True, timeout=120)
+
+    run = subprocess.run(
+        [*CLI, "generate", "causal-crate-bytes", "--prompt", b"\xff\xfe", "--tokens", "3", *TINY],
+        capture_output=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr
     assert run.stdout.startswith("\ufffd\ufffd".encode()) and run.stdout.endswith(b"\n")  # stdout is a pipe here
     with pytest.raises(DecodingError, match="lone surrogate '\\\\ud800' at character 1"):
@@ -438,8 +539,9 @@ def test_a_tiny_temperature_is_greedy_decoding(capsys):
     greedy = generate(model, prompt, 12, temperature=0.0)
     for temperature in (1e-300, 5e-324, 1e-30):
         assert torch.equal(generate(model, prompt, 12, temperature=temperature, seed=4), greedy), temperature
-    code, tiny, err = _run(capsys, "generate", "causal-crate-bytes", "--prompt", "def ", "--temperature", "1e-300",
-                           *TINY)
+    code, tiny, err = _run(
+        capsys, "generate", "causal-crate-bytes", "--prompt", "def ", "--temperature", "1e-300", *TINY
+    )
     assert code == 0 and "Traceback" not in err
     _, zero, _ = _run(capsys, "generate", "causal-crate-bytes", "--prompt", "def ", "--temperature", "0", *TINY)
     assert tiny == zero
@@ -451,13 +553,15 @@ def test_generate_checks_the_vocabulary_before_the_model_runs(tmp_path, capsys, 
     small = [*TINY, "--set", "sizes.vocab=100"]
     assert _run(capsys, "build", "causal-crate-bytes", *small, "--out", tmp_path / "vocab100")[0] == 0
     monkeypatch.setattr(generation, "generate", lambda *a, **k: pytest.fail("the model ran"))
-    code, out, err = _run(capsys, "generate", "causal-crate-bytes", *small, "--weights", tmp_path / "vocab100",
-                          "--prompt", "aé")  # é is the bytes 0xc3 0xa9
+    code, out, err = _run(
+        capsys, "generate", "causal-crate-bytes", *small, "--weights", tmp_path / "vocab100", "--prompt", "aé"
+    )  # é is the bytes 0xc3 0xa9
     assert code == 2 and out == "" and "Traceback" not in err
     assert "error: prompt byte 1 is 195 (0xc3); spec 'causal-crate-bytes." in err
     assert "has a vocabulary of 100 tokens (0-99), too small for this byte-level text" in err
-    code, _, err = _run(capsys, "generate", "causal-crate-bytes", *TINY, "--weights", tmp_path / "vocab100",
-                        "--prompt", "a")  # weights of another vocabulary than the spec's
+    code, _, err = _run(
+        capsys, "generate", "causal-crate-bytes", *TINY, "--weights", tmp_path / "vocab100", "--prompt", "a"
+    )  # weights of another vocabulary than the spec's
     assert code == 2 and "do not fit the spec" in err and "Traceback" not in err
     untied = ["--set", "head.lm_head.tie={}", "--set", "preprocess.embed.args.vocab=100"]
     code, _, err = _run(capsys, "generate", "causal-crate-bytes", *TINY, *untied, "--prompt", "a")

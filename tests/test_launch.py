@@ -38,8 +38,9 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def _grid(steps: int = 12, **settings) -> Grid:
-    return Grid({SPARSIFY: ["ista", "ista_soft"]}, Settings(steps=steps, batch_size=16, **settings), seeds=2,
-                overrides=TINY)
+    return Grid(
+        {SPARSIFY: ["ista", "ista_soft"]}, Settings(steps=steps, batch_size=16, **settings), seeds=2, overrides=TINY
+    )
 
 
 def runs_of(out: Path) -> dict[str, Path]:
@@ -89,9 +90,26 @@ def test_a_failing_run_is_reported_the_others_finish_and_the_table_says_so(tmp_p
     after every check before the start passed: its runs are reported with the reason, the others finish, the
     table marks the missing cells, counts the seeds behind each mean, and ablate exits 4."""
     out = tmp_path / "grid"
-    argv = ["ablate", DIGITS, *[a for o in TINY for a in ("--set", o)], "--swap",
-            "encoder.layer.sparsify.args.step_size=0.1,1e30", "--seeds", "2", "--steps", "8", "--batch-size", "16",
-            "--no-progress", "--out", str(out), "--launcher", "local", "--jobs", str(min(2, CORES))]
+    argv = [
+        "ablate",
+        DIGITS,
+        *[a for o in TINY for a in ("--set", o)],
+        "--swap",
+        "encoder.layer.sparsify.args.step_size=0.1,1e30",
+        "--seeds",
+        "2",
+        "--steps",
+        "8",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--launcher",
+        "local",
+        "--jobs",
+        str(min(2, CORES)),
+    ]
     assert cli.main(argv) == 4
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
@@ -114,14 +132,36 @@ def test_ctrl_c_on_the_local_launcher_keeps_the_runs_and_resume_completes_the_gr
     """SIGINT to ablate: its runs get SIGTERM, keep their steps in a checkpoint, and the grid stops with 130;
     --resume continues them to the weights of an uninterrupted grid."""
     steps, stopped, whole = 400, tmp_path / "stopped", tmp_path / "whole"
-    base = [*CLI, "ablate", DIGITS, *[a for o in TINY for a in ("--set", o)], "--swap", f"{SPARSIFY}=ista,ista_soft",
-            "--seeds", "2", "--steps", str(steps), "--batch-size", "16", "--no-progress", "--launcher", "local",
-            "--jobs", "2", "--eval-every", "0"]
-    process = subprocess.Popen([*base, "--out", str(stopped)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    base = [
+        *CLI,
+        "ablate",
+        DIGITS,
+        *[a for o in TINY for a in ("--set", o)],
+        "--swap",
+        f"{SPARSIFY}=ista,ista_soft",
+        "--seeds",
+        "2",
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--launcher",
+        "local",
+        "--jobs",
+        "2",
+        "--eval-every",
+        "0",
+    ]
+    process = subprocess.Popen(
+        [*base, "--out", str(stopped)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not any('"kind": "train"' in (p / "metrics.jsonl").read_text()
-                                                  for p in stopped.glob("*/seed-*") if (p / "metrics.jsonl").is_file()):
+    while time.monotonic() < deadline and not any(
+        '"kind": "train"' in (p / "metrics.jsonl").read_text()
+        for p in stopped.glob("*/seed-*")
+        if (p / "metrics.jsonl").is_file()
+    ):
         time.sleep(0.1)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=240)
@@ -140,8 +180,20 @@ def test_ctrl_c_on_the_local_launcher_keeps_the_runs_and_resume_completes_the_gr
 
 
 def test_ranks_come_from_torchrun_else_from_srun_else_one_process(monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_NUM_TASKS",
-                 "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NTASKS"):
+    for name in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SLURM_STEP_NUM_TASKS",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_ID",
+        "SLURM_STEP_ID",
+        "SLURM_NTASKS",
+    ):
         monkeypatch.setenv(name, "")  # recorded, so that what rendezvous() writes is undone after the test
         monkeypatch.delenv(name)
     assert (world.rank(), world.world_size(), world.local_rank()) == (0, 1, 0)
@@ -173,8 +225,9 @@ with hold(sys.argv[1]):
 
 
 def _holder(folder: Path, **env: str) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], env={**ENV, **env},
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder)], env={**ENV, **env}, stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout.readline().strip() == "held"
     return process
 
@@ -182,7 +235,7 @@ def _holder(folder: Path, **env: str) -> subprocess.Popen:
 def test_a_requeued_jobs_stale_lock_is_named_and_taken_over_a_live_one_wins(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "run"
     before = _holder(folder, SLURM_JOB_ID="77", SLURM_RESTART_COUNT="0")  # the job before its requeue, on a
-    try:                                                                   # server that has not let go
+    try:  # server that has not let go
         monkeypatch.setenv("SLURM_JOB_ID", "77")
         monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
         with pytest.raises(FolderBusy, match=r"in use by process \d+ on .*SLURM job 77"):
@@ -213,28 +266,61 @@ def test_a_requeued_jobs_stale_lock_is_named_and_taken_over_a_live_one_wins(tmp_
 
 
 def _ablate(out: Path, *extra: str) -> list[str]:
-    return ["ablate", DIGITS, *[a for o in TINY for a in ("--set", o)], "--swap", f"{SPARSIFY}=ista,ista_soft",
-            "--steps", "4", "--batch-size", "16", "--no-progress", "--out", str(out), *extra]
+    return [
+        "ablate",
+        DIGITS,
+        *[a for o in TINY for a in ("--set", o)],
+        "--swap",
+        f"{SPARSIFY}=ista,ista_soft",
+        "--steps",
+        "4",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def test_launcher_settings_that_cannot_work_are_refused_before_anything_starts(tmp_path, capsys, monkeypatch):
     out = tmp_path / "grid"
-    _refused(capsys, _ablate(out, "--launcher", "local", "--jobs", str(CORES + 1)), f"--jobs {CORES + 1}: this machine "
-             f"gives this process {CORES} core", f"give --jobs {CORES} or fewer")
-    _refused(capsys, _ablate(out, "--launcher", "local", "--partition", "gpu"),
-             "--partition: not a setting of the local launcher; give --launcher slurm")
-    _refused(capsys, _ablate(out, "--jobs", "2"), "--jobs: not a setting of the in-process launcher; give --launcher local")
+    _refused(
+        capsys,
+        _ablate(out, "--launcher", "local", "--jobs", str(CORES + 1)),
+        f"--jobs {CORES + 1}: this machine gives this process {CORES} core",
+        f"give --jobs {CORES} or fewer",
+    )
+    _refused(
+        capsys,
+        _ablate(out, "--launcher", "local", "--partition", "gpu"),
+        "--partition: not a setting of the local launcher; give --launcher slurm",
+    )
+    _refused(
+        capsys, _ablate(out, "--jobs", "2"), "--jobs: not a setting of the in-process launcher; give --launcher local"
+    )
     _refused(capsys, _ablate(out, "--launcher", "local", "--gpus-per-run", "2"), "--gpus-per-run 2 with --device cpu")
-    _refused(capsys, _ablate(out, "--launcher", "slurm", "--gpus-per-run", "1"), "--gpus-per-run 1 with --device cpu: "
-             "give --device cuda")
+    _refused(
+        capsys,
+        _ablate(out, "--launcher", "slurm", "--gpus-per-run", "1"),
+        "--gpus-per-run 1 with --device cpu: give --device cuda",
+    )
     _refused(capsys, _ablate(out, "--launcher", "slurm", "--time", "soon"), "--time: 'soon' is not a time limit")
     _refused(capsys, _ablate(out, "--launcher", "slurm", "--time", "1"), "--time 1 min leaves no time to train")
     _refused(capsys, _ablate(out, "--launcher", "slurm", "--slurm", "array=0-3"), "the launcher sets array itself")
-    _refused(capsys, _ablate(out, "--no-wait"), "--no-wait: the in-process launcher trains in this command; give --launcher slurm")
+    _refused(
+        capsys,
+        _ablate(out, "--no-wait"),
+        "--no-wait: the in-process launcher trains in this command; give --launcher slurm",
+    )
     _refused(capsys, _ablate(out, "--launcher", "local", "--no-wait"), "--no-wait: the local launcher's queue is")
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))  # a machine without SLURM's commands
-    _refused(capsys, _ablate(out, "--launcher", "slurm"), "--launcher slurm: sbatch, squeue, scontrol not on the PATH",
-             "apt-get install slurm-client")
+    _refused(
+        capsys,
+        _ablate(out, "--launcher", "slurm"),
+        "--launcher slurm: sbatch, squeue, scontrol not on the PATH",
+        "apt-get install slurm-client",
+    )
     assert not out.exists()  # nothing written, nothing submitted
 
 
@@ -247,13 +333,28 @@ def test_a_launcher_file_is_checked_key_by_key_at_its_lines(tmp_path, capsys):
     assert f"{config}:4:" in err and "time: 'whenever' is not a time limit" in err
     assert f"{config}:5:" in err and "slurm: a mapping of sbatch options" in err
     config.write_text("launcher: local\njobs: 1\n")  # a good file: the command line wins over it
-    _refused(capsys, _ablate(tmp_path / "grid", "--launcher-config", str(config), "--jobs", str(CORES + 1)),
-             f"--jobs {CORES + 1}")
+    _refused(
+        capsys,
+        _ablate(tmp_path / "grid", "--launcher-config", str(config), "--jobs", str(CORES + 1)),
+        f"--jobs {CORES + 1}",
+    )
 
 
 def test_one_run_sent_to_the_local_launcher_is_the_run_train_makes(tmp_path, capsys):
-    argv = ["train", DIGITS, *[a for o in TINY for a in ("--set", o)], "--data", "digits", "--steps", "6",
-            "--batch-size", "16", "--no-progress", "--logger", "none"]
+    argv = [
+        "train",
+        DIGITS,
+        *[a for o in TINY for a in ("--set", o)],
+        "--data",
+        "digits",
+        "--steps",
+        "6",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--logger",
+        "none",
+    ]
     here, there = tmp_path / "here", tmp_path / "there"
     threads = torch.get_num_threads()
     torch.set_num_threads(CORES)  # as the one local job's share of the cores
@@ -263,8 +364,11 @@ def test_one_run_sent_to_the_local_launcher_is_the_run_train_makes(tmp_path, cap
         torch.set_num_threads(threads)
     assert cli.main([*argv, "--out", str(there), "--launcher", "local"]) == 0
     out = capsys.readouterr().out
-    assert out.strip().splitlines()[-1].startswith(f"{json.loads((there / 'launch' / 'job.json').read_text())['label']}: "
-                                                   "finished, test_accuracy ")
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(f"{json.loads((there / 'launch' / 'job.json').read_text())['label']}: finished, test_accuracy ")
+    )
     a, b = (json.loads((p / "result.json").read_text()) for p in (here, there))
     assert (a["metrics"], a["train_loss"]) == (b["metrics"], b["train_loss"])
     assert json.loads((there / "launch" / "state.json").read_text())["state"] == "finished"
@@ -277,8 +381,10 @@ def test_on_a_gpu_machine_each_local_run_sees_only_its_own_gpus(monkeypatch):
     gpus_per_run; more than they hold refused. (The processes themselves need a GPU: make device-check.)"""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     assert Local(device="cuda").slots() == [{"CUDA_VISIBLE_DEVICES": d} for d in "0123"]
-    assert Local(gpus_per_run=2, device="cuda").slots() == [{"CUDA_VISIBLE_DEVICES": "0,1"},
-                                                            {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert Local(gpus_per_run=2, device="cuda").slots() == [
+        {"CUDA_VISIBLE_DEVICES": "0,1"},
+        {"CUDA_VISIBLE_DEVICES": "2,3"},
+    ]
     assert Local(jobs=1, gpus_per_run=2, device="cuda:0").slots() == [{"CUDA_VISIBLE_DEVICES": "0,1"}]
     with pytest.raises(LaunchError, match=r"--jobs 3 with --gpus-per-run 2 needs 6 GPUs; this machine shows 4"):
         Local(jobs=3, gpus_per_run=2, device="cuda").slots()
@@ -292,7 +398,10 @@ def test_slurm_runs_that_would_lose_a_whole_job_to_a_node_failure_are_warned(cap
     from crate_compose.launch.slurm import Slurm
 
     checkpoint_note(Slurm(time=10), Settings(checkpoint_minutes=15))
-    assert "note: --time 10 min is no longer than --checkpoint-minutes 15: no periodic checkpoint" in capsys.readouterr().err
+    assert (
+        "note: --time 10 min is no longer than --checkpoint-minutes 15: no periodic checkpoint"
+        in capsys.readouterr().err
+    )
     checkpoint_note(Slurm(time=60), Settings(checkpoint_minutes=0))
     assert "--checkpoint-every 0 --checkpoint-minutes 0: a run keeps its steps at its end" in capsys.readouterr().err
     for quiet in (Settings(), Settings(checkpoint_minutes=0, checkpoint_every=500)):

@@ -41,8 +41,10 @@ class Shapes(torch.nn.Module):
         """Two groups as optimizer_for makes them, with their own betas and lr here."""
         decay = [p for p in self.parameters() if p.ndim >= 2]
         other = [p for p in self.parameters() if p.ndim < 2]
-        return [{"params": decay, "weight_decay": 0.3},
-                {"params": other, "weight_decay": 0.0, "betas": (0.8, 0.95), "lr": lr / 3}]
+        return [
+            {"params": decay, "weight_decay": 0.3},
+            {"params": other, "weight_decay": 0.0, "betas": (0.8, 0.95), "lr": lr / 3},
+        ]
 
 
 def _pair(**options) -> tuple[Shapes, Shapes, torch.optim.Optimizer, torch.optim.Optimizer]:
@@ -84,8 +86,9 @@ def _steps(models, optimizers_, steps: range, generator: torch.Generator) -> Non
         _same(*models, *optimizers_)
 
 
-@pytest.mark.parametrize("options", [{"foreach": True}, {"foreach": False}, {}],
-                         ids=["foreach", "per-parameter", "default"])
+@pytest.mark.parametrize(
+    "options", [{"foreach": True}, {"foreach": False}, {}], ids=["foreach", "per-parameter", "default"]
+)
 def test_lion_matches_lion_pytorch_bit_for_bit(options):
     ours_model, reference_model, ours, reference = _pair(**options)
     _steps((ours_model, reference_model), (ours, reference), range(20), torch.Generator().manual_seed(1))
@@ -141,8 +144,9 @@ def test_train_uses_ours_batched_on_cuda_and_per_parameter_on_the_cpu():
     assert "cuda" in optimizers._foreach_devices()
 
 
-LION_RUN = Settings(steps=6, batch_size=32, lr=1e-3, optimizer="lion", weight_decay=0.5, checkpoint_every=3,
-                    log_every=1)
+LION_RUN = Settings(
+    steps=6, batch_size=32, lr=1e-3, optimizer="lion", weight_decay=0.5, checkpoint_every=3, log_every=1
+)
 
 
 def test_on_the_test_device_ours_takes_lion_pytorchs_steps(device):
@@ -184,7 +188,11 @@ def test_a_run_checkpointed_with_lion_pytorch_resumes_with_ours_exactly(tmp_path
         train(DIGITS, LION_RUN, overrides=SMALL, out=tmp_path / "reference", progress=False)
     killed = tmp_path / "killed"
     shutil.copytree(tmp_path / "reference", killed)
-    shutil.rmtree(killed / "checkpoints/step-000006"), shutil.rmtree(killed / "final"), (killed / "result.json").unlink()
+    (
+        shutil.rmtree(killed / "checkpoints/step-000006"),
+        shutil.rmtree(killed / "final"),
+        (killed / "result.json").unlink(),
+    )
     train(DIGITS, LION_RUN, overrides=SMALL, out=killed, resume=True, progress=False)
     train(DIGITS, LION_RUN, overrides=SMALL, out=tmp_path / "ours", progress=False)
     expected = load_file(tmp_path / "reference/final/model.safetensors")
@@ -195,4 +203,3 @@ def test_a_run_checkpointed_with_lion_pytorch_resumes_with_ours_exactly(tmp_path
     ours = load_file(tmp_path / "ours/checkpoints/step-000006/optimizer.safetensors")
     theirs = load_file(tmp_path / "reference/checkpoints/step-000006/optimizer.safetensors")
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-

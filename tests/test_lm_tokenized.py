@@ -29,8 +29,10 @@ from crate_compose.generation.text import generate_text
 from crate_compose.training.metrics import Metrics
 from crate_compose.training.run_folder.checkpoint import latest_checkpoint
 
-WORDS = ("the king and queen of denmark speak to their loyal friends about love war honour and death in the "
-         "castle while a ghost walks upon the platform at night").split()
+WORDS = (
+    "the king and queen of denmark speak to their loyal friends about love war honour and death in the "
+    "castle while a ghost walks upon the platform at night"
+).split()
 TINY = ["sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"]
 PROMPT = "the queen and the ghost"
 
@@ -56,9 +58,26 @@ def texts(tmp_path_factory) -> Path:
 
 
 def _train(out: Path, data: str, steps: int = 3) -> Path:
-    code = cli.main(["train", "causal-crate-bytes", "--task", "lm", "--data", data, "--steps", str(steps),
-                     "--batch-size", "4", "--out", str(out), "--no-progress", "--logger", "none",
-                     *[arg for size in TINY for arg in ("--set", size)]])
+    code = cli.main(
+        [
+            "train",
+            "causal-crate-bytes",
+            "--task",
+            "lm",
+            "--data",
+            data,
+            "--steps",
+            str(steps),
+            "--batch-size",
+            "4",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--logger",
+            "none",
+            *[arg for size in TINY for arg in ("--set", size)],
+        ]
+    )
     assert code == 0
     return out
 
@@ -77,8 +96,20 @@ def gpt2_home(tmp_path_factory) -> Path:
 
     home = tmp_path_factory.mktemp("data-home")
     characters = sorted(byte_level_bytes(), key=byte_level_bytes().__getitem__)
-    merges = [("t", "h"), ("th", "e"), ("q", "u"), ("qu", "e"), ("que", "e"), ("quee", "n"), ("a", "n"),
-              ("an", "d"), ("g", "h"), ("gh", "o"), ("gho", "s"), ("ghos", "t")]
+    merges = [
+        ("t", "h"),
+        ("th", "e"),
+        ("q", "u"),
+        ("qu", "e"),
+        ("que", "e"),
+        ("quee", "n"),
+        ("a", "n"),
+        ("an", "d"),
+        ("g", "h"),
+        ("gh", "o"),
+        ("gho", "s"),
+        ("ghos", "t"),
+    ]
     merges += [("\u0120", word) for word in ("the", "queen", "and", "ghost")]  # Ġ: GPT-2's space
     encoder = {token: i for i, token in enumerate(characters + [a + b for a, b in merges] + [G.END_OF_TEXT])}
     folder = G.cache_folder(home)
@@ -102,7 +133,7 @@ def _greedy(run: Path, prompt: str, tokens: int) -> tuple[Tokenizer, list[int], 
     load_weights(model, run / "final")
     ids = tokenizer.encode(prompt)
     out = cc.generate(model, torch.tensor([ids]), tokens, temperature=0.0)
-    return tokenizer, ids, out[0, len(ids):].tolist()
+    return tokenizer, ids, out[0, len(ids) :].tolist()
 
 
 # ----------------------------------------------------------------------------------------- generate
@@ -115,22 +146,50 @@ def test_generate_reads_and_writes_text_in_the_runs_vocabulary(which, request, c
     assert len(ids) < len(PROMPT.encode())  # words, not bytes: the ids are the run's vocabulary's
     whole, head = tokenizer.decode(ids + new), tokenizer.decode(ids)
     assert whole.startswith(head)
-    expected = whole[len(head):]
+    expected = whole[len(head) :]
     result = generate_text(run / "final" / "spec.yaml", PROMPT, weights=run / "final", tokens=6, temperature=0)
     assert result.prompt == PROMPT.encode() and result.continuation.decode() == expected
     assert result.text == PROMPT + expected and result.tokens == 6
-    as_bytes = generate_text(run / "final" / "spec.yaml", PROMPT.encode(), weights=run / "final", tokens=6,
-                             temperature=0)
+    as_bytes = generate_text(
+        run / "final" / "spec.yaml", PROMPT.encode(), weights=run / "final", tokens=6, temperature=0
+    )
     assert as_bytes == result._replace(seconds=as_bytes.seconds)
-    code, out, err = _run(capsys, "generate", run / "final" / "spec.yaml", "--weights", run / "final", "--prompt",
-                          PROMPT, "--tokens", 6, "--temperature", 0)
+    code, out, err = _run(
+        capsys,
+        "generate",
+        run / "final" / "spec.yaml",
+        "--weights",
+        run / "final",
+        "--prompt",
+        PROMPT,
+        "--tokens",
+        6,
+        "--temperature",
+        0,
+    )
     assert code == 0 and out == PROMPT + expected + "\n", err
-    _, again, _ = _run(capsys, "generate", run / "final" / "spec.yaml", "--weights", run / "final", "--prompt",
-                       PROMPT, "--tokens", 6, "--temperature", 0, "--no-cache")
+    _, again, _ = _run(
+        capsys,
+        "generate",
+        run / "final" / "spec.yaml",
+        "--weights",
+        run / "final",
+        "--prompt",
+        PROMPT,
+        "--tokens",
+        6,
+        "--temperature",
+        0,
+        "--no-cache",
+    )
     assert again == out
     checkpoint = latest_checkpoint(run)  # a checkpoint of the run reads the same vocabulary
-    assert generate_text(checkpoint / "spec.yaml", PROMPT, weights=checkpoint, tokens=6,
-                         temperature=0).continuation.decode() == expected  # the last one: the final weights
+    assert (
+        generate_text(
+            checkpoint / "spec.yaml", PROMPT, weights=checkpoint, tokens=6, temperature=0
+        ).continuation.decode()
+        == expected
+    )  # the last one: the final weights
 
 
 def test_a_wordpiece_piece_joins_the_prompts_last_word(wordpiece_run):
@@ -144,8 +203,9 @@ def test_a_wordpiece_piece_joins_the_prompts_last_word(wordpiece_run):
 
 def _refused(capsys, run: Path, prompt: str, weights: Path | None = None) -> str:
     weights = weights or run / "final"
-    code, out, err = _run(capsys, "generate", run / "final" / "spec.yaml", "--weights", weights, "--prompt", prompt,
-                          "--tokens", 2)
+    code, out, err = _run(
+        capsys, "generate", run / "final" / "spec.yaml", "--weights", weights, "--prompt", prompt, "--tokens", 2
+    )
     assert code == 2 and out == "" and "Traceback" not in err, err
     return err
 
@@ -175,8 +235,9 @@ def test_a_missing_damaged_or_foreign_tokenizer_is_named(wordpiece_run, tmp_path
     (run / "tokenizer.json").write_text('{"format": ', encoding="utf-8")
     err = _refused(capsys, run, PROMPT, latest_checkpoint(run))
     assert f"error: the tokenizer {run / 'tokenizer.json'}: " in err
-    (run / "tokenizer.json").write_text(train_tokenizer("bpe", 400, [" ".join(WORDS) * 20 + "xyz" * 50]).to_json(),
-                                        encoding="utf-8")
+    (run / "tokenizer.json").write_text(
+        train_tokenizer("bpe", 400, [" ".join(WORDS) * 20 + "xyz" * 50]).to_json(), encoding="utf-8"
+    )
     err = _refused(capsys, run, PROMPT)
     assert f"error: {run / 'tokenizer.json'} holds " in err and "it is not the vocabulary the run was trained" in err
 
@@ -195,15 +256,21 @@ def test_a_runs_tokenizer_json_is_hugging_faces_own(which, request, tmp_path, te
     from tokenizers import Tokenizer as HuggingFace
     from transformers import PreTrainedTokenizerFast
 
-    run = _train(tmp_path / "run", f"bytes:folder:{texts}", steps=1) if which == "bytes" else \
-        request.getfixturevalue(which)
+    run = (
+        _train(tmp_path / "run", f"bytes:folder:{texts}", steps=1)
+        if which == "bytes"
+        else request.getfixturevalue(which)
+    )
     ours = Tokenizer.read(run / "tokenizer.json")
     assert json.loads((run / "tokenizer.record.json").read_text())["kind"] == ours.kind == which.split("_")[0]
     text = PROMPT + " [MASK] déjà vu\n\tx[SEP]"
     theirs = HuggingFace.from_file(str(run / "tokenizer.json"))
     fast = PreTrainedTokenizerFast(tokenizer_file=str(run / "tokenizer.json"))
-    assert theirs.encode(text, add_special_tokens=False).ids == fast.encode(text, add_special_tokens=False) \
+    assert (
+        theirs.encode(text, add_special_tokens=False).ids
+        == fast.encode(text, add_special_tokens=False)
         == ours.encode(text)
+    )
     assert theirs.get_vocab_size() == ours.size and theirs.token_to_id("[MASK]") == ours.mask
 
 
@@ -214,24 +281,31 @@ def _metrics(run: Path) -> dict[str, float]:
     return json.loads((run / "result.json").read_text())["metrics"]
 
 
-def test_lm_reports_per_token_and_where_the_ids_say_it_per_byte_and_per_character(wordpiece_run, gpt2_run,
-                                                                                  gpt2_home, texts):
+def test_lm_reports_per_token_and_where_the_ids_say_it_per_byte_and_per_character(
+    wordpiece_run, gpt2_run, gpt2_home, texts
+):
     from crate_compose.data.sets import load_data
     from crate_compose.tasks.language_modelling import EVAL_WINDOWS
     from crate_compose.training.preparation import in_task_form
 
     lm = tasks.get("lm")
     assert "--data text or a tokenized text set" in lm.trains_on and "per token" in lm.summary
-    assert lm.columns == ("test_loss", "test_bits_per_byte", "test_unigram_loss", "test_loss_per_char",
-                          "test_bigram_loss")
+    assert lm.columns == (
+        "test_loss",
+        "test_bits_per_byte",
+        "test_unigram_loss",
+        "test_loss_per_char",
+        "test_bigram_loss",
+    )
     assert set(_metrics(wordpiece_run)) == {"test_loss", "test_unigram_loss", "test_bigram_loss"}  # WordPiece's ids
     # drop the spaces: no per-byte or per-character figure
     metrics = _metrics(gpt2_run)
     assert set(metrics) == set(lm.columns)
     with pytest.MonkeyPatch.context() as patch:  # the held-out targets the run was scored on, decoded by hand
         patch.setenv("CRATE_COMPOSE_DATA", str(gpt2_home))
-        data = in_task_form(load_data(f"gpt2:folder:{texts}", spec=cc.load_spec(gpt2_run / "final" / "spec.yaml")),
-                            "lm")
+        data = in_task_form(
+            load_data(f"gpt2:folder:{texts}", spec=cc.load_spec(gpt2_run / "final" / "spec.yaml")), "lm"
+        )
     targets = data.test.tokens[1 : min(len(data.test), EVAL_WINDOWS) * 16 + 1]
     text = Tokenizer.read(gpt2_run / "tokenizer.json").decode(targets)
     nats = metrics["test_loss"] * len(targets)
@@ -249,9 +323,16 @@ def test_on_bytes_every_figure_is_per_byte(tmp_path, texts):
 
 def test_a_runs_metrics_without_the_per_character_column_still_read(tmp_path):
     """A run written before test_loss_per_char (its metrics.jsonl rows lack it) is read and resumed as before."""
-    old = [{"step": 1, "kind": "train", "loss": 5.5, "lr": 0.001, "seconds": 0.1},
-           {"step": 2, "kind": "eval", "test_loss": 5.0, "test_bits_per_byte": 5.0 / math.log(2),
-            "test_unigram_loss": 3.0}]
+    old = [
+        {"step": 1, "kind": "train", "loss": 5.5, "lr": 0.001, "seconds": 0.1},
+        {
+            "step": 2,
+            "kind": "eval",
+            "test_loss": 5.0,
+            "test_bits_per_byte": 5.0 / math.log(2),
+            "test_unigram_loss": 3.0,
+        },
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in old))
     Metrics(tmp_path, keep=2, enabled=True)
     import csv

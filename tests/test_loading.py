@@ -62,12 +62,16 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(torch.equal(x1, x2) and torch.equal(y1, y2) for (x1, y1), (x2, y2) in zip(a, b))
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"augment": "shift"},
-    {"augment": "crop-flip"},
-    {"augment": "randaugment", "mixup": 0.8, "cutmix": 1.0},
-], ids=["none", "shift", "crop-flip", "randaugment-mix"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"augment": "shift"},
+        {"augment": "crop-flip"},
+        {"augment": "randaugment", "mixup": 0.8, "cutmix": 1.0},
+    ],
+    ids=["none", "shift", "crop-flip", "randaugment-mix"],
+)
 def test_workers_give_the_batches_of_the_training_process(digits, options):
     settings = Settings(steps=6, batch_size=16, seed=5, **options)
     in_process = _all(digits, settings)
@@ -104,14 +108,19 @@ def test_augmentations_change_images_the_same_way_per_step_and_differently_acros
     for data in (digits, folder):
         plain = Examples(data, Settings())
         examples = Examples(data, Settings(augment=augment, seed=1))
-        changed = sum(not torch.allclose(examples.example(1, i, i), plain.example(1, i, i), atol=1e-5)
-                      for i in range(8))
+        changed = sum(
+            not torch.allclose(examples.example(1, i, i), plain.example(1, i, i), atol=1e-5) for i in range(8)
+        )
         assert changed >= 6  # a crop of the whole image unflipped (and no colour op) leaves it as it was
         assert torch.equal(examples.example(3, 5, 2), examples.example(3, 5, 2))  # deterministic per step
-        assert torch.equal(examples.example(3, 5, 2), Examples(data, Settings(augment=augment, seed=1)).example(3, 5, 2))
+        assert torch.equal(
+            examples.example(3, 5, 2), Examples(data, Settings(augment=augment, seed=1)).example(3, 5, 2)
+        )
         assert not torch.equal(examples.example(3, 5, 2), examples.example(4, 5, 2))  # another step
         assert not torch.equal(examples.example(3, 5, 2), examples.example(3, 6, 2))  # another place in the batch
-        assert not torch.equal(examples.example(3, 5, 2), Examples(data, Settings(augment=augment, seed=2)).example(3, 5, 2))
+        assert not torch.equal(
+            examples.example(3, 5, 2), Examples(data, Settings(augment=augment, seed=2)).example(3, 5, 2)
+        )
     x, _ = _all(digits, Settings(steps=1, batch_size=16, augment=augment))[0]
     assert x.isfinite().all() and x.shape == (16, 1, 8, 8)
 
@@ -141,17 +150,21 @@ def test_mixup_and_cutmix_make_soft_targets_that_sum_to_one(digits, mix):
 def test_the_classification_loss_takes_soft_targets_with_label_smoothing():
     logits = torch.randn(4, 5)
     hard = torch.tensor([0, 3, 1, 4])
-    assert torch.allclose(tasks.get("classify").loss({"output": logits}, None, F.one_hot(hard, 5).float(), model=None, smoothing=0.1),
-                          tasks.get("classify").loss({"output": logits}, None, hard, model=None, smoothing=0.1))
+    assert torch.allclose(
+        tasks.get("classify").loss({"output": logits}, None, F.one_hot(hard, 5).float(), model=None, smoothing=0.1),
+        tasks.get("classify").loss({"output": logits}, None, hard, model=None, smoothing=0.1),
+    )
     soft = torch.softmax(torch.randn(4, 5), 1)
     smoothed = soft * 0.9 + 0.1 / 5
     expected = -(smoothed * torch.log_softmax(logits, 1)).sum(1).mean()
-    assert torch.allclose(tasks.get("classify").loss({"output": logits}, None, soft, model=None, smoothing=0.1), expected)
+    assert torch.allclose(
+        tasks.get("classify").loss({"output": logits}, None, soft, model=None, smoothing=0.1), expected
+    )
 
 
 def test_imagenet_normalization_standardizes_train_and_test_alike(folder):
     settings = Settings(steps=1, batch_size=8, normalize="imagenet")
-    (x, _), = _all(folder, settings)
+    ((x, _),) = _all(folder, settings)
     indices = batch_indices(1, len(folder.train), settings)
     pixels = torch.stack([folder.train.raw(int(i)) for i in indices])
     mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
@@ -164,8 +177,11 @@ def test_imagenet_normalization_standardizes_train_and_test_alike(folder):
 
 def test_settings_and_data_that_do_not_fit_are_refused(tmp_path, digits):
     assert [name for name, _ in settings_problems(Settings(task="mae", mixup=0.8))] == ["mixup"]
-    assert [name for name, _ in settings_problems(Settings(workers=-1, cutmix=float("nan"), normalize="x"))] == \
-        ["workers", "cutmix", "normalize"]
+    assert [name for name, _ in settings_problems(Settings(workers=-1, cutmix=float("nan"), normalize="x"))] == [
+        "workers",
+        "cutmix",
+        "normalize",
+    ]
     refusals = [
         (Settings(task="lm", data="text", augment="crop-flip"), "'text' is not images"),
         (Settings(data="digits", normalize="imagenet"), "'digits' has 1 channel"),
@@ -173,8 +189,13 @@ def test_settings_and_data_that_do_not_fit_are_refused(tmp_path, digits):
     ]
     for settings, message in refusals:
         with pytest.raises(TrainError, match=message or "cutmix"):
-            train(DIGITS if settings.task != "lm" else "specs/tost-lm.yaml", replace(settings, steps=1),
-                  overrides=TINY if settings.task == "classify" else [], out=tmp_path / "never", progress=False)
+            train(
+                DIGITS if settings.task != "lm" else "specs/tost-lm.yaml",
+                replace(settings, steps=1),
+                overrides=TINY if settings.task == "classify" else [],
+                out=tmp_path / "never",
+                progress=False,
+            )
         assert not (tmp_path / "never").exists()
 
 
@@ -206,8 +227,18 @@ def _losses(run: Path) -> dict[int, float]:
 
 
 def test_a_run_resumed_with_other_workers_equals_the_uninterrupted_one(tmp_path):
-    settings = Settings(steps=8, batch_size=16, lr=2e-3, log_every=1, checkpoint_every=4, augment="randaugment",
-                        mixup=0.8, cutmix=1.0, label_smoothing=0.1, workers=2)
+    settings = Settings(
+        steps=8,
+        batch_size=16,
+        lr=2e-3,
+        log_every=1,
+        checkpoint_every=4,
+        augment="randaugment",
+        mixup=0.8,
+        cutmix=1.0,
+        label_smoothing=0.1,
+        workers=2,
+    )
     run = tmp_path / "run"
     train(DIGITS, settings, overrides=TINY, out=run, progress=False)
     losses, weights = _losses(run), load_file(run / "final" / "model.safetensors")

@@ -44,8 +44,21 @@ BATCH = 16
 
 def _args(out: Path, steps: int, *extra: str) -> list[str]:
     sets = [arg for o in TINY for arg in ("--set", o)]
-    return ["train", DIGITS, *sets, "--data", "digits", "--steps", str(steps), "--batch-size", str(BATCH),
-            "--no-progress", "--out", str(out), *extra]
+    return [
+        "train",
+        DIGITS,
+        *sets,
+        "--data",
+        "digits",
+        "--steps",
+        str(steps),
+        "--batch-size",
+        str(BATCH),
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _rows(run: Path) -> list[dict]:
@@ -137,8 +150,10 @@ def test_the_logger_is_no_part_of_the_run(tmp_path, capsys):
     assert cli.main(_args(run, 4, "--log-every", "1", "--checkpoint-every", "2", "--logger", "none")) == 0
     record = json.loads((run / identity.RUN_FILE).read_text())
     assert "logger" not in record["identity"]["settings"]
-    assert cli.main(_args(run, 6, "--log-every", "1", "--checkpoint-every", "2", "--resume", "--logger",
-                          "tensorboard")) == 0
+    assert (
+        cli.main(_args(run, 6, "--log-every", "1", "--checkpoint-every", "2", "--resume", "--logger", "tensorboard"))
+        == 0
+    )
     assert json.loads((run / identity.RUN_FILE).read_text())["hash"] == record["hash"]
     shown = _accumulated(run / eventlog.FOLDER)
     assert [s for s, _ in shown["train/loss"]] == [5, 6]  # what this resume trained; the steps before had none
@@ -195,8 +210,12 @@ def test_a_run_killed_and_resumed_shows_each_step_once(tmp_path):
 def test_only_rank_zero_writes_event_files_under_torchrun(tmp_path):
     run = tmp_path / "run"
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    result = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli",
-                             *_args(run, 4, "--log-every", "1")], env=ENV, capture_output=True, text=True)
+    result = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli", *_args(run, 4, "--log-every", "1")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     _board_equals_metrics(run)  # one file, each step once
 
@@ -222,8 +241,10 @@ def test_probe_curves_appear_beside_probes_json(tmp_path):
 
 
 def test_probe_curves_of_two_roles_and_of_unnumbered_steps():
-    rows = [{"measure": "coding_rate", "role": role, "layer": layer, "value": value}
-            for role, layer, value in (("encoder", 0, 3.0), ("encoder", 1, 2.0), ("decoder", 0, 1.0))]
+    rows = [
+        {"measure": "coding_rate", "role": role, "layer": layer, "value": value}
+        for role, layer, value in (("encoder", 0, 3.0), ("encoder", 1, 2.0), ("decoder", 0, 1.0))
+    ]
     rows.append({"measure": "snr", "role": "input", "layer": None, "value": None})
     curves = eventlog.probe_curves({"trained": rows})
     assert curves["probes/coding_rate/trained/encoder"] == [(1, 3.0), (2, 2.0)]
@@ -253,8 +274,10 @@ def test_an_ablation_resumes_with_another_logger():
 
     swaps = {"encoder.layer.sparsify.primitive": ["ista", "ista_soft"]}
     grids = [Grid(swaps, Settings(steps=2, logger=logger), overrides=TINY) for logger in ("tensorboard", "none", None)]
-    identities = {json.dumps(_identity(describe(DIGITS, grid.settings, overrides=grid.overrides), grid), sort_keys=True)
-                  for grid in grids}
+    identities = {
+        json.dumps(_identity(describe(DIGITS, grid.settings, overrides=grid.overrides), grid), sort_keys=True)
+        for grid in grids
+    }
     assert len(identities) == 1
 
 
@@ -284,14 +307,17 @@ def test_a_tensorboard_folder_that_stops_taking_writes_stops_the_logging_not_the
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Exception in thread" not in err and raised == [], (err, raised)
     notes = [line for line in err.splitlines() if "TensorBoard" in line]
-    assert notes == [f"note: TensorBoard logging stopped: {run / eventlog.FOLDER} cannot be written ([Errno 28] No "
-                     "space left on device); the run goes on, its metrics in metrics.jsonl and metrics.csv"], err
+    assert notes == [
+        f"note: TensorBoard logging stopped: {run / eventlog.FOLDER} cannot be written ([Errno 28] No "
+        "space left on device); the run goes on, its metrics in metrics.jsonl and metrics.csv"
+    ], err
     assert [row["step"] for row in _rows(run) if row["kind"] == "train"] == list(range(1, 9))
     assert (run / "final").is_dir() and (run / "result.json").is_file()
 
 
-def test_a_tensorboard_folder_that_takes_no_write_from_the_start_stops_the_logging_not_the_run(tmp_path, capsys,
-                                                                                               monkeypatch):
+def test_a_tensorboard_folder_that_takes_no_write_from_the_start_stops_the_logging_not_the_run(
+    tmp_path, capsys, monkeypatch
+):
     """The event file cannot be written at all (a read-only folder: the writer opens the file for each write, so
     the first one fails; injected where the writer's thread meets it, as root ignores modes). That first write
     happens in the writer's own thread while it is made, before the writer's records can be guarded: it is one
@@ -312,8 +338,10 @@ def test_a_tensorboard_folder_that_takes_no_write_from_the_start_stops_the_loggi
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Exception in thread" not in err and raised == [], (err, raised)
     notes = [line for line in err.splitlines() if "TensorBoard" in line]
-    assert notes == [f"note: TensorBoard logging stopped: {run / eventlog.FOLDER} cannot be written ([Errno 13] "
-                     "Permission denied); the run goes on, its metrics in metrics.jsonl and metrics.csv"], err
+    assert notes == [
+        f"note: TensorBoard logging stopped: {run / eventlog.FOLDER} cannot be written ([Errno 13] "
+        "Permission denied); the run goes on, its metrics in metrics.jsonl and metrics.csv"
+    ], err
     assert [row["step"] for row in _rows(run) if row["kind"] == "train"] == [1, 2, 3, 4]
     assert (run / "final").is_dir() and (run / "result.json").is_file()
     assert not [t for t in threading.enumerate() if type(t).__module__.startswith("tensorboard.")]  # none left
@@ -325,8 +353,13 @@ def test_probe_curves_that_cannot_be_written_are_one_error_and_no_half_file(tmp_
     run = tmp_path / "run"
     assert cli.main(_args(run, 2, "--logger", "none")) == 0
     real = record_writer.RecordWriter.write
-    monkeypatch.setattr(record_writer.RecordWriter, "write", lambda self, data: (_ for _ in ()).throw(
-        OSError(28, "No space left on device")) if b"probes/" in data else real(self, data))
+    monkeypatch.setattr(
+        record_writer.RecordWriter,
+        "write",
+        lambda self, data: (
+            (_ for _ in ()).throw(OSError(28, "No space left on device")) if b"probes/" in data else real(self, data)
+        ),
+    )
     capsys.readouterr()
     assert cli.main(["probe", str(run), "--samples", "8"]) == 1
     err = capsys.readouterr().err

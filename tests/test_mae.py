@@ -9,18 +9,25 @@ import crate_compose as cc
 import crate_compose.cli
 from crate_compose.errors import SpecError
 
-SMALL = ["sizes.image_size=32", "sizes.patch_size=8", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16",
-         "sizes.depth=2"]
+SMALL = [
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=2",
+]
 
 
 # --------------------------------------------------------------- an independent Listing 3 (paper 001, App. B.2)
+
 
 class ListingMSSA(torch.nn.Module):
     """MSSA of Listing 1: qkv = Linear(dim, inner, bias=False); to_out = Linear(inner, dim)."""
 
     def __init__(self, dim, heads, dim_head):
         super().__init__()
-        self.heads, self.scale = heads, dim_head ** -0.5
+        self.heads, self.scale = heads, dim_head**-0.5
         self.qkv = torch.nn.Linear(dim, heads * dim_head, bias=False)
         self.to_out = torch.nn.Linear(heads * dim_head, dim)
 
@@ -69,6 +76,7 @@ def test_derived_decoder_layer_equals_listing_3(dtype, tol):
 
 # --------------------------------------------------------------- an independent transcription of the authors' code
 
+
 class AuthorsDecoderLayer(ListingDecoderLayer):
     """The authors' CRATE-MAE decoder block: the residual adds back the un-normalized y (docs/spec.md)."""
 
@@ -97,7 +105,7 @@ class AuthorsCrateMAE(torch.nn.Module):
             compress = m.get_submodule(f"encoder.layer_{layer}.compress")
             u = F.layer_norm(x, (32,), compress.norm.weight, compress.norm.bias)
             w = rearrange(F.linear(u, compress.subspaces.weight), "b n (h p) -> b h n p", h=2)
-            attn = torch.softmax(w @ w.transpose(-1, -2) * 16 ** -0.5, dim=-1)
+            attn = torch.softmax(w @ w.transpose(-1, -2) * 16**-0.5, dim=-1)
             x = x + F.linear(rearrange(attn @ w, "b h n p -> b n (h p)"), compress.out.weight, compress.out.bias)
             sparsify = m.get_submodule(f"encoder.layer_{layer}.sparsify")
             u, D = F.layer_norm(x, (32,), sparsify.norm.weight, sparsify.norm.bias), sparsify.dictionary
@@ -109,8 +117,9 @@ class AuthorsCrateMAE(torch.nn.Module):
             _copy_decoder_layer(m, layer, reference)
             x = reference(x)
         head = m.decoder.inverse_patch_embed
-        x = F.linear(F.layer_norm(x, (32,), head.norm.weight, head.norm.bias, eps=1e-6), head.predict.weight,
-                     head.predict.bias)
+        x = F.linear(
+            F.layer_norm(x, (32,), head.norm.weight, head.norm.bias, eps=1e-6), head.predict.weight, head.predict.bias
+        )
         return x[:, 1:]
 
 
@@ -167,7 +176,9 @@ def test_derive_cli_writes_a_spec_that_builds(tmp_path, capsys):
     assert "no inverse" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("preset, authors, d", [("crate-mae-small", 25_405_824, 576), ("crate-mae-base", 44_638_464, 768)])
+@pytest.mark.parametrize(
+    "preset, authors, d", [("crate-mae-small", 25_405_824, 576), ("crate-mae-base", 44_638_464, 768)]
+)
 def test_mae_presets_count_the_authors_code_less_its_unused_tensors(preset, authors, d):
     summary = cc.inspect(preset)
     unused_decoder_embedding = d * d + d  # defined by the authors' code, never used (specs/mae.yaml's note)

@@ -113,8 +113,17 @@ def test_the_loss_is_the_cross_entropy_at_the_chosen_positions_only():
 
 
 def _settings(**changes) -> Settings:
-    base = Settings(task="mlm", data=EXAMPLE.data, steps=4, batch_size=8, checkpoint_every=2, log_every=1,
-                    logger="none", warmup=1, lr=3e-3)
+    base = Settings(
+        task="mlm",
+        data=EXAMPLE.data,
+        steps=4,
+        batch_size=8,
+        checkpoint_every=2,
+        log_every=1,
+        logger="none",
+        warmup=1,
+        lr=3e-3,
+    )
     return replaced(base, **changes)
 
 
@@ -151,8 +160,13 @@ def test_what_mlm_cannot_train_is_refused(tmp_path):
     with pytest.raises(TrainError, match="no tokenizer with a \\[MASK\\]|does not fit data set"):
         train(EXAMPLE.spec, _settings(data="text"), overrides=EXAMPLE.overrides, out=tmp_path / "a", progress=False)
     with pytest.raises(TrainError, match="causal"):
-        train(EXAMPLE.spec, _settings(), overrides=[*EXAMPLE.overrides, "encoder.layer.compress.args.causal=true"],
-              out=tmp_path / "b", progress=False)
+        train(
+            EXAMPLE.spec,
+            _settings(),
+            overrides=[*EXAMPLE.overrides, "encoder.layer.compress.args.causal=true"],
+            out=tmp_path / "b",
+            progress=False,
+        )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -164,9 +178,32 @@ def test_under_torchrun_a_masked_lm_run_trains_and_resumes_to_the_same_losses(tm
     sets = [a for s in EXAMPLE.overrides for a in ("--set", s)]
 
     def run(out, *extra):
-        command = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli", "train", EXAMPLE.spec,
-                   "--task", "mlm", "--data", EXAMPLE.data, *sets, "--steps", "4", "--batch-size", "8",
-                   "--checkpoint-every", "2", "--log-every", "1", "--no-progress", "--out", str(out), *extra]
+        command = [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "crate_compose.cli",
+            "train",
+            EXAMPLE.spec,
+            "--task",
+            "mlm",
+            "--data",
+            EXAMPLE.data,
+            *sets,
+            "--steps",
+            "4",
+            "--batch-size",
+            "8",
+            "--checkpoint-every",
+            "2",
+            "--log-every",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+            *extra,
+        ]
         result = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[-2000:]
 
@@ -175,8 +212,14 @@ def test_under_torchrun_a_masked_lm_run_trains_and_resumes_to_the_same_losses(tm
     shutil.rmtree(tmp_path / "broken/checkpoints/step-000004"), shutil.rmtree(tmp_path / "broken/final")
     (tmp_path / "broken/result.json").unlink()
     run(tmp_path / "broken", "--resume")
-    losses = [[row["loss"] for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-               if row["kind"] == "train"] for out in (tmp_path / "whole", tmp_path / "broken")]
+    losses = [
+        [
+            row["loss"]
+            for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if row["kind"] == "train"
+        ]
+        for out in (tmp_path / "whole", tmp_path / "broken")
+    ]
     assert len(losses[0]) == 4 and losses[0] == losses[1]
 
 

@@ -24,16 +24,29 @@ def test_probes_still_exports_the_measures():
     """``crate_compose.assessment.layer_probes.coding_rate`` etc. keep working: the measures live in modules/measures.py."""
     from crate_compose.modules import measures
 
-    for name in ("Reading", "coding_rate", "heads_of", "lasso", "snr", "sparsity", "subspace_residual",
-                 "variational_rate", "coding_rate_measure", "sparsity_measures", "lasso_measure"):
+    for name in (
+        "Reading",
+        "coding_rate",
+        "heads_of",
+        "lasso",
+        "snr",
+        "sparsity",
+        "subspace_residual",
+        "variational_rate",
+        "coding_rate_measure",
+        "sparsity_measures",
+        "lasso_measure",
+    ):
         assert getattr(probes, name) is getattr(measures, name)
     for name in probes.__all__:
         assert callable(getattr(probes, name))
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {str(path.relative_to(PACKAGE.parent)): ast.parse(path.read_text(encoding="utf-8"))
-            for path in sorted(PACKAGE.rglob("*.py"))}
+    return {
+        str(path.relative_to(PACKAGE.parent)): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
 
 
 def test_no_two_public_classes_share_a_name():
@@ -62,19 +75,31 @@ def _imported(path: str, tree: ast.Module) -> set[str]:
 
 def test_the_building_blocks_import_no_spec_registry_or_primitive():
     forbidden = ("crate_compose.primitives", "crate_compose.registry", "crate_compose.spec_language.spec")
-    imported = {path: _imported(path, tree) for path, tree in _modules().items()
-                if path.startswith("crate_compose/modules/")}
+    imported = {
+        path: _imported(path, tree) for path, tree in _modules().items() if path.startswith("crate_compose/modules/")
+    }
     assert "crate_compose.modules.residual" in imported["crate_compose/modules/compress.py"]  # resolved
     leaks = {path: sorted(name for name in names if name.startswith(forbidden)) for path, names in imported.items()}
     assert {path: names for path, names in leaks.items() if names} == {}
 
 
-OLD_PATHS = ("crate_compose.train", "crate_compose.loader", "crate_compose.spec", "crate_compose.workbench",
-             "crate_compose.workbench.train", "crate_compose.deprecation", "crate_compose.figures",
-             # renamed so that no two modules share a name (issue 36), and homes moved
-             "crate_compose.language", "crate_compose.language.loader", "crate_compose.tasks.registry",
-             "crate_compose.cli.spec", "crate_compose.building.folders", "crate_compose.assessment.segmentation",
-             "crate_compose.assessment.frozen_features")
+OLD_PATHS = (
+    "crate_compose.train",
+    "crate_compose.loader",
+    "crate_compose.spec",
+    "crate_compose.workbench",
+    "crate_compose.workbench.train",
+    "crate_compose.deprecation",
+    "crate_compose.figures",
+    # renamed so that no two modules share a name (issue 36), and homes moved
+    "crate_compose.language",
+    "crate_compose.language.loader",
+    "crate_compose.tasks.registry",
+    "crate_compose.cli.spec",
+    "crate_compose.building.folders",
+    "crate_compose.assessment.segmentation",
+    "crate_compose.assessment.frozen_features",
+)
 
 
 def test_importing_the_package_changes_no_import_machinery_and_the_old_names_are_gone():
@@ -107,8 +132,11 @@ def test_no_module_imports_a_private_name_of_another():
     for path, tree in modules.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("crate_compose")):
-                found += [f"{path}:{node.lineno}: {alias.name}" for alias in node.names
-                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+                found += [
+                    f"{path}:{node.lineno}: {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
     assert "crate_compose/interop/peers.py" in modules  # the package was read
     assert not found, "\n".join(found)
 

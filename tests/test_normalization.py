@@ -58,8 +58,19 @@ def run(tinted, tmp_path_factory) -> Path:
 
 def test_evaluate_gives_the_runs_own_test_metrics(run, tinted, capsys):
     final = json.loads((run / "result.json").read_text())["metrics"]
-    assert main(["evaluate", str(run / "final" / "spec.yaml"), "--weights", str(run / "final"),
-                 "--data", f"folder:{tinted}"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(run / "final" / "spec.yaml"),
+                "--weights",
+                str(run / "final"),
+                "--data",
+                f"folder:{tinted}",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     answer = json.loads(captured.out)
     assert answer["normalize"] == "imagenet" and f"as the run {run} was trained" in captured.err
@@ -80,8 +91,11 @@ def test_probe_and_linear_probe_standardize_as_the_run(run, tinted):
     model = compile_spec(fitted)
     load_weights(model, run / "final")
     raw, _ = probe_sample(data, 256)
-    by_hand = (raw * torch.tensor(data.std).view(1, -1, 1, 1) + torch.tensor(data.mean).view(1, -1, 1, 1)
-               - torch.tensor(IMAGENET_MEAN).view(1, -1, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, -1, 1, 1)
+    by_hand = (
+        raw * torch.tensor(data.std).view(1, -1, 1, 1)
+        + torch.tensor(data.mean).view(1, -1, 1, 1)
+        - torch.tensor(IMAGENET_MEAN).view(1, -1, 1, 1)
+    ) / torch.tensor(IMAGENET_STD).view(1, -1, 1, 1)
     assert torch.allclose(renormalize(raw, data, "imagenet"), by_hand, atol=1e-6)
     expected = probe(model, by_hand.float())
     assert [r["value"] for r in runs["trained"]] == pytest.approx([r["value"] for r in expected], rel=1e-5)
@@ -97,16 +111,19 @@ def test_show_feeds_imagenets_statistics_and_draws_the_images_as_they_are(run, t
 
     seen = []
     real = pictures.look
-    monkeypatch.setattr(pictures, "look", lambda model, inputs, **kw: seen.append((inputs, kw)) or real(model, inputs, **kw))
-    shown = show(run / "final" / "spec.yaml", f"folder:{tinted}", weights=run / "final", out=tmp_path / "pictures",
-                 images=2)
+    monkeypatch.setattr(
+        pictures, "look", lambda model, inputs, **kw: seen.append((inputs, kw)) or real(model, inputs, **kw)
+    )
+    shown = show(
+        run / "final" / "spec.yaml", f"folder:{tinted}", weights=run / "final", out=tmp_path / "pictures", images=2
+    )
     assert shown.files and all(path.is_file() for path, _ in shown.files)
     _, data = prepare(run / "final" / "spec.yaml", f"folder:{tinted}")
     chosen = [0, len(data.test) // 2]
     own = torch.stack([data.test[i][0] for i in chosen])
     pixels = own * torch.tensor(data.std).view(1, -1, 1, 1) + torch.tensor(data.mean).view(1, -1, 1, 1)
     imagenet = (pixels - torch.tensor(IMAGENET_MEAN).view(1, -1, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, -1, 1, 1)
-    (inputs, given), = seen
+    ((inputs, given),) = seen
     assert torch.allclose(inputs, imagenet, atol=1e-5)
     assert torch.allclose(display(inputs, given["mean"], given["std"]).float(), pixels.clamp(0, 1), atol=1e-5)
 
@@ -126,8 +143,11 @@ def test_where_the_weights_come_from_says_the_statistics(run, tmp_path):
     tensors = load_file(run / "final" / "model.safetensors")
     save_file(tensors, build / "model.safetensors", metadata={"format": "pt"})
     assert normalization_of(build) == ("data", None)  # a build of this package's own, not of a run
-    save_file(tensors, build / "model.safetensors", metadata={"format": "pt", "imported_from": "crate-s.pth",
-                                                               "family": "crate"})
+    save_file(
+        tensors,
+        build / "model.safetensors",
+        metadata={"format": "pt", "imported_from": "crate-s.pth", "family": "crate"},
+    )
     chosen, note = normalization_of(build)
     assert chosen == "imagenet" and "imported from crate-s.pth" in note
 

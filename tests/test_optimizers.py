@@ -133,8 +133,11 @@ def test_adamw_takes_torchs_fused_kernel_and_steps_as_the_unfused_one(optimizer,
     if optimizer != "adamw":
         return
     reference = Tiny().to(device)
-    unfused = torch.optim.AdamW([{"params": [reference.weight], "weight_decay": 0.1},
-                                 {"params": [reference.bias], "weight_decay": 0.0}], lr=0.01, foreach=False)
+    unfused = torch.optim.AdamW(
+        [{"params": [reference.weight], "weight_decay": 0.1}, {"params": [reference.bias], "weight_decay": 0.0}],
+        lr=0.01,
+        foreach=False,
+    )
     for step in range(3):
         for net, optimizer_ in ((model, chosen), (reference, unfused)):
             for p in net.parameters():
@@ -180,8 +183,19 @@ def test_accumulating_micro_batches_is_the_same_step_as_the_whole_batch(tmp_path
     assert whole.train_loss == pytest.approx(split.train_loss, abs=1e-5)
 
 
-RECIPE_LIKE = Settings(steps=6, batch_size=32, lr=1e-3, optimizer="lion", weight_decay=0.5, ema=0.9, accumulate=2,
-                       drop_path=0.1, label_smoothing=0.1, checkpoint_every=3, log_every=1)
+RECIPE_LIKE = Settings(
+    steps=6,
+    batch_size=32,
+    lr=1e-3,
+    optimizer="lion",
+    weight_decay=0.5,
+    ema=0.9,
+    accumulate=2,
+    drop_path=0.1,
+    label_smoothing=0.1,
+    checkpoint_every=3,
+    log_every=1,
+)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
@@ -191,7 +205,7 @@ def test_a_killed_run_resumes_exactly_with_lion_ema_accumulation_and_precision(t
     broken = tmp_path / "broken"
     train(DIGITS, settings, overrides=SMALL, out=broken, progress=False, device=str(device))
     shutil.rmtree(broken / "checkpoints/step-000006"), shutil.rmtree(broken / "final")  # killed after step 3's
-    shutil.rmtree(broken / "final-ema"), (broken / "result.json").unlink()              # checkpoint
+    shutil.rmtree(broken / "final-ema"), (broken / "result.json").unlink()  # checkpoint
     record = json.loads((broken / identity.RUN_FILE).read_text())
     assert record["identity"]["settings"]["precision" if precision != "fp32" else "optimizer"]  # recorded
     train(DIGITS, settings, overrides=SMALL, out=broken, resume=True, progress=False, device=str(device))
@@ -208,20 +222,30 @@ def test_a_killed_run_resumes_exactly_with_lion_ema_accumulation_and_precision(t
 def test_resuming_with_another_optimizer_is_refused(tmp_path):
     train(DIGITS, replace(RECIPE_LIKE, steps=3), overrides=SMALL, out=tmp_path / "run", progress=False)
     with pytest.raises(identity.RunMismatch, match="settings.optimizer: lion in the run, adamw now"):
-        train(DIGITS, replace(RECIPE_LIKE, optimizer="adamw"), overrides=SMALL, out=tmp_path / "run", resume=True,
-              progress=False)
+        train(
+            DIGITS,
+            replace(RECIPE_LIKE, optimizer="adamw"),
+            overrides=SMALL,
+            out=tmp_path / "run",
+            resume=True,
+            progress=False,
+        )
 
 
 def test_a_run_from_before_these_settings_keeps_its_identity():
     """Settings at their defaults stay out of the identity: run.json files written before them still match."""
     recorded = identity.identity("spec", "name", replace(Settings(), warmup=5), "data", "0.1.0")
     assert not set(recorded["settings"]) & set(identity.LATER)
-    assert "optimizer" in identity.identity("spec", "name", replace(Settings(optimizer="lion"), warmup=5), "d", "v")["settings"]
+    assert (
+        "optimizer"
+        in identity.identity("spec", "name", replace(Settings(optimizer="lion"), warmup=5), "d", "v")["settings"]
+    )
 
 
 def test_epochs_set_the_steps_and_the_warm_up(tmp_path):
-    result = train(DIGITS, Settings(epochs=1, warmup_epochs=1, batch_size=256), overrides=SMALL, out=tmp_path / "r",
-                   progress=False)
+    result = train(
+        DIGITS, Settings(epochs=1, warmup_epochs=1, batch_size=256), overrides=SMALL, out=tmp_path / "r", progress=False
+    )
     assert result.steps == 1437 // 256  # the digits' training split, in whole batches
     assert json.loads((tmp_path / "r" / identity.RUN_FILE).read_text())["identity"]["settings"]["warmup"] == 5
 
@@ -231,8 +255,14 @@ def test_compile_trains_the_same_weights_as_eager_within_float_tolerance(tmp_pat
     """``--compile`` and ``--compile-mode reduce-overhead`` (CUDA graphs on a GPU: ``pytest --device cuda``)."""
     settings = Settings(steps=2, batch_size=16, lr=1e-3)
     train(DIGITS, settings, overrides=SMALL, out=tmp_path / "eager", progress=False, device=str(device))
-    train(DIGITS, replace(settings, compile=True, compile_mode=mode), overrides=SMALL, out=tmp_path / "compiled",
-          progress=False, device=str(device))
+    train(
+        DIGITS,
+        replace(settings, compile=True, compile_mode=mode),
+        overrides=SMALL,
+        out=tmp_path / "compiled",
+        progress=False,
+        device=str(device),
+    )
     a = load_file(Path(tmp_path / "eager/final/model.safetensors"))
     b = load_file(Path(tmp_path / "compiled/final/model.safetensors"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4

@@ -33,9 +33,17 @@ def _overrides(sizes: dict) -> list[str]:
 
 
 def _reference(sizes: dict, dtype: torch.dtype) -> CRATE:
-    return CRATE(image_size=sizes["image_size"], patch_size=sizes["patch_size"], num_classes=sizes["classes"],
-                 dim=sizes["d"], depth=sizes["depth"], heads=sizes["heads"], dim_head=sizes["head_dim"],
-                 channels=3, pool="cls").to(dtype)
+    return CRATE(
+        image_size=sizes["image_size"],
+        patch_size=sizes["patch_size"],
+        num_classes=sizes["classes"],
+        dim=sizes["d"],
+        depth=sizes["depth"],
+        heads=sizes["heads"],
+        dim_head=sizes["head_dim"],
+        channels=3,
+        pool="cls",
+    ).to(dtype)
 
 
 def _perturb_norms(built, seed: int = 7):
@@ -90,9 +98,15 @@ def _close(got: torch.Tensor, expected: torch.Tensor, tol: float, what: str) -> 
     used = (diff / (tol + tol * expected.abs())).max().item() if diff.numel() else 0.0
     _USED[0] = max(_USED[0], used)
     torch.testing.assert_close(
-        got, expected, atol=tol, rtol=tol,
-        msg=lambda m: f"{what}: max abs diff {max_abs:.3e}, max rel diff {max_rel:.3e} "
-                      f"(|expected| max {expected.abs().max().item():.3e}, {used:.2f} of the tolerance); {m}")
+        got,
+        expected,
+        atol=tol,
+        rtol=tol,
+        msg=lambda m: (
+            f"{what}: max abs diff {max_abs:.3e}, max rel diff {max_rel:.3e} "
+            f"(|expected| max {expected.abs().max().item():.3e}, {used:.2f} of the tolerance); {m}"
+        ),
+    )
     return max_abs
 
 
@@ -140,6 +154,7 @@ def _check_gradients(built, reference, images, tol, label, classes):
 
 # ----------------------------------------------------------------------------------------------- forward
 
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_forward_matches_reference_small(config, dtype):
@@ -156,23 +171,23 @@ def test_forward_matches_reference_crate_tiny(dtype):
 
 # ----------------------------------------------------------------------------------------------- gradients
 
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_gradients_match_reference_small(config, dtype):
     sizes = CONFIGS[config]
     built, reference = _pair(sizes, dtype)
-    _check_gradients(built, reference, _images(sizes, 4, dtype), TOL[dtype], f"{config}/{dtype}",
-                     sizes["classes"])
+    _check_gradients(built, reference, _images(sizes, 4, dtype), TOL[dtype], f"{config}/{dtype}", sizes["classes"])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_gradients_match_reference_crate_tiny(dtype):
     built, reference = _tiny_pair(dtype)
-    _check_gradients(built, reference, _images(TINY, 2, dtype), TOL[dtype], f"crate-tiny/{dtype}",
-                     TINY["classes"])
+    _check_gradients(built, reference, _images(TINY, 2, dtype), TOL[dtype], f"crate-tiny/{dtype}", TINY["classes"])
 
 
 # ----------------------------------------------------------------------------------------------- sizes
+
 
 def test_parameter_count_crate_tiny():
     built, reference = _tiny_pair("float32")
@@ -196,6 +211,7 @@ def test_parameter_count_small(config):
 
 # ----------------------------------------------------------------------------------------------- controls
 
+
 def test_comparison_is_sensitive():
     """Negative controls: the same harness detects a changed lambda, step size or patch order."""
     sizes = CONFIGS["d64-K4-p16"]
@@ -214,8 +230,10 @@ def test_comparison_is_sensitive():
         torch.testing.assert_close(got, reference(images), atol=1e-10, rtol=1e-10)  # restored
         # patches flattened (c p1 p2) instead of (p1 p2 c)
         from einops.layers.torch import Rearrange
-        reference.to_patch_embedding[0] = Rearrange("b c (h p1) (w p2) -> b (h w) (c p1 p2)",
-                                                    p1=sizes["patch_size"], p2=sizes["patch_size"])
+
+        reference.to_patch_embedding[0] = Rearrange(
+            "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=sizes["patch_size"], p2=sizes["patch_size"]
+        )
         assert (got - reference(images)).abs().max().item() > 1e-6
 
 

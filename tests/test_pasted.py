@@ -62,14 +62,17 @@ def test_the_mask_is_exactly_where_the_digit_was_pasted(small, split, index):
     # the object made again from what was drawn: scikit-learn's digit, resized bilinearly, pasted at its place
     bunch = load_digits()
     digit = torch.tensor(bunch.images[made.digit] / 16.0)[None, None]
-    alpha = torch.nn.functional.interpolate(digit, size=(made.side, made.side), mode="bilinear",
-                                            align_corners=False)[0, 0].clamp(0, 1).numpy()
+    alpha = (
+        torch.nn.functional.interpolate(digit, size=(made.side, made.side), mode="bilinear", align_corners=False)[0, 0]
+        .clamp(0, 1)
+        .numpy()
+    )
     expected = np.zeros((32, 32), dtype=bool)
-    expected[made.top:made.top + made.side, made.left:made.left + made.side] = alpha > 0.5
+    expected[made.top : made.top + made.side, made.left : made.left + made.side] = alpha > 0.5
     assert np.array_equal(loaded.masks[index].numpy(), expected) and np.array_equal(made.mask, expected)
     assert made.label == int(bunch.target[made.digit]) == int(loaded.targets[index])
     # alpha * colour + (1 - alpha) * background, a background in [0, 1]: within 1 - alpha of the colour
-    box = made.image[:, made.top:made.top + made.side, made.left:made.left + made.side]
+    box = made.image[:, made.top : made.top + made.side, made.left : made.left + made.side]
     assert (np.abs(box - np.array(made.colour)[:, None, None]) <= 1 - alpha + 1e-12).all()
     # the test objects are digits of the digits set's test split, never seen in training
     train_pool, test_pool = pasted._pools(bunch.target, 0)
@@ -95,22 +98,37 @@ def test_sizes_positions_and_backgrounds_vary():
     assert sixteen.input_shape == (3, 16, 16) and sixteen.test.masks.flatten(1).any(1).all()
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"image_size": 4}, "image_size must be at least 8"),
-    ({"train_count": 0}, "train_count must be a whole number"),
-    ({"memory_limit": "1MB"}, "over the memory limit"),
-    ({"crops": 3}, "does not take crops"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"image_size": 4}, "image_size must be at least 8"),
+        ({"train_count": 0}, "train_count must be a whole number"),
+        ({"memory_limit": "1MB"}, "over the memory limit"),
+        ({"crops": 3}, "does not take crops"),
+    ],
+)
 def test_bad_options_are_refused(options, message):
     with pytest.raises(DataError, match=message):
         sets.load_data("pasted-digits", **options)
 
 
 def test_a_run_trains_on_it_fitted_to_its_images_and_segment_reads_the_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pasted, "load_pasted_digits",  # the loader the set's declaration names, imported when loaded
-                        functools.partial(pasted.load_pasted_digits, train_count=64, test_count=16))
-    settings = Settings(task="classify", data="pasted-digits", steps=2, batch_size=8, eval_every=0,
-                        checkpoint_every=0, log_every=1, logger="none", warmup=1)
+    monkeypatch.setattr(
+        pasted,
+        "load_pasted_digits",  # the loader the set's declaration names, imported when loaded
+        functools.partial(pasted.load_pasted_digits, train_count=64, test_count=16),
+    )
+    settings = Settings(
+        task="classify",
+        data="pasted-digits",
+        steps=2,
+        batch_size=8,
+        eval_every=0,
+        checkpoint_every=0,
+        log_every=1,
+        logger="none",
+        warmup=1,
+    )
     result = train(DIGITS, settings, overrides=list(TINY), out=tmp_path / "run", progress=False)
     assert 0 <= result.metrics["test_accuracy"] <= 1
     written = (tmp_path / "run" / "final" / "spec.yaml").read_text()
@@ -120,8 +138,12 @@ def test_a_run_trains_on_it_fitted_to_its_images_and_segment_reads_the_run(tmp_p
     printed = capsys.readouterr()
     assert "segmenting its final/" in printed.err
     folder = tmp_path / "run" / "segmentation" / "final"  # beside the run's weights, never in them
-    assert {p.name for p in folder.iterdir()} == {".lock", "segmentation.json", "segmentation-trained.png",
-                                                  "segmentation-untrained.png"}
+    assert {p.name for p in folder.iterdir()} == {
+        ".lock",
+        "segmentation.json",
+        "segmentation-trained.png",
+        "segmentation-untrained.png",
+    }
     result = json.loads((folder / "segmentation.json").read_text())
     assert set(result["runs"]) == {"trained", "untrained"} and result["seed"] == 0
     assert "Jaccard trained" in printed.out and "Jaccard untrained" in printed.out

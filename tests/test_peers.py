@@ -86,8 +86,9 @@ def hub_gpt2(folder: Path, model: torch.nn.Module) -> Path:
 
 
 def images(seed: int = 1) -> torch.Tensor:
-    return torch.randn(3, 3, VIT["img_size"], VIT["img_size"], generator=torch.Generator().manual_seed(seed),
-                       dtype=torch.float64)
+    return torch.randn(
+        3, 3, VIT["img_size"], VIT["img_size"], generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
 
 
 def tokens(seed: int = 1) -> torch.Tensor:
@@ -106,7 +107,11 @@ def difference(ours: torch.nn.Module, theirs: torch.nn.Module, x: torch.Tensor) 
 
 def test_the_peers_are_families():
     peers = [f for f in FAMILIES.values() if f.declared_in == "crate_compose.interop.peers"]
-    assert {f.name for f in peers} == {"timm-vit", "gpt2"} and FAMILIES["gpt2"] is GPT2 and FAMILIES["timm-vit"] is TIMM_VIT
+    assert (
+        {f.name for f in peers} == {"timm-vit", "gpt2"}
+        and FAMILIES["gpt2"] is GPT2
+        and FAMILIES["timm-vit"] is TIMM_VIT
+    )
 
 
 # ---------------------------------------------------------------- timm's ViT
@@ -124,10 +129,21 @@ def test_a_timm_hub_folder_imports_into_vit_small_and_computes_what_timm_compute
 
 def hub_config_without_model_args(folder: Path, architecture: str | None = None, **more) -> None:
     """config.json as the hub holds the published ViTs (uploaded before timm recorded ``model_args``)."""
-    config = {"num_classes": VIT["num_classes"], "num_features": VIT["embed_dim"], "global_pool": "token",
-              "pretrained_cfg": {"input_size": [3, 32, 32], "fixed_input_size": True, "mean": [0.5] * 3,
-                                 "std": [0.5] * 3, "num_classes": VIT["num_classes"], "first_conv": "patch_embed.proj",
-                                 "classifier": "head"}, **more}
+    config = {
+        "num_classes": VIT["num_classes"],
+        "num_features": VIT["embed_dim"],
+        "global_pool": "token",
+        "pretrained_cfg": {
+            "input_size": [3, 32, 32],
+            "fixed_input_size": True,
+            "mean": [0.5] * 3,
+            "std": [0.5] * 3,
+            "num_classes": VIT["num_classes"],
+            "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+        **more,
+    }
     if architecture:
         config["architecture"] = architecture
     (folder / "config.json").write_text(json.dumps(config))
@@ -175,13 +191,18 @@ def fits(spec, tensors: dict, family) -> list[str]:
 
     ours = cc.compile_spec(spec, meta=True).state_dict()
     pairs, problems = correspond(plan(explicit(spec)), ours, family)
-    return problems or check(pairs, ours, family.canonical(tensors) if family.canonical else tensors, family,
-                             tied(spec))[0]
+    return (
+        problems
+        or check(pairs, ours, family.canonical(tensors) if family.canonical else tensors, family, tied(spec))[0]
+    )
 
 
-TIMM_PUBLISHED = {"vit_tiny_patch16_224": dict(d=192, heads=3), "vit_small_patch16_224": {},  # vit-small's own
-                  "vit_base_patch16_224": dict(d=768, heads=12),
-                  "vit_large_patch16_224": dict(d=1024, heads=16, depth=24)}
+TIMM_PUBLISHED = {
+    "vit_tiny_patch16_224": dict(d=192, heads=3),
+    "vit_small_patch16_224": {},  # vit-small's own
+    "vit_base_patch16_224": dict(d=768, heads=12),
+    "vit_large_patch16_224": dict(d=1024, heads=16, depth=24),
+}
 
 
 @pytest.mark.parametrize("name", sorted(TIMM_PUBLISHED))
@@ -191,8 +212,16 @@ def test_timms_published_vits_fit_vit_small_at_their_sizes(name, config):
     the published model they match; then every tensor has its place and shape."""
     with torch.device("meta"):
         tensors = timm.create_model(name).state_dict()
-    recorded = {"architecture": name, "num_classes": 1000, "global_pool": "token",
-                "pretrained_cfg": {"input_size": [3, 224, 224], "num_classes": 1000}} if config else None
+    recorded = (
+        {
+            "architecture": name,
+            "num_classes": 1000,
+            "global_pool": "token",
+            "pretrained_cfg": {"input_size": [3, 224, 224], "num_classes": 1000},
+        }
+        if config
+        else None
+    )
     checkpoint = meta_checkpoint(tensors, recorded)
     assert detect(checkpoint) is TIMM_VIT
     spec = cc.load_spec("vit-small")
@@ -209,9 +238,13 @@ def test_every_published_vit_name_is_a_vit_timm_registers():
     for name, sizes in TIMM_VIT.published.items():
         with torch.device("meta"):
             model = timm.create_model(name)
-        assert (model.embed_dim, model.blocks[0].attn.num_heads, len(model.blocks), model.patch_embed.patch_size[0],
-                model.patch_embed.img_size[0]) == tuple(sizes[k] for k in ("d", "heads", "depth", "patch_size",
-                                                                           "image_size")), name
+        assert (
+            model.embed_dim,
+            model.blocks[0].attn.num_heads,
+            len(model.blocks),
+            model.patch_embed.patch_size[0],
+            model.patch_embed.img_size[0],
+        ) == tuple(sizes[k] for k in ("d", "heads", "depth", "patch_size", "image_size")), name
 
 
 # ---------------------------------------------------------------- transformers' GPT-2
@@ -247,7 +280,8 @@ def test_the_hubs_bare_names_import_too_and_the_causal_masks_are_skipped(tmp_pat
     imported = import_checkpoint("gpt2-small", path)
     assert imported.family is GPT2
     assert sorted(s.split(":")[0] for s in imported.skipped) == sorted(
-        f"transformer.h.{i}.attn.{b}" for i in range(2) for b in ("bias", "masked_bias"))
+        f"transformer.h.{i}.attn.{b}" for i in range(2) for b in ("bias", "masked_bias")
+    )
     assert difference(imported.module, model, tokens(3)) < TOLERANCE
     built = cc.compile_spec(cc.spec_of(imported.module), dtype=torch.float64)  # --weights FILE: the spec as it is
     notes = load_checkpoint(built, path)
@@ -274,8 +308,10 @@ def test_a_head_untied_from_the_embedding_is_refused(tmp_path):
         import_checkpoint("gpt2-small", path, overrides=["sizes.heads=3"])
 
 
-@pytest.mark.parametrize("key, value", [("activation_function", "gelu"), ("layer_norm_epsilon", 1e-6),
-                                        ("scale_attn_by_inverse_layer_idx", True)])
+@pytest.mark.parametrize(
+    "key, value",
+    [("activation_function", "gelu"), ("layer_norm_epsilon", 1e-6), ("scale_attn_by_inverse_layer_idx", True)],
+)
 def test_a_config_that_computes_otherwise_is_refused_naming_the_entry(tmp_path, key, value):
     path = hub_gpt2(tmp_path, gpt2())
     config = json.loads((tmp_path / "config.json").read_text())
@@ -284,8 +320,10 @@ def test_a_config_that_computes_otherwise_is_refused_naming_the_entry(tmp_path, 
         import_checkpoint("gpt2-small", path)
 
 
-GPT2_PUBLISHED = {"gpt2": ({}, {}),  # GPT2Config's arguments, and the sizes that differ from gpt2-small's
-                  "gpt2-medium": (dict(n_embd=1024, n_layer=24, n_head=16), dict(d=1024, depth=24, heads=16))}
+GPT2_PUBLISHED = {
+    "gpt2": ({}, {}),  # GPT2Config's arguments, and the sizes that differ from gpt2-small's
+    "gpt2-medium": (dict(n_embd=1024, n_layer=24, n_head=16), dict(d=1024, depth=24, heads=16)),
+}
 
 
 @pytest.mark.parametrize("name", sorted(GPT2_PUBLISHED))
@@ -307,8 +345,10 @@ def test_the_published_gpt2s_fit_gpt2_small_at_their_sizes(name, config):
 
 
 def test_export_then_import_is_the_identity_and_the_peers_load_the_export_strictly(tmp_path):
-    for family, model, write, preset in (("timm-vit", timm_vit(5), hub_vit, "vit-small"),
-                                         ("gpt2", gpt2(5), hub_gpt2, "gpt2-small")):
+    for family, model, write, preset in (
+        ("timm-vit", timm_vit(5), hub_vit, "vit-small"),
+        ("gpt2", gpt2(5), hub_gpt2, "gpt2-small"),
+    ):
         first = import_checkpoint(preset, write(tmp_path / family, model)).module
         exported = export_checkpoint(first, family)
         assert set(exported) == set(model.state_dict())
@@ -328,8 +368,9 @@ def test_transformers_from_pretrained_reads_an_exported_folder(tmp_path):
     write_checkpoint(export_checkpoint(first, "gpt2"), folder / "model.safetensors")
     model.config.to_json_file(folder / "config.json")
     dtype = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"  # its name before 5
-    loaded, info = transformers.GPT2LMHeadModel.from_pretrained(folder, output_loading_info=True,
-                                                                **{dtype: torch.float64})
+    loaded, info = transformers.GPT2LMHeadModel.from_pretrained(
+        folder, output_loading_info=True, **{dtype: torch.float64}
+    )
     assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
     assert difference(first, loaded.eval(), tokens(7)) < TOLERANCE
 
@@ -346,8 +387,10 @@ def test_each_file_is_told_its_family(tmp_path):
 
 
 def test_nanogpts_linear_layout_is_not_taken_for_transformers_gpt2(tmp_path):
-    tensors = {k: (v.t() if k.endswith(("c_attn.weight", "c_fc.weight", "c_proj.weight")) else v)
-               for k, v in gpt2().state_dict().items()}  # nanoGPT's GPT: the same names, nn.Linear (out, in)
+    tensors = {
+        k: (v.t() if k.endswith(("c_attn.weight", "c_fc.weight", "c_proj.weight")) else v)
+        for k, v in gpt2().state_dict().items()
+    }  # nanoGPT's GPT: the same names, nn.Linear (out, in)
     with pytest.raises(InteropError, match="cannot tell whose code saved it"):
         detect(meta_checkpoint(tensors, None))
 

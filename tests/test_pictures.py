@@ -43,8 +43,12 @@ def _model(ref: str, overrides: list[str], dtype=torch.float64, seed: int = 0):
 def _inputs_and_outputs(model, images: torch.Tensor, names: list[str]) -> dict[str, tuple]:
     """Each named step's input and output, from hooks of the test's own."""
     seen = {}
-    handles = [model.get_submodule(name).register_forward_hook(
-        lambda module, args, output, name=name: seen.__setitem__(name, (args[0], output))) for name in names]
+    handles = [
+        model.get_submodule(name).register_forward_hook(
+            lambda module, args, output, name=name: seen.__setitem__(name, (args[0], output))
+        )
+        for name in names
+    ]
     model.eval()
     with torch.no_grad():
         model(images)
@@ -80,15 +84,19 @@ def _attention_branch(module, x: torch.Tensor, attention: torch.Tensor) -> torch
     return module.combine(x, module.step_size * ((attention @ v).transpose(1, 2).flatten(2) @ back))
 
 
-@pytest.mark.parametrize("make", [
-    lambda: MSSA(24, 3, 8),
-    lambda: MSSA(24, 3, 8, output="tied", step_size=0.5),
-    lambda: MSSA(24, 3, 8, causal=True),
-    lambda: MHSA(24, 3, 8),
-    lambda: MHSA(24, 2, 12, causal=True),
-    lambda: AoT(24, 3, 8, norm=True),
-    lambda: AoT(24, 3, 8, variant="mhsa", scale=0.3),
-], ids=["mssa", "mssa-tied", "mssa-causal", "mhsa", "mhsa-causal", "aot", "aot-mhsa"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MSSA(24, 3, 8),
+        lambda: MSSA(24, 3, 8, output="tied", step_size=0.5),
+        lambda: MSSA(24, 3, 8, causal=True),
+        lambda: MHSA(24, 3, 8),
+        lambda: MHSA(24, 2, 12, causal=True),
+        lambda: AoT(24, 3, 8, norm=True),
+        lambda: AoT(24, 3, 8, variant="mhsa", scale=0.3),
+    ],
+    ids=["mssa", "mssa-tied", "mssa-causal", "mhsa", "mhsa-causal", "aot", "aot-mhsa"],
+)
 def test_the_attention_a_module_gives_is_the_one_its_forward_applies(make):
     torch.manual_seed(0)
     module = make().double()
@@ -146,10 +154,30 @@ def test_the_pictured_attention_reproduces_each_step_of_a_built_crate():
 
 
 def test_mhsa_and_aot_steps_are_pictured_and_reproduced():
-    for ref, overrides in [("vit-tiny", ["sizes.depth=1", "sizes.image_size=8", "sizes.patch_size=2", "sizes.d=24",
-                                         "sizes.heads=3", "sizes.channels=1"]),
-                           ("aot", ["sizes.depth=1", "sizes.image_size=8", "sizes.patch_size=2", "sizes.d=24",
-                                    "sizes.heads=3", "sizes.channels=1"])]:
+    for ref, overrides in [
+        (
+            "vit-tiny",
+            [
+                "sizes.depth=1",
+                "sizes.image_size=8",
+                "sizes.patch_size=2",
+                "sizes.d=24",
+                "sizes.heads=3",
+                "sizes.channels=1",
+            ],
+        ),
+        (
+            "aot",
+            [
+                "sizes.depth=1",
+                "sizes.image_size=8",
+                "sizes.patch_size=2",
+                "sizes.d=24",
+                "sizes.heads=3",
+                "sizes.channels=1",
+            ],
+        ),
+    ]:
         model = _model(ref, overrides)
         images = _images(2)
         views = look(model, images)
@@ -160,8 +188,18 @@ def test_mhsa_and_aot_steps_are_pictured_and_reproduced():
 
 
 def test_the_pictured_memberships_of_a_tost_sum_to_one_over_heads():
-    model = _model("tost-tiny", ["sizes.depth=2", "sizes.image_size=32", "sizes.patch_size=8", "sizes.d=32",
-                                 "sizes.heads=4", "sizes.class_depth=1", "sizes.channels=1"])
+    model = _model(
+        "tost-tiny",
+        [
+            "sizes.depth=2",
+            "sizes.image_size=32",
+            "sizes.patch_size=8",
+            "sizes.d=32",
+            "sizes.heads=4",
+            "sizes.class_depth=1",
+            "sizes.channels=1",
+        ],
+    )
     images = _images(2, side=32)
     views = look(model, images)
     step, summary = views.steps
@@ -221,8 +259,18 @@ def test_a_masked_autoencoder_is_pictured_unmasked_and_reconstructed():
 
 
 def test_drop_masking_is_pictured_with_every_patch():
-    model = _model("specs/mae-drop.yaml", ["sizes.channels=1", "sizes.image_size=8", "sizes.patch_size=2",
-                                           "sizes.depth=1", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16"])
+    model = _model(
+        "specs/mae-drop.yaml",
+        [
+            "sizes.channels=1",
+            "sizes.image_size=8",
+            "sizes.patch_size=2",
+            "sizes.depth=1",
+            "sizes.d=32",
+            "sizes.heads=2",
+            "sizes.head_dim=16",
+        ],
+    )
     views = look(model, _images(2))
     assert views.steps[0].values.shape[-1] == 17 and views.reconstruction is not None
 
@@ -244,19 +292,48 @@ def test_show_writes_every_picture_as_a_png_of_its_size(tmp_path, capsys):
     for name, size in sizes.items():
         assert _png_size(out / name) == size
         assert f"wrote {out / name}: " in printed
-    assert main(["show", DIGITS, *SMALL, "--data", "digits", "--out", str(out / "two"), "--images", "2",
-                 "--layer", "0"]) == 0
+    assert (
+        main(["show", DIGITS, *SMALL, "--data", "digits", "--out", str(out / "two"), "--images", "2", "--layer", "0"])
+        == 0
+    )
     assert _png_size(out / "two" / "attention-cls-encoder.layer_0.compress.png") == drawings.pixels(2, 5, bar=True)
 
 
 def test_show_draws_memberships_and_reconstructions(tmp_path, capsys):
-    tost = ["--set", "sizes.depth=1", "--set", "sizes.patch_size=8", "--set", "sizes.d=32", "--set", "sizes.heads=2",
-            "--set", "sizes.class_depth=1"]
-    assert main(["show", "tost-tiny", *tost, "--data", "digits", "--image-size", "16", "--out", str(tmp_path / "t"),
-                 "--images", "1"]) == 0
+    tost = [
+        "--set",
+        "sizes.depth=1",
+        "--set",
+        "sizes.patch_size=8",
+        "--set",
+        "sizes.d=32",
+        "--set",
+        "sizes.heads=2",
+        "--set",
+        "sizes.class_depth=1",
+    ]
+    assert (
+        main(
+            [
+                "show",
+                "tost-tiny",
+                *tost,
+                "--data",
+                "digits",
+                "--image-size",
+                "16",
+                "--out",
+                str(tmp_path / "t"),
+                "--images",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert _png_size(tmp_path / "t" / "membership-encoder.layer_0.compress.png") == drawings.pixels(1, 3, bar=True)
-    assert _png_size(tmp_path / "t" / "attention-cls-class_attention.layer_0.attend.png") == \
-        drawings.pixels(1, 3, bar=True)  # ToST's class token, summarizing the patches
+    assert _png_size(tmp_path / "t" / "attention-cls-class_attention.layer_0.attend.png") == drawings.pixels(
+        1, 3, bar=True
+    )  # ToST's class token, summarizing the patches
     mae = ["--set", "sizes.patch_size=2", "--set", "sizes.depth=1"]
     assert main(["show", "crate-mae-photos", *mae, "--data", "digits", "--out", str(tmp_path / "m")]) == 0
     assert _png_size(tmp_path / "m" / "reconstruction.png") == drawings.pixels(4, 4)
@@ -278,20 +355,26 @@ def test_the_pictures_of_other_weights_differ_and_go_beside_them(tmp_path, capsy
     assert picture_folder(run / "checkpoints" / "step-000100", "x") == run / "pictures" / "step-000100"
     assert picture_folder(tmp_path / "out" / "net", "x") == tmp_path / "out" / "pictures" / "net"
     for inside in (run / "final", run / "final" / "pictures"):  # never into a build
-        assert main(["show", DIGITS, *SMALL, "--data", "digits", "--weights", str(run / "final"),
-                     "--out", str(inside)]) == 2
+        assert (
+            main(["show", DIGITS, *SMALL, "--data", "digits", "--weights", str(run / "final"), "--out", str(inside)])
+            == 2
+        )
         assert "pictures are never written into a build" in capsys.readouterr().err
     assert sorted(p.name for p in (run / "final").iterdir()) == before
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--layer", "7"], "--layer 7: the encoder has layers 0..1"),
-    (["--patch", "16"], "--patch 16: the patch grid is 4x4, patches 0..15"),
-    (["--set", "encoder.layer.compress.primitive=coding_rate_step"], "crate-digits.yaml:"),  # located
-    (["--data", "text"], "data set 'text' is not images"),
-    (["--data", "nothing"], "unknown data set 'nothing'"),
-    (["--weights", "missing"], "no model.safetensors there"),
-], ids=["layer", "patch", "no-picture-steps", "token-data", "unknown-data", "no-weights"])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--layer", "7"], "--layer 7: the encoder has layers 0..1"),
+        (["--patch", "16"], "--patch 16: the patch grid is 4x4, patches 0..15"),
+        (["--set", "encoder.layer.compress.primitive=coding_rate_step"], "crate-digits.yaml:"),  # located
+        (["--data", "text"], "data set 'text' is not images"),
+        (["--data", "nothing"], "unknown data set 'nothing'"),
+        (["--weights", "missing"], "no model.safetensors there"),
+    ],
+    ids=["layer", "patch", "no-picture-steps", "token-data", "unknown-data", "no-weights"],
+)
 def test_bad_input_is_refused_with_its_message_and_writes_nothing(tmp_path, capsys, arguments, message):
     out = tmp_path / "pictures"
     data = [] if "--data" in arguments else ["--data", "digits"]
@@ -301,8 +384,11 @@ def test_bad_input_is_refused_with_its_message_and_writes_nothing(tmp_path, caps
     assert not out.exists()
 
 
-@pytest.mark.parametrize("arguments", [["--images", "0"], ["--images", "17"], ["--patch", "-1"], ["--layer", "x"]],
-                         ids=["no-images", "many-images", "patch", "layer"])
+@pytest.mark.parametrize(
+    "arguments",
+    [["--images", "0"], ["--images", "17"], ["--patch", "-1"], ["--layer", "x"]],
+    ids=["no-images", "many-images", "patch", "layer"],
+)
 def test_bad_arguments_exit_2_before_anything_loads(tmp_path, capsys, arguments):
     with pytest.raises(SystemExit) as exit_:
         main(["show", DIGITS, "--data", "digits", *arguments, "--out", str(tmp_path / "p")])
@@ -313,8 +399,22 @@ def test_bad_arguments_exit_2_before_anything_loads(tmp_path, capsys, arguments)
 
 def test_a_spec_without_pictures_names_its_steps_and_a_token_spec_is_refused(tmp_path, capsys):
     out = tmp_path / "p"
-    assert main(["show", DIGITS, *SMALL, "--set", "encoder.layer.compress.primitive=coding_rate_step",
-                 "--data", "digits", "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "show",
+                DIGITS,
+                *SMALL,
+                "--set",
+                "encoder.layer.compress.primitive=coding_rate_step",
+                "--data",
+                "digits",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     error = capsys.readouterr().err
     assert "encoder.layer.compress (coding_rate_step), encoder.layer.sparsify (ista)" in error
     assert "publishes a picture" in error

@@ -52,15 +52,23 @@ FAST_OVER_WRITTEN = 2.0  # the fast paths' median error over the written formula
 # and in bf16 and fp16 for the output: the ISTA step keeps the tokens out of its lowered product (issue 35); when it
 # did not, this ratio was 1.8 on crate-digits (4.8 on CRATE-B/16), now 0.8-1.2 on every small network
 HALF_OUTPUT_OVER_WRITTEN = 1.5
-ROWS = [(network, precision, formulas) for network in bench.SMALL for precision in bench.PRECISIONS
-        for formulas in ("fast", "written") if not (precision == "fp64" and formulas == "written")]
+ROWS = [
+    (network, precision, formulas)
+    for network in bench.SMALL
+    for precision in bench.PRECISIONS
+    for formulas in ("fast", "written")
+    if not (precision == "fp64" and formulas == "written")
+]
 
 
 @pytest.fixture(scope="module")
 def measured(one_thread) -> dict[tuple[str, str, str], bench.Row]:
     """Every row of every small network, measured once."""
-    return {(name, row.precision, row.formulas): row for name, network in bench.SMALL.items()
-            for row in bench.measure(network, count=INPUTS)}
+    return {
+        (name, row.precision, row.formulas): row
+        for name, network in bench.SMALL.items()
+        for row in bench.measure(network, count=INPUTS)
+    }
 
 
 @pytest.mark.parametrize(("network", "precision", "formulas"), ROWS, ids=["-".join(r) for r in ROWS])
@@ -98,7 +106,9 @@ def test_the_float32_bound_catches_one_ista_lambda_changed_by_a_thousandth():
     exact = bench.run_pass(reference, network, batch, "fp64", "written", 0)
     errors = bench.compare(bench.run_pass(model, network, batch, "fp32", "fast", 0), exact)
     bound = BOUNDS["fp32"]
-    assert errors.output > bound.output and errors.input_grad > bound.input_grad and errors.param_grad > bound.param_grad
+    assert (
+        errors.output > bound.output and errors.input_grad > bound.input_grad and errors.param_grad > bound.param_grad
+    )
 
 
 def test_the_docs_state_these_bounds():

@@ -32,8 +32,9 @@ def _on_device(device, monkeypatch):
 
 
 def _build(*extra, dtype="float64", seed=0):
-    return build("crate-tiny", overrides=[f"sizes.{k}={v}" for k, v in SIZES.items()] + list(extra),
-                 seed=seed, dtype=dtype)
+    return build(
+        "crate-tiny", overrides=[f"sizes.{k}={v}" for k, v in SIZES.items()] + list(extra), seed=seed, dtype=dtype
+    )
 
 
 def _step(name, *extra, dtype="float64", randomize=True):
@@ -76,8 +77,8 @@ def _heads_out(x, prm, causal=False):
     n = x.shape[1]
     heads = []
     for k in range(K):
-        wk = w[..., k * P:(k + 1) * P]
-        scores = wk @ wk.transpose(-1, -2) * P ** -0.5
+        wk = w[..., k * P : (k + 1) * P]
+        scores = wk @ wk.transpose(-1, -2) * P**-0.5
         if causal:
             above = torch.triu(torch.ones(n, n, dtype=torch.bool, device=x.device), diagonal=1)
             scores = scores.masked_fill(above, float("-inf"))
@@ -102,12 +103,14 @@ def _soft(v, t):
 def _close(got, expected, what):
     tol = TOL[expected.dtype]
     diff = (got - expected).abs().max().item()
-    torch.testing.assert_close(got, expected, atol=tol, rtol=tol,
-                               msg=lambda m: f"{what}: max abs diff {diff:.3e} (tol {tol}); {m}")
+    torch.testing.assert_close(
+        got, expected, atol=tol, rtol=tol, msg=lambda m: f"{what}: max abs diff {diff:.3e} (tol {tol}); {m}"
+    )
     return diff
 
 
 # ----------------------------------------------------------------------------------------------- MSSA
+
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_mssa_step_formula(dtype):
@@ -123,8 +126,13 @@ def test_mssa_step_formula(dtype):
 def test_mssa_parameters():
     step = _step("compress", randomize=False)
     shapes = {name: tuple(p.shape) for name, p in step.named_parameters()}
-    assert shapes == {"norm.weight": (D,), "norm.bias": (D,), "subspaces.weight": (K * P, D),
-                      "out.weight": (D, K * P), "out.bias": (D,)}
+    assert shapes == {
+        "norm.weight": (D,),
+        "norm.bias": (D,),
+        "subspaces.weight": (K * P, D),
+        "out.weight": (D, K * P),
+        "out.bias": (D,),
+    }
     assert sum(p.numel() for p in step.parameters()) == D * K * P + K * P * D + D + 2 * D
 
 
@@ -149,11 +157,11 @@ def test_mssa_causal_formula_and_dependence():
         # token i only sees tokens <= i
         for i in (0, 3, N - 2):
             y = x.clone()
-            y[:, i + 1:] = _tokens(seed=99)[:, i + 1:]
+            y[:, i + 1 :] = _tokens(seed=99)[:, i + 1 :]
             out_y = step(y)
-            diff = (out_y[:, :i + 1] - got[:, :i + 1]).abs().max().item()
+            diff = (out_y[:, : i + 1] - got[:, : i + 1]).abs().max().item()
             assert diff < 1e-12, f"tokens <= {i} changed by {diff:.3e} when only tokens > {i} changed"
-            assert (out_y[:, i + 1:] - got[:, i + 1:]).abs().max().item() > 1e-3
+            assert (out_y[:, i + 1 :] - got[:, i + 1 :]).abs().max().item() > 1e-3
 
 
 def test_mssa_tied_output_with_step_size():
@@ -168,6 +176,7 @@ def test_mssa_tied_output_with_step_size():
 
 
 # ----------------------------------------------------------------------------------------------- ISTA
+
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_ista_step_formula(dtype):
@@ -216,7 +225,7 @@ def test_ista_parameters():
     bound = (6.0 / 384) ** 0.5
     assert dictionary.abs().max().item() <= bound
     assert dictionary.abs().max().item() > 0.99 * bound
-    assert abs(dictionary.std().item() - bound / 3 ** 0.5) < 0.01 * bound
+    assert abs(dictionary.std().item() - bound / 3**0.5) < 0.01 * bound
 
 
 def test_ista_soft_threshold_variant():
@@ -234,14 +243,19 @@ def test_ista_soft_threshold_variant():
 
 # ----------------------------------------------------------------------------------------------- seeds
 
+
 def test_same_seed_same_weights_other_seed_different():
     a, b, c = (_build(dtype="float32", seed=s).state_dict() for s in (0, 0, 1))
     assert list(a) == list(b) == list(c)
     for key in a:
         assert torch.equal(a[key], b[key]), key
     random_keys = [k for k in a if a[k].numel() > 1 and a[k].std() > 0]  # LayerNorms start at 1 / 0
-    assert {"encoder.layer_0.sparsify.dictionary", "encoder.layer_0.compress.subspaces.weight",
-            "preprocess.positions.embedding", "head.classify.classifier.weight"} <= set(random_keys)
+    assert {
+        "encoder.layer_0.sparsify.dictionary",
+        "encoder.layer_0.compress.subspaces.weight",
+        "preprocess.positions.embedding",
+        "head.classify.classifier.weight",
+    } <= set(random_keys)
     for key in random_keys:
         assert not torch.equal(a[key], c[key]), f"{key} is the same for seeds 0 and 1"
 
@@ -269,8 +283,11 @@ def _dino_interpolate_pos_encoding(table: torch.Tensor, side: int) -> torch.Tens
         return table
     root = int(math.sqrt(n))
     w0 = h0 = side + 0.1
-    grid = torch.nn.functional.interpolate(grid.reshape(1, root, root, dim).permute(0, 3, 1, 2),
-                                           scale_factor=(w0 / math.sqrt(n), h0 / math.sqrt(n)), mode="bicubic")
+    grid = torch.nn.functional.interpolate(
+        grid.reshape(1, root, root, dim).permute(0, 3, 1, 2),
+        scale_factor=(w0 / math.sqrt(n), h0 / math.sqrt(n)),
+        mode="bicubic",
+    )
     return torch.cat((cls, grid.permute(0, 2, 3, 1).view(1, -1, dim)), dim=1)
 
 

@@ -41,8 +41,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SEEDS = range(8)
 
 
-TINY = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=3", "sizes.image_size=32",
-        "sizes.patch_size=8", "sizes.classes=10"]
+TINY = [
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=3",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.classes=10",
+]
 
 
 def _build(name: str, shape=(32, 16), seed: int = 0, **args) -> torch.nn.Module:
@@ -256,8 +263,10 @@ def test_coding_rate_step_is_the_gradient_it_claims():
 
 def _rate_torch(z, U, K, eps):
     n = z.shape[0]
-    return sum(0.5 * torch.logdet(torch.eye(n, dtype=z.dtype) + Uk.shape[1] / (n * eps**2) * (z @ Uk) @ (z @ Uk).T)
-               for Uk in U.chunk(K, dim=1))
+    return sum(
+        0.5 * torch.logdet(torch.eye(n, dtype=z.dtype) + Uk.shape[1] / (n * eps**2) * (z @ Uk) @ (z @ Uk).T)
+        for Uk in U.chunk(K, dim=1)
+    )
 
 
 def test_tied_mssa_lowers_and_tied_ascent_raises_the_normalized_rate():
@@ -497,8 +506,11 @@ def test_probe_writes_beside_a_runs_weights_and_never_into_a_build(tmp_path, mon
     assert probed() == Path("probes") / name
     assert {p.name for p in (run / "final").iterdir()} == BUILD_FILES  # final/ is still a build and nothing else
     checkpoint = run / "checkpoints" / "step-000002"
-    for inside, build in ((run / "final", run / "final"), (run / "final" / "probes", run / "final"),
-                          (checkpoint / "x", checkpoint)):
+    for inside, build in (
+        (run / "final", run / "final"),
+        (run / "final" / "probes", run / "final"),
+        (checkpoint / "x", checkpoint),
+    ):
         with pytest.raises(WorkbenchError, match=rf"^--out {inside} is inside the build {build}: "):
             probed(weights=run / "final", out=inside)
     assert {p.name for p in (run / "final").iterdir()} == BUILD_FILES
@@ -529,8 +541,29 @@ def test_probe_a_run_folder_alone(tmp_path, monkeypatch, capsys):
     spec = str(Path(__file__).resolve().parents[1] / "specs" / "crate-digits.yaml")
     sets = [arg for o in ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"] for arg in ("--set", o)]
     run = tmp_path / "run"
-    assert main(["train", spec, *sets, "--data", "digits", "--steps", "4", "--batch-size", "16", "--seed", "3",
-                 "--checkpoint-every", "2", "--no-progress", "--out", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                spec,
+                *sets,
+                "--data",
+                "digits",
+                "--steps",
+                "4",
+                "--batch-size",
+                "16",
+                "--seed",
+                "3",
+                "--checkpoint-every",
+                "2",
+                "--no-progress",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
 
     def hashes(folder: Path) -> dict[str, str]:
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
@@ -543,10 +576,30 @@ def test_probe_a_run_folder_alone(tmp_path, monkeypatch, capsys):
     assert f"wrote {run / 'probes' / 'final' / 'probes.json'} and {run / 'probes' / 'final' / 'probes.png'}" in out
     assert hashes(run / "final") == before
     # the same as the explicit form with the run's own spec, data and seed
-    assert main(["probe", spec, *sets, "--weights", str(run / "final"), "--data", "digits", "--seed", "3",
-                 "--samples", "8", "--out", "explicit"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                spec,
+                *sets,
+                "--weights",
+                str(run / "final"),
+                "--data",
+                "digits",
+                "--seed",
+                "3",
+                "--samples",
+                "8",
+                "--out",
+                "explicit",
+            ]
+        )
+        == 0
+    )
     assert (run / "probes" / "final" / "probes.json").read_text() == (tmp_path / "explicit" / "probes.json").read_text()
-    assert main(["probe", "--weights", str(run), "--samples", "8", "--out", "as-weights"]) == 0  # --weights RUN, --out wins
+    assert (
+        main(["probe", "--weights", str(run), "--samples", "8", "--out", "as-weights"]) == 0
+    )  # --weights RUN, --out wins
     assert (tmp_path / "as-weights" / "probes.json").read_text() == (tmp_path / "explicit" / "probes.json").read_text()
     capsys.readouterr()
     assert main(["probe", str(run), "--data", "photos", "--samples", "8"]) == 2
@@ -561,11 +614,16 @@ def test_probe_a_run_folder_alone(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "its latest checkpoint, step-000004 (it has no final/: the run is not finished)" in err
     assert (unfinished / "probes" / "step-000004" / "probes.json").is_file()
-    assert {p.name for p in (unfinished / "checkpoints" / "step-000004").iterdir()} >= {"spec.yaml", "model.safetensors"}
+    assert {p.name for p in (unfinished / "checkpoints" / "step-000004").iterdir()} >= {
+        "spec.yaml",
+        "model.safetensors",
+    }
     assert not (unfinished / "checkpoints" / "step-000004" / "probes.json").exists()
     shutil.rmtree(unfinished / "checkpoints")
-    for argv, said in ((["probe", str(unfinished)], "holds no trained weights yet"),
-                       (["probe", str(run / "final")], "is a folder but not a run"),
-                       (["probe"], "probe needs a spec")):
+    for argv, said in (
+        (["probe", str(unfinished)], "holds no trained weights yet"),
+        (["probe", str(run / "final")], "is a folder but not a run"),
+        (["probe"], "probe needs a spec"),
+    ):
         assert main(argv) == 2
         assert said in capsys.readouterr().err

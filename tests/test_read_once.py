@@ -52,8 +52,23 @@ def test_ablate_opens_its_spec_file_once_and_loads_its_data_once(reads, spec_fil
     loads = []
     real = preparation.load_data
     monkeypatch.setattr(preparation, "load_data", lambda *a, **k: loads.append(a) or real(*a, **k))
-    assert cli.main(["ablate", str(spec_file), "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft",
-                     "--seeds", "2", *SETS, *RUN, "--out", str(tmp_path / "grid")]) == 0
+    assert (
+        cli.main(
+            [
+                "ablate",
+                str(spec_file),
+                "--swap",
+                "encoder.layer.sparsify.primitive=ista,ista_soft",
+                "--seeds",
+                "2",
+                *SETS,
+                *RUN,
+                "--out",
+                str(tmp_path / "grid"),
+            ]
+        )
+        == 0
+    )
     assert reads[spec_file.resolve()] == 1, reads  # two variants, two seeds, their checks and probes: one reading
     assert len(loads) == 1  # digits, for every variant and seed
 
@@ -75,8 +90,27 @@ def test_a_spec_edited_while_a_grid_trains_changes_none_of_its_variants(spec_fil
 
     monkeypatch.setattr(ablation, "train_described", then_edit)
     assert "depth: 4" in spec_file.read_text()
-    assert cli.main(["ablate", str(spec_file), "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft",
-                     "--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.head_dim=8",
-                     *RUN, "--out", str(tmp_path / "grid")]) == 0
-    depths = {path.parent.parent.name: load(path).encoder.depth for path in (tmp_path / "grid").glob("*/seed-0/spec.yaml")}
+    assert (
+        cli.main(
+            [
+                "ablate",
+                str(spec_file),
+                "--swap",
+                "encoder.layer.sparsify.primitive=ista,ista_soft",
+                "--set",
+                "sizes.d=16",
+                "--set",
+                "sizes.heads=2",
+                "--set",
+                "sizes.head_dim=8",
+                *RUN,
+                "--out",
+                str(tmp_path / "grid"),
+            ]
+        )
+        == 0
+    )
+    depths = {
+        path.parent.parent.name: load(path).encoder.depth for path in (tmp_path / "grid").glob("*/seed-0/spec.yaml")
+    }
     assert len(depths) == 2 and set(depths.values()) == {4}, depths

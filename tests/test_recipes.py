@@ -20,20 +20,48 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # a spec, its data and small sizes per shipped recipe (the recipes are the papers' ImageNet settings)
 RUNS = {
-    "crate-pretrain": ("specs/crate-digits.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
-                                                             "sizes.depth=1"]),
-    "crate-finetune": ("specs/crate-digits.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
-                                                             "sizes.depth=1"]),
-    "crate-mae-pretrain": ("zoo/crate-mae-photos.yaml", "photos", ["sizes.d=16", "sizes.heads=2",
-                                                                   "sizes.head_dim=8", "sizes.depth=1"]),
-    "crate-mae-finetune": ("specs/crate-digits.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
-                                                                 "sizes.depth=1"]),
-    "crate-dino": ("zoo/crate-dino-digits.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
-                                                           "sizes.depth=1", "sizes.prototypes=32"]),
-    "simdino": ("zoo/crate-simdino-digits.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
-                                                            "sizes.depth=1", "sizes.features=16"]),
-    "tost": ("zoo/tost-tiny.yaml", "digits", ["sizes.d=16", "sizes.heads=2", "sizes.depth=1", "sizes.class_depth=1",
-                                              "sizes.patch_size=8", "sizes.image_size=16"]),
+    "crate-pretrain": (
+        "specs/crate-digits.yaml",
+        "digits",
+        ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"],
+    ),
+    "crate-finetune": (
+        "specs/crate-digits.yaml",
+        "digits",
+        ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"],
+    ),
+    "crate-mae-pretrain": (
+        "zoo/crate-mae-photos.yaml",
+        "photos",
+        ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"],
+    ),
+    "crate-mae-finetune": (
+        "specs/crate-digits.yaml",
+        "digits",
+        ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"],
+    ),
+    "crate-dino": (
+        "zoo/crate-dino-digits.yaml",
+        "digits",
+        ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1", "sizes.prototypes=32"],
+    ),
+    "simdino": (
+        "zoo/crate-simdino-digits.yaml",
+        "digits",
+        ["sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1", "sizes.features=16"],
+    ),
+    "tost": (
+        "zoo/tost-tiny.yaml",
+        "digits",
+        [
+            "sizes.d=16",
+            "sizes.heads=2",
+            "sizes.depth=1",
+            "sizes.class_depth=1",
+            "sizes.patch_size=8",
+            "sizes.image_size=16",
+        ],
+    ),
 }
 
 
@@ -46,12 +74,22 @@ def test_every_shipped_recipe_is_read_and_has_a_run_here():
 
 def test_the_papers_numbers():
     pretrain = read_recipe("crate-pretrain").settings
-    assert (pretrain["optimizer"], pretrain["lr"], pretrain["weight_decay"], pretrain["label_smoothing"],
-            pretrain["batch_size"], pretrain["epochs"], pretrain["warmup_epochs"]) == ("lion", 2.4e-4, 0.5, 0.1,
-                                                                                        2048, 150, 5)
+    assert (
+        pretrain["optimizer"],
+        pretrain["lr"],
+        pretrain["weight_decay"],
+        pretrain["label_smoothing"],
+        pretrain["batch_size"],
+        pretrain["epochs"],
+        pretrain["warmup_epochs"],
+    ) == ("lion", 2.4e-4, 0.5, 0.1, 2048, 150, 5)
     finetune = read_recipe("crate-finetune").settings
-    assert (finetune["optimizer"], finetune["lr"], finetune["weight_decay"], finetune["augment"]) == \
-        ("adamw", 5e-5, 0.01, "randaugment")
+    assert (finetune["optimizer"], finetune["lr"], finetune["weight_decay"], finetune["augment"]) == (
+        "adamw",
+        5e-5,
+        0.01,
+        "randaugment",
+    )
 
 
 def test_a_recipe_with_mistakes_is_refused_with_every_one_located(tmp_path, capsys):
@@ -79,9 +117,29 @@ def test_a_recipe_that_is_not_yaml_of_settings_is_refused(tmp_path):
 
 def _train(name: str, out: Path, *extra: str, device: torch.device | str = "cpu") -> int:
     spec, data, sets = RUNS[name]
-    args = ["train", str(ROOT / spec), "--config", name, "--data", data, "--out", str(out), "--steps", "4",
-            "--batch-size", "16", "--checkpoint-every", "2", "--log-every", "1", "--no-progress", "--device", str(device),
-            *[a for s in sets for a in ("--set", s)], *extra]
+    args = [
+        "train",
+        str(ROOT / spec),
+        "--config",
+        name,
+        "--data",
+        data,
+        "--out",
+        str(out),
+        "--steps",
+        "4",
+        "--batch-size",
+        "16",
+        "--checkpoint-every",
+        "2",
+        "--log-every",
+        "1",
+        "--no-progress",
+        "--device",
+        str(device),
+        *[a for s in sets for a in ("--set", s)],
+        *extra,
+    ]
     if name != "crate-mae-pretrain":
         args += ["--image-size", "16"]
     return main(args)
@@ -93,7 +151,11 @@ def test_each_recipe_runs_a_few_steps_and_resumes_exactly(tmp_path, name, device
     assert (tmp_path / "whole" / "recipe.yaml").read_text() == read_recipe(name).text
     assert _train(name, tmp_path / "broken", device=device) == 0
     broken = tmp_path / "broken"
-    shutil.rmtree(broken / "checkpoints/step-000004"), shutil.rmtree(broken / "final"), (broken / "result.json").unlink()
+    (
+        shutil.rmtree(broken / "checkpoints/step-000004"),
+        shutil.rmtree(broken / "final"),
+        (broken / "result.json").unlink(),
+    )
     if (broken / "final-ema").exists():
         shutil.rmtree(broken / "final-ema")
     assert _train(name, broken, "--resume", device=device) == 0
@@ -120,9 +182,31 @@ def test_the_crate_recipe_trains_from_a_folder_laid_out_as_cifar10(tmp_path):
     data = tmp_path / "cifar-layout"
     assert write_folder(data) == (1437, 360)
     out = tmp_path / "run"
-    code = main(["train", "crate-tiny", "--config", "crate-pretrain", "--data", f"folder:{data}", "--image-size", "32",
-                 "--set", "sizes.patch_size=8", "--set", "sizes.depth=1", "--steps", "3", "--batch-size", "16",
-                 "--workers", "2", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "train",
+            "crate-tiny",
+            "--config",
+            "crate-pretrain",
+            "--data",
+            f"folder:{data}",
+            "--image-size",
+            "32",
+            "--set",
+            "sizes.patch_size=8",
+            "--set",
+            "sizes.depth=1",
+            "--steps",
+            "3",
+            "--batch-size",
+            "16",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     record = (out / "run.json").read_text()
     assert '"optimizer": "lion"' in record and '"augment": "crop-flip"' in record

@@ -10,8 +10,15 @@ from torch import nn
 import crate_compose as cc
 from crate_compose import registry
 
-SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=1", "sizes.image_size=32",
-         "sizes.patch_size=8", "sizes.classes=10"]
+SMALL = [
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=1",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.classes=10",
+]
 
 
 @pytest.mark.parametrize("name", list(cc.all_primitives()))
@@ -65,8 +72,15 @@ class Halve(nn.Module):
 
 
 def _plugin_module():
-    @cc.primitive("plugin_halve", args=HalveArgs, kind="sparsify", objective="none", equation="plugin eq. 1",
-                  update="Z / 2", description="Halve the tokens (a plugin's primitive).")
+    @cc.primitive(
+        "plugin_halve",
+        args=HalveArgs,
+        kind="sparsify",
+        objective="none",
+        equation="plugin eq. 1",
+        update="Z / 2",
+        description="Halve the tokens (a plugin's primitive).",
+    )
     def plugin_halve(args, shape):
         return Halve(args.factor)
 
@@ -85,8 +99,10 @@ def test_entry_point_plugins_are_loaded_on_first_use(monkeypatch):
     monkeypatch.setattr(metadata, "entry_points", entry_points)
     monkeypatch.delitem(registry._REGISTRY, "plugin_halve", raising=False)
     assert "plugin_halve" in cc.all_primitives()
-    model = cc.build("crate-tiny", overrides=[*SMALL, "encoder.layer.sparsify.primitive=plugin_halve",
-                                                    "encoder.layer.sparsify.args={}"])
+    model = cc.build(
+        "crate-tiny",
+        overrides=[*SMALL, "encoder.layer.sparsify.primitive=plugin_halve", "encoder.layer.sparsify.args={}"],
+    )
     x = torch.randn(2, 17, 32)
     torch.testing.assert_close(model.get_submodule("encoder.layer_0.sparsify")(x), x / 2)
     registry._REGISTRY.pop("plugin_halve")
@@ -180,8 +196,10 @@ def test_a_plugin_reusing_a_built_in_name_is_refused_at_its_line(plugin_file, ca
     code = crate_compose_cli_main(["validate", "specs/crate-digits.yaml", "--plugin", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert err.startswith(f"error: {path}:4: --plugin {path}: ValueError: primitive 'ista' is already registered by "
-                          "crate_compose.primitives.")
+    assert err.startswith(
+        f"error: {path}:4: --plugin {path}: ValueError: primitive 'ista' is already registered by "
+        "crate_compose.primitives."
+    )
     assert "(a built-in primitive); register yours under another name" in err
     assert registry.get("ista").factory.__module__.startswith("crate_compose.primitives")  # the built-in stays
 
@@ -211,10 +229,13 @@ def test_an_entry_point_calling_sys_exit_is_a_plugin_error(monkeypatch):
 def test_a_plugin_footprint_that_disagrees_with_its_module_is_located_at_the_step(plugin_file, tmp_path, capsys):
     path = plugin_file("wrong_footprint", WRONG_FOOTPRINT)
     swap = "encoder.layer.sparsify.primitive=identity_wrong_footprint"
-    code = crate_compose_cli_main(["build", "specs/crate-digits.yaml", "--plugin", str(path), "--set", swap,
-                                   "--out", str(tmp_path / "out")])
+    code = crate_compose_cli_main(
+        ["build", "specs/crate-digits.yaml", "--plugin", str(path), "--set", swap, "--out", str(tmp_path / "out")]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and not (tmp_path / "out").exists()
-    assert (f"--set #1 '{swap}': encoder.layer[1].primitive: step 'sparsify' (identity_wrong_footprint, from "
-            f"--plugin {path}): the primitive's footprint disagrees with the module it builds: parameters "
-            "{'weight': (3,)} declared, {} built (a bug in the primitive's declaration, not the spec)") in err
+    assert (
+        f"--set #1 '{swap}': encoder.layer[1].primitive: step 'sparsify' (identity_wrong_footprint, from "
+        f"--plugin {path}): the primitive's footprint disagrees with the module it builds: parameters "
+        "{'weight': (3,)} declared, {} built (a bug in the primitive's declaration, not the spec)"
+    ) in err

@@ -65,14 +65,17 @@ def test_listing3_decoder_re_adds_positions_with_a_dashed_edge():
     assert "LN Z − MSSA(LN Z | V)" in source  # Listing 3's residual on the normalized input
 
 
-@pytest.mark.parametrize("setting, label", [
-    ([], "Z + MSSA(LN Z | U)"),
-    (["encoder.layer.compress.args.norm=false"], "Z + MSSA(Z | U)"),
-    (["encoder.layer.compress.args.output=tied"], "Z + MSSA(LN Z | U)·Uᵀ"),
-    (["encoder.layer.compress.args.causal=true"], "Z + MSSA_causal(LN Z | U)"),
-    (["encoder.layer.compress.args.kappa=0.1"], "(1 − c)Z + c·MSSA(LN Z | U), c = κp/(Nε²)"),
-    (["encoder.layer.compress.layer_scale=0.1"], "(γ₀ = 0.1)"),
-])
+@pytest.mark.parametrize(
+    "setting, label",
+    [
+        ([], "Z + MSSA(LN Z | U)"),
+        (["encoder.layer.compress.args.norm=false"], "Z + MSSA(Z | U)"),
+        (["encoder.layer.compress.args.output=tied"], "Z + MSSA(LN Z | U)·Uᵀ"),
+        (["encoder.layer.compress.args.causal=true"], "Z + MSSA_causal(LN Z | U)"),
+        (["encoder.layer.compress.args.kappa=0.1"], "(1 − c)Z + c·MSSA(LN Z | U), c = κp/(Nε²)"),
+        (["encoder.layer.compress.layer_scale=0.1"], "(γ₀ = 0.1)"),
+    ],
+)
 def test_labels_show_the_settings_that_change_a_steps_math(setting, label):
     source = cc.diagram(cc.build("crate-tiny", overrides=setting, meta=True)).source
     assert label in source

@@ -60,8 +60,11 @@ def test_a_resumed_run_says_so_and_its_clock_goes_on(tmp_path):
     (run / "result.json").unlink()
     result = train(DIGITS, settings, overrides=TINY, out=run, progress=False, resume=True, notes=said.append)
     assert any(note.startswith("resumed at step 2 of 4 from ") for note in said), said
-    seconds = [json.loads(line)["seconds"] for line in (run / "metrics.jsonl").read_text().splitlines()
-               if json.loads(line).get("kind") == "train"]
+    seconds = [
+        json.loads(line)["seconds"]
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line).get("kind") == "train"
+    ]
     assert seconds == sorted(seconds) and result.seconds >= seconds[1]  # never back to zero
 
 
@@ -69,8 +72,9 @@ def test_a_recipe_warm_up_longer_than_half_the_run_is_shortened_and_said(tmp_pat
     said = []
     settings = Settings(steps=20, batch_size=64, warmup_epochs=5)  # 5 epochs of digits: 110 steps
     train(DIGITS, settings, overrides=TINY, out=tmp_path / "run", progress=False, notes=said.append)
-    assert any("warmup_epochs 5 would be 110 of this run's 20 steps: warming up for 1 (5%)" in note
-               for note in said), said
+    assert any("warmup_epochs 5 would be 110 of this run's 20 steps: warming up for 1 (5%)" in note for note in said), (
+        said
+    )
     identity = json.loads((tmp_path / "run" / "run.json").read_text())["identity"]
     assert identity["settings"]["warmup"] == 1
 
@@ -78,7 +82,13 @@ def test_a_recipe_warm_up_longer_than_half_the_run_is_shortened_and_said(tmp_pat
 def test_compiling_says_why_the_first_step_is_slow(tmp_path, monkeypatch):
     said = []
     monkeypatch.setattr(train_module.torch, "compile", lambda net, mode=None: net)  # the messages, not the compiler
-    train(DIGITS, Settings(steps=2, batch_size=8, compile=True), overrides=TINY, out=tmp_path / "run", progress=False,
-          notes=said.append)
+    train(
+        DIGITS,
+        Settings(steps=2, batch_size=8, compile=True),
+        overrides=TINY,
+        out=tmp_path / "run",
+        progress=False,
+        notes=said.append,
+    )
     assert any(note.startswith("--compile: the first step compiles the network") for note in said)
     assert any(note.startswith("compiled, and took the first step, in ") for note in said)

@@ -56,8 +56,25 @@ def margin(monkeypatch):
 
 def _train(tmp_path, out, *extra) -> list[str]:
     sets = [arg for o in EXAMPLE.overrides for arg in ("--set", o)]
-    return ["train", EXAMPLE.spec, *sets, "--data", EXAMPLE.data, "--batch-size", "8", "--log-every", "1",
-            "--warmup", "1", "--logger", "none", "--no-progress", "--out", str(tmp_path / out), *extra]
+    return [
+        "train",
+        EXAMPLE.spec,
+        *sets,
+        "--data",
+        EXAMPLE.data,
+        "--batch-size",
+        "8",
+        "--log-every",
+        "1",
+        "--warmup",
+        "1",
+        "--logger",
+        "none",
+        "--no-progress",
+        "--out",
+        str(tmp_path / out),
+        *extra,
+    ]
 
 
 def _refused(capsys, argv, *words) -> str:
@@ -76,8 +93,12 @@ def test_a_task_option_declared_in_a_test_file_trains_resumes_and_is_refused_els
     assert "--margin" in capsys.readouterr().out  # the flag comes from the declaration
 
     # train: the option given on the command line is the run's, recorded in its identity
-    assert cli.main(_train(tmp_path, "run", "--task", "margin", "--margin", "2.5", "--steps", "4",
-                           "--checkpoint-every", "2")) == 0
+    assert (
+        cli.main(
+            _train(tmp_path, "run", "--task", "margin", "--margin", "2.5", "--steps", "4", "--checkpoint-every", "2")
+        )
+        == 0
+    )
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["identity"]
     assert recorded["task"] == "margin" and recorded["settings"]["margin"] == 2.5
     straight = load_file(str(tmp_path / "run" / "final" / "model.safetensors"))
@@ -93,13 +114,17 @@ def test_a_task_option_declared_in_a_test_file_trains_resumes_and_is_refused_els
 
     # a changed option on resume is another run: refused, naming both values
     before = (tmp_path / "run" / "run.json").read_text()
-    _refused(capsys, _train(tmp_path, "run", "--resume", "--margin", "1", "--steps", "5"),
-             "margin: 2.5 in the run, 1 now")
+    _refused(
+        capsys, _train(tmp_path, "run", "--resume", "--margin", "1", "--steps", "5"), "margin: 2.5 in the run, 1 now"
+    )
     assert (tmp_path / "run" / "run.json").read_text() == before  # nothing written
 
     # the option under another task is refused before anything is written
-    _refused(capsys, _train(tmp_path, "classify", "--task", "classify", "--margin", "2.5", "--steps", "1"),
-             "margin: is an option of task margin, not of 'classify'")
+    _refused(
+        capsys,
+        _train(tmp_path, "classify", "--task", "classify", "--margin", "2.5", "--steps", "1"),
+        "margin: is an option of task margin, not of 'classify'",
+    )
     assert not (tmp_path / "classify").exists()
     with pytest.raises(SystemExit) as stopped:  # its bounds, from the declaration, as the command line's error
         cli.main(_train(tmp_path, "bad", "--task", "margin", "--margin", "0", "--steps", "1"))
@@ -121,8 +146,9 @@ def test_options_are_declared_once():
     for name, option in tasks.task_options().items():
         assert name not in OPTIONS and option.task in tasks.names()
     with pytest.raises(ValueError, match="not a new setting name"):
-        registry.task(type("Clash", (Classification,), {"name": "clash", "options": (
-            Option(int, 1, "x", name="steps"),)}))
+        registry.task(
+            type("Clash", (Classification,), {"name": "clash", "options": (Option(int, 1, "x", name="steps"),)})
+        )
     assert "clash" not in tasks.names()
 
 
@@ -136,6 +162,7 @@ def test_a_two_by_two_ablation_resolves_each_name_once_per_variant(tmp_path, mon
             if sys._getframe(1).f_code.co_name != "load_build":  # a build written by a run, read back: not a name
                 counts[key] += 1
             return original(*args, **kwargs)
+
         monkeypatch.setattr(owner, name, wrapper)
 
     counted(tasks, "get", "task")
@@ -143,9 +170,26 @@ def test_a_two_by_two_ablation_resolves_each_name_once_per_variant(tmp_path, mon
     counted(data_registry, "_claim", "data")  # a data set name parsed
     counted(loader, "load", "spec")
     sets = [arg for o in EXAMPLE.overrides for arg in ("--set", o)]
-    argv = ["ablate", EXAMPLE.spec, *sets, "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft", "--seeds", "2",
-            "--steps", "1", "--batch-size", "8", "--data", EXAMPLE.data, "--logger", "none", "--no-progress",
-            "--out", str(tmp_path / "grid")]
+    argv = [
+        "ablate",
+        EXAMPLE.spec,
+        *sets,
+        "--swap",
+        "encoder.layer.sparsify.primitive=ista,ista_soft",
+        "--seeds",
+        "2",
+        "--steps",
+        "1",
+        "--batch-size",
+        "8",
+        "--data",
+        EXAMPLE.data,
+        "--logger",
+        "none",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "grid"),
+    ]
     assert cli.main(argv) == 0
     variants = 2  # (before the run was described once: 16 task lookups, 9 parses of the data set's name, 13
     # resolutions of the spec)
@@ -174,10 +218,17 @@ def test_a_run_recorded_when_dinos_options_were_every_runs_settings_resumes(tmp_
     from crate_compose.settings import settings_of
     from crate_compose.training.run_folder import identity
 
-    recorded = identity.Record({"spec": {"name": "x", "sha256": "0"}, "task": "dino",
-                                "data": {"name": "digits", "fingerprint": "0"},
-                                "settings": {"lr": 0.001, "local_crops": 2, "teacher_temp": 0.07}, "version": "0.1.0"},
-                               10, {"eval_every": 0, "log_every": 10, "checkpoint_every": 0})
+    recorded = identity.Record(
+        {
+            "spec": {"name": "x", "sha256": "0"},
+            "task": "dino",
+            "data": {"name": "digits", "fingerprint": "0"},
+            "settings": {"lr": 0.001, "local_crops": 2, "teacher_temp": 0.07},
+            "version": "0.1.0",
+        },
+        10,
+        {"eval_every": 0, "log_every": 10, "checkpoint_every": 0},
+    )
     again = settings_of(recorded.settings())
     assert again.options == {"local_crops": 2, "teacher_temp": 0.07} and again.task == "dino"
     assert tasks.settings_problems(again) == []
@@ -188,17 +239,36 @@ def test_numbers_that_are_not_plausible_are_refused_or_said(tmp_path, capsys):
     anything is written; a learning rate outside any network's range: trained, with a warning line first."""
     from crate_compose.settings import MAX_STEPS
 
-    base = ["train", "specs/crate-digits.yaml", "--set", "sizes.depth=1", "--set", "sizes.d=16", "--set",
-            "sizes.heads=2", "--set", "sizes.head_dim=8", "--batch-size", "16", "--no-progress", "--logger", "none"]
+    base = [
+        "train",
+        "specs/crate-digits.yaml",
+        "--set",
+        "sizes.depth=1",
+        "--set",
+        "sizes.d=16",
+        "--set",
+        "sizes.heads=2",
+        "--set",
+        "sizes.head_dim=8",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--logger",
+        "none",
+    ]
     with pytest.raises(SystemExit):
         cli.main([*base, "--steps", "100000000000", "--out", str(tmp_path / "a")])
     assert f"argument --steps: 100000000000: must be in [1, {MAX_STEPS}]" in capsys.readouterr().err
     assert cli.main([*base, "--steps", "100", "--warmup", "500", "--out", str(tmp_path / "b")]) == 2
-    assert capsys.readouterr().err == ("error: warmup: 500 steps of warm-up are more than the run's 100 steps: the "
-                                       "learning rate would never reach its peak\n")
+    assert capsys.readouterr().err == (
+        "error: warmup: 500 steps of warm-up are more than the run's 100 steps: the "
+        "learning rate would never reach its peak\n"
+    )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert cli.main([*base, "--steps", "2", "--lr", "50", "--out", str(tmp_path / "c")]) in (0, 2)
-    assert "note: --lr 50 is above any learning rate these networks train at (1e-07 to 1; AdamW's usual peak is " \
-           "1e-4 to 1e-2): training with it as given" in capsys.readouterr().err
+    assert (
+        "note: --lr 50 is above any learning rate these networks train at (1e-07 to 1; AdamW's usual peak is "
+        "1e-4 to 1e-2): training with it as given" in capsys.readouterr().err
+    )
     assert cli.main([*base, "--steps", "2", "--lr", "1e-3", "--out", str(tmp_path / "d")]) == 0
     assert "learning rate these networks" not in capsys.readouterr().err

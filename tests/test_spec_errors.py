@@ -21,8 +21,15 @@ from crate_compose.errors import Location, Problem, SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 CRATE_YAML = str(ROOT / "specs" / "crate.yaml")
-SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
-         "sizes.patch_size=8", "sizes.classes=10"]
+SMALL = [
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=2",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.classes=10",
+]
 
 # A complete, valid, small spec (no extends) so every problem is located in the test's own file.
 FULL = """\
@@ -96,11 +103,14 @@ def test_the_valid_base_spec_loads(tmp_path):
 
 
 def test_unknown_top_level_key_suggests_the_closest(tmp_path, capsys):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         encodr:
           depth: 2
-        """)
+        """,
+    )
     problem = only(problems_of(path))
     assert problem.path == ("encodr",)
     at(problem, path, 2, 1)
@@ -115,11 +125,14 @@ def test_unknown_top_level_key_suggests_the_closest(tmp_path, capsys):
 
 
 def test_unknown_nested_key(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         encoder:
           depht: 2
-        """)
+        """,
+    )
     problem = only(problems_of(path))
     assert problem.path == ("encoder", "depht")
     at(problem, path, 3, 3)
@@ -128,7 +141,9 @@ def test_unknown_nested_key(tmp_path):
 
 
 def test_unknown_argument_of_a_step(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         encoder:
           layer:
@@ -138,7 +153,8 @@ def test_unknown_argument_of_a_step(tmp_path):
                 haeds: 2
             - name: sparsify
               primitive: ista
-        """)
+        """,
+    )
     problems = problems_of(path)
     assert [(p.path, p.location.line, p.location.column) for p in problems] == [
         (("encoder", "layer", 0, "args", "heads"), 6, 7),  # missing: located at its parent 'args'
@@ -151,7 +167,9 @@ def test_unknown_argument_of_a_step(tmp_path):
 
 
 def test_misspelled_primitives_are_all_reported_with_suggestions(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         encoder:
           layer:
@@ -160,7 +178,8 @@ def test_misspelled_primitives_are_all_reported_with_suggestions(tmp_path):
               args: {heads: 2}
             - name: sparsify
               primitive: istaa
-        """)
+        """,
+    )
     first, second = problems_of(path)
     assert first.path == ("encoder", "layer", 0, "primitive")
     at(first, path, 5, 7)
@@ -172,10 +191,13 @@ def test_misspelled_primitives_are_all_reported_with_suggestions(tmp_path):
 
 
 def test_a_word_far_from_every_choice_gets_no_suggestion(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         zzzzzz: 1
-        """)
+        """,
+    )
     problem = only(problems_of(path))
     assert problem.hint == "" and "unknown key 'zzzzzz'" in problem.message
 
@@ -229,7 +251,7 @@ def test_negative_or_zero_values_are_rejected_with_the_bound(tmp_path):
 
 
 def test_missing_required_top_level_key(tmp_path):
-    text = FULL[: FULL.index("encoder:")] + FULL[FULL.index("head:"):]
+    text = FULL[: FULL.index("encoder:")] + FULL[FULL.index("head:") :]
     path = write(tmp_path, text)
     problem = only(problems_of(path))
     assert problem.path == ("encoder",)
@@ -249,13 +271,16 @@ def test_missing_required_key_of_a_step_is_located_at_the_step(tmp_path):
 
 
 def test_duplicate_yaml_key(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         sizes:
           d: 32
           heads: 2
           d: 64
-        """)
+        """,
+    )
     problem = only(problems_of(path))
     assert problem.path == ("sizes", "d")
     assert problem.message == "key 'd' appears twice"
@@ -269,12 +294,15 @@ def test_every_duplicate_key_is_reported(tmp_path):
 
 
 def test_invalid_yaml_syntax_is_located(tmp_path, capsys):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         sizes:
           d: [32
           heads: 2
-        """)
+        """,
+    )
     problem = only(problems_of(path))
     at(problem, path, 4, 8)
     assert problem.message == "not valid YAML: expected ',' or ']', but got ':'"
@@ -322,10 +350,13 @@ def test_a_self_referencing_yaml_alias_is_a_problem_not_a_recursion(tmp_path):
 
 
 def test_plain_yaml_aliases_still_work(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         sizes: {d: &width 32, heads: 2, head_dim: *width}
-        """)
+        """,
+    )
     spec = cc.load_spec(path)
     assert spec.sizes["head_dim"] == 32 and spec.encoder.layer[0].args["head_dim"] == 32
 
@@ -334,13 +365,16 @@ def test_plain_yaml_aliases_still_work(tmp_path):
 
 
 def test_unknown_size_reference_suggests_the_closest(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         head:
           - name: classify
             primitive: classify
             args: {classes: "${clases}"}
-        """)
+        """,
+    )
     problem = only(problems_of(path))  # and no follow-up type error on the unresolved value
     assert problem.path == ("head", 0, "args", "classes")
     at(problem, path, 5, 12)
@@ -349,7 +383,9 @@ def test_unknown_size_reference_suggests_the_closest(tmp_path):
 
 
 def test_size_used_before_it_is_declared(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         sizes:
           width: ${height}
@@ -358,7 +394,8 @@ def test_size_used_before_it_is_declared(tmp_path):
           - name: classify
             primitive: classify
             args: {classes: "${width}"}
-        """)
+        """,
+    )
     problem = only(problems_of(path))  # not a cascade of type errors on sizes.width or head.classes
     assert problem.path == ("sizes", "width")
     at(problem, path, 3, 3)
@@ -672,10 +709,15 @@ def test_command_line_exits_2_without_a_traceback(tmp_path):
     """Two real processes (run side by side: each pays for importing torch)."""
     bad = write(tmp_path, MULTI)
     from commands import CLI
+
     runs = [
         subprocess.Popen([*CLI, "validate", str(bad)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-        subprocess.Popen([*CLI, "build", "crate-tiny", "--set", "sizes.d", "--out", str(tmp_path / "out")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        subprocess.Popen(
+            [*CLI, "build", "crate-tiny", "--set", "sizes.d", "--out", str(tmp_path / "out")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
     ]
     (out1, err1), (out2, err2) = (run.communicate(timeout=60) for run in runs)
     assert runs[0].returncode == 2 and runs[1].returncode == 2
@@ -692,8 +734,7 @@ def test_command_line_exits_2_without_a_traceback(tmp_path):
 def test_an_override_creating_a_size_nothing_uses_is_refused_at_the_set(capsys):
     code, out, err = run_cli(capsys, "validate", "specs/crate-digits.yaml", "--set", "sizes.deph=6")
     assert code == 2 and out == "" and "Traceback" not in err
-    assert ("--set #1 'sizes.deph=6': sizes.deph: no size 'deph' in spec 'crate-digits' (did you mean 'depth'?)"
-            in err)
+    assert "--set #1 'sizes.deph=6': sizes.deph: no size 'deph' in spec 'crate-digits' (did you mean 'depth'?)" in err
     code, _, err = run_cli(capsys, "validate", "specs/crate-digits.yaml", "--set", "sizes.zzz=4")
     assert code == 2 and "no size 'zzz' in spec 'crate-digits' (nothing uses ${zzz}; sizes declared: " in err
 
@@ -704,13 +745,16 @@ def test_a_new_size_another_override_uses_is_kept():
     assert cc.load_spec("specs/crate-digits.yaml", ["sizes.depth=3"]).sizes["depth"] == 3  # a declared size
 
 
-DERIVED_AND_WRITTEN = FULL.replace("head:", """\
+DERIVED_AND_WRITTEN = FULL.replace(
+    "head:",
+    """\
 decoder:
   derive: inverse
   depth: 2
   layer:
     - {name: back, primitive: dictionary}
-head:""")
+head:""",
+)
 
 
 def test_a_decoder_both_derived_and_written_says_so_once(tmp_path, capsys):
@@ -719,8 +763,10 @@ def test_a_decoder_both_derived_and_written_says_so_once(tmp_path, capsys):
     code, _, err = run_cli(capsys, "validate", str(path))
     assert code == 2 and "Traceback" not in err and "unknown key" not in err
     assert err.startswith("error: 1 problem in the spec:\n")
-    assert (f"{path}:{line}:3: decoder.depth: a decoder is either derived (derive: inverse, form) or written as a "
-            "stack (depth, layer, pre, post), not both") in err
+    assert (
+        f"{path}:{line}:3: decoder.depth: a decoder is either derived (derive: inverse, form) or written as a "
+        "stack (depth, layer, pre, post), not both"
+    ) in err
     typo = write(tmp_path, FULL.replace("head:", "decoder: {derive: inverse, frm: code}\nhead:"), "typo.yaml")
     code, _, err = run_cli(capsys, "validate", str(typo))
     assert code == 2 and "decoder.frm: unknown key 'frm'; expected one of: derive, form (did you mean 'form'?)" in err
@@ -731,9 +777,12 @@ def test_references_cite_the_projects_own_documents(capsys):
     code, out, _ = run_cli(capsys, "inspect", "causal-crate-base")
     assert code == 0 and "counted in docs/language.md" in out and (ROOT / "docs" / "language.md").is_file()
     missing = "DES" + "IGN"  # a design note outside the repository
-    cited = [str(path.relative_to(ROOT)) for folder in ("crate_compose", "docs", "specs", "zoo", "tests")
-             for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".md", ".yaml")
-             and missing in path.read_text(encoding="utf-8", errors="replace")]
+    cited = [
+        str(path.relative_to(ROOT))
+        for folder in ("crate_compose", "docs", "specs", "zoo", "tests")
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in (".py", ".md", ".yaml") and missing in path.read_text(encoding="utf-8", errors="replace")
+    ]
     assert cited == []
 
 

@@ -26,8 +26,15 @@ from crate_compose.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 CRATE_YAML = ROOT / "specs" / "crate.yaml"
-SMALL = ["sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.depth=2", "sizes.image_size=32",
-         "sizes.patch_size=8", "sizes.classes=10"]
+SMALL = [
+    "sizes.d=32",
+    "sizes.heads=2",
+    "sizes.head_dim=16",
+    "sizes.depth=2",
+    "sizes.image_size=32",
+    "sizes.patch_size=8",
+    "sizes.classes=10",
+]
 PRESETS = sorted(cc.presets())
 
 
@@ -68,7 +75,9 @@ def test_a_child_overriding_sizes_only(tmp_path):
 
 
 def test_mappings_merge_key_by_key(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         encoder:
           depth: 3
@@ -76,7 +85,8 @@ def test_mappings_merge_key_by_key(tmp_path):
           params: 5
         input:
           name: pixels
-        """)
+        """,
+    )
     spec = cc.load_spec(path)
     assert spec.encoder.depth == 3
     assert [s.name for s in spec.encoder.layer] == ["compress", "sparsify"]  # kept from the parent
@@ -85,7 +95,9 @@ def test_mappings_merge_key_by_key(tmp_path):
 
 
 def test_lists_replace_wholesale(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         encoder:
           layer:
@@ -93,10 +105,16 @@ def test_lists_replace_wholesale(tmp_path):
               primitive: ista_soft
         input:
           shape: [3, 64, 64]
-        """)
+        """,
+    )
     spec = cc.load_spec(path)
     assert [(s.name, s.primitive) for s in spec.encoder.layer] == [("sparsify", "ista_soft")]
-    assert spec.encoder.layer[0].args == {"step_size": 0.1, "lambd": 0.1, "norm": True, "eps": 1e-5}  # not merged by index
+    assert spec.encoder.layer[0].args == {
+        "step_size": 0.1,
+        "lambd": 0.1,
+        "norm": True,
+        "eps": 1e-5,
+    }  # not merged by index
     assert spec.encoder.depth == 12 and spec.input.shape == [3, 64, 64]
 
 
@@ -119,7 +137,9 @@ def test_extends_a_relative_path_to_the_specs_folder():
 
 
 def test_references_keep_the_type_of_the_size(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         sizes: {lam: 0.5, flag: false, pool_mode: mean, hidden: "${d}"}
         encoder:
@@ -129,7 +149,8 @@ def test_references_keep_the_type_of_the_size(tmp_path):
             - {name: sparsify, primitive: ista, args: {lambd: "${ lam }"}}
         head:
           - {name: classify, primitive: classify, args: {classes: "${classes}", pool: "${pool_mode}"}}
-        """)
+        """,
+    )
     spec = cc.load_spec(path)
     compress, sparsify = spec.encoder.layer
     assert type(spec.encoder.depth) is int and spec.encoder.depth == 12
@@ -142,12 +163,15 @@ def test_references_keep_the_type_of_the_size(tmp_path):
 
 
 def test_references_interpolate_inside_strings(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         extends: crate-tiny
         name: crate-${d}-L${depth}
         description: "d=${d}, K=${heads}, ratio ${ratio}"
         sizes: {ratio: 0.25}
-        """)
+        """,
+    )
     spec = cc.load_spec(path)
     assert spec.name == "crate-384-L12"
     assert spec.description == "d=384, K=6, ratio 0.25"
@@ -217,9 +241,18 @@ def test_override_a_whole_mapping_and_later_overrides_win():
 
 def test_override_adds_a_step_argument_and_defaults_are_written_out():
     spec = cc.load_spec("crate-tiny", ["encoder.layer.compress.args.causal=true"])
-    assert spec.encoder.layer[0].args == {"heads": 6, "head_dim": 64, "output": "learned", "bias": True,
-                                          "causal": True, "step_size": 1.0, "norm": True, "eps": 1e-5,
-                                          "kappa": None, "rate_eps": 0.5}
+    assert spec.encoder.layer[0].args == {
+        "heads": 6,
+        "head_dim": 64,
+        "output": "learned",
+        "bias": True,
+        "causal": True,
+        "step_size": 1.0,
+        "norm": True,
+        "eps": 1e-5,
+        "kappa": None,
+        "rate_eps": 0.5,
+    }
 
 
 def test_overrides_do_not_touch_the_file(tmp_path):
@@ -297,9 +330,15 @@ SIZES = dict(
 
 
 def size_overrides(heads, per_head, head_dim, depth, patch, grid, classes) -> list[str]:
-    return [f"sizes.d={heads * per_head}", f"sizes.heads={heads}", f"sizes.head_dim={head_dim}",
-            f"sizes.depth={depth}", f"sizes.patch_size={patch}", f"sizes.image_size={patch * grid}",
-            f"sizes.classes={classes}"]
+    return [
+        f"sizes.d={heads * per_head}",
+        f"sizes.heads={heads}",
+        f"sizes.head_dim={head_dim}",
+        f"sizes.depth={depth}",
+        f"sizes.patch_size={patch}",
+        f"sizes.image_size={patch * grid}",
+        f"sizes.classes={classes}",
+    ]
 
 
 @settings(max_examples=25, deadline=None)
@@ -311,12 +350,15 @@ def size_overrides(heads, per_head, head_dim, depth, patch, grid, classes) -> li
     causal=st.booleans(),
     soft=st.booleans(),
 )
-def test_roundtrip_property(heads, per_head, head_dim, depth, patch, grid, classes, lambd, step_size, pool, causal,
-                            soft):
+def test_roundtrip_property(
+    heads, per_head, head_dim, depth, patch, grid, classes, lambd, step_size, pool, causal, soft
+):
     overrides = [
         *size_overrides(heads, per_head, head_dim, depth, patch, grid, classes),
-        f"encoder.layer.sparsify.args.lambd={lambd!r}", f"encoder.layer.sparsify.args.step_size={step_size!r}",
-        f"head.0.args.pool={pool}", f"encoder.layer.compress.args.causal={str(causal).lower()}",
+        f"encoder.layer.sparsify.args.lambd={lambd!r}",
+        f"encoder.layer.sparsify.args.step_size={step_size!r}",
+        f"head.0.args.pool={pool}",
+        f"encoder.layer.compress.args.causal={str(causal).lower()}",
         f"encoder.layer.sparsify.primitive={'ista_soft' if soft else 'ista'}",
     ]
     spec = cc.load_spec("crate-tiny", overrides)
@@ -331,8 +373,9 @@ def test_roundtrip_property(heads, per_head, head_dim, depth, patch, grid, class
 
 @settings(max_examples=10, deadline=None)
 @given(**SIZES)
-def test_random_sizes_build_with_the_expected_shapes_and_parameters(heads, per_head, head_dim, depth, patch, grid,
-                                                                    classes):
+def test_random_sizes_build_with_the_expected_shapes_and_parameters(
+    heads, per_head, head_dim, depth, patch, grid, classes
+):
     d = heads * per_head
     summary = cc.inspect("crate-tiny", size_overrides(heads, per_head, head_dim, depth, patch, grid, classes))
     assert summary.input_shape == ["B", 3, patch * grid, patch * grid]
@@ -379,7 +422,9 @@ def test_schema_lists_every_primitive():
     assert set(branches) == set(names)
     for name in names:
         assert branches[name]["properties"]["args"]["$ref"] == f"#/$defs/args_{name}"
-        assert set(schema["$defs"][f"args_{name}"].get("properties", {})) == set(cc.all_primitives()[name].args.model_fields)
+        assert set(schema["$defs"][f"args_{name}"].get("properties", {})) == set(
+            cc.all_primitives()[name].args.model_fields
+        )
     assert "003 eq. 17" in schema["$defs"]["args_ista"]["description"]
 
 
@@ -452,8 +497,15 @@ def scale():
     """A primitive registered by 'user code', under a fresh name; unregistered afterwards."""
     name = f"scale_{uuid.uuid4().hex[:8]}"
 
-    @cc.primitive(name, args=ScaleArgs, kind="sparsify", objective="none (a test step)", equation="test eq. 1",
-                  update="a Z", description="Scale the tokens by a constant.")
+    @cc.primitive(
+        name,
+        args=ScaleArgs,
+        kind="sparsify",
+        objective="none (a test step)",
+        equation="test eq. 1",
+        update="a Z",
+        description="Scale the tokens by a constant.",
+    )
     def build_scale(args: ScaleArgs, shape: tuple[int, ...]) -> nn.Module:
         registry.token_dim(shape, name)
         return Scale(args.factor)
@@ -463,8 +515,10 @@ def scale():
 
 
 def test_user_primitive_via_override(scale):
-    model = cc.build("crate-tiny", overrides=[*SMALL, f"encoder.layer.sparsify.primitive={scale}",
-                                              "encoder.layer.sparsify.args={factor: 3}"])
+    model = cc.build(
+        "crate-tiny",
+        overrides=[*SMALL, f"encoder.layer.sparsify.primitive={scale}", "encoder.layer.sparsify.args={factor: 3}"],
+    )
     step = model.get_submodule("encoder.layer_1.sparsify")
     assert isinstance(step, Scale) and step.factor == 3.0
     x = torch.randn(2, 17, 32)
@@ -475,7 +529,9 @@ def test_user_primitive_via_override(scale):
 
 
 def test_user_primitive_in_a_written_spec_with_its_arguments_checked(scale, tmp_path, capsys):
-    path = write(tmp_path, f"""\
+    path = write(
+        tmp_path,
+        f"""\
         extends: crate-tiny
         encoder:
           layer:
@@ -484,7 +540,8 @@ def test_user_primitive_in_a_written_spec_with_its_arguments_checked(scale, tmp_
               args: {{heads: 2, head_dim: 16}}
             - name: shrink
               primitive: {scale}
-        """)
+        """,
+    )
     spec = cc.load_spec(path, SMALL)
     assert spec.encoder.layer[1].args == {"factor": 2.0}  # its own default
     assert isinstance(cc.build(spec).get_submodule("encoder.layer_0.shrink"), Scale)
@@ -509,8 +566,9 @@ def test_a_primitive_must_be_registered(scale):
 # ---------------------------------------------------------------- no import by dotted path
 
 
-@pytest.mark.parametrize("name", ["os.system", "torch.nn.Linear", "canary_mod.Canary", "canary_mod:Canary",
-                                  "builtins.eval", "__import__"])
+@pytest.mark.parametrize(
+    "name", ["os.system", "torch.nn.Linear", "canary_mod.Canary", "canary_mod:Canary", "builtins.eval", "__import__"]
+)
 def test_a_spec_cannot_import_code_by_dotted_path(name, tmp_path, monkeypatch):
     marker = tmp_path / "imported"
     (tmp_path / "canary_mod.py").write_text(
@@ -526,7 +584,7 @@ def test_a_spec_cannot_import_code_by_dotted_path(name, tmp_path, monkeypatch):
     path = write(tmp_path, f"extends: crate-tiny\nencoder:\n  layer:\n    - {{name: step, primitive: '{name}'}}\n")
     with pytest.raises(SpecError) as caught:
         cc.load_spec(path)
-    problem, = caught.value.problems
+    (problem,) = caught.value.problems
     assert problem.message.startswith(f"unknown primitive '{name}'; expected one of: ")
     assert problem.path == ("encoder", "layer", 0, "primitive")
     assert "canary_mod" not in sys.modules and not marker.exists()

@@ -42,6 +42,7 @@ def fast_paths():
     with paths.use_formulas("fast"):
         yield
 
+
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 HALF = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # as tests/test_every_primitive.py: relative to max |exact|
 ETA, LAMBDA = 0.1, 0.1
@@ -86,7 +87,9 @@ def _gradients(fn, inputs: list[torch.Tensor], params: list[torch.Tensor], seed:
     for t in inputs + params:
         t.grad = None
     out = fn()
-    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out.device)
+    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(
+        out.device
+    )
     (out.double() * cotangent).sum().backward()
     grads = [t.grad.clone() for t in inputs + params]
     for t in inputs + params:
@@ -128,7 +131,9 @@ def test_ista_module_takes_one_product_for_a_batch_and_two_for_a_few_tokens(toke
     the two ``addmm`` otherwise; as written, no ``addmm`` at all. The module computes the formula either way."""
     shapes = []
     real = torch.addmm
-    monkeypatch.setattr(torch, "addmm", lambda bias, a, b, **kw: shapes.append(tuple(a.shape)) or real(bias, a, b, **kw))
+    monkeypatch.setattr(
+        torch, "addmm", lambda bias, a, b, **kw: shapes.append(tuple(a.shape)) or real(bias, a, b, **kw)
+    )
     step = _randomize(ISTA(24))
     z = _tokens((2, tokens, 24))
     with paths.use_formulas(formulas):
@@ -262,10 +267,10 @@ def _exact_weights(module, x: torch.Tensor) -> torch.Tensor:
     """``softmax(scale q k^T [+ causal mask])`` from the projections, written out (not ``attention()``)."""
     if isinstance(module, MSSA):
         q = k = module.heads_of(module.norm(x))
-        scale = module.head_dim ** -0.5
+        scale = module.head_dim**-0.5
     elif isinstance(module, MHSA):
         q, k, _ = module.project(x)
-        scale = module.head_dim ** -0.5
+        scale = module.head_dim**-0.5
     else:
         q, k, _, _ = module._project(x)
         scale = module.scale
@@ -308,8 +313,9 @@ def bf16_path(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize(("dtype", "bf16_path"), LOWER, ids=[f"{d}-{p}".removeprefix("torch.") for d, p in LOWER],
-                         indirect=["bf16_path"])
+@pytest.mark.parametrize(
+    ("dtype", "bf16_path"), LOWER, ids=[f"{d}-{p}".removeprefix("torch.") for d, p in LOWER], indirect=["bf16_path"]
+)
 @pytest.mark.parametrize("name", sorted(ATTENTION))
 def test_fused_attention_in_lower_precision_follows_float64(name, dtype, bf16_path, device):
     """The same rounded weights and tokens: the forward (fused, or for bfloat16 on CPU written out)
@@ -325,8 +331,9 @@ def test_fused_attention_in_lower_precision_follows_float64(name, dtype, bf16_pa
     x_low = x.detach().to(dtype).requires_grad_(True)
     got, got_grads = _gradients(lambda: module(x_low), [x_low], list(module.parameters()))
     shown = _from_weights(module, x_low, module.attention(x_low)).detach()
-    exact, exact_grads = _gradients(lambda: _from_weights(exact_module, x, _exact_weights(exact_module, x)), [x],
-                                    list(exact_module.parameters()))
+    exact, exact_grads = _gradients(
+        lambda: _from_weights(exact_module, x, _exact_weights(exact_module, x)), [x], list(exact_module.parameters())
+    )
     assert got.dtype == dtype
     _close(got, exact, f"{name}: forward")
     _close(shown, exact, f"{name}: from attention()")
@@ -374,8 +381,12 @@ def test_the_written_out_bfloat16_attention_is_taken_only_where_it_is_faster(mon
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(causal.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(causal, "EXPLICIT_BF16_CPU_KEYS", 16)
-    for dtype, n, fused in [(torch.bfloat16, 16, False), (torch.bfloat16, 17, True), (torch.float32, 16, True),
-                            (torch.float16, 16, True)]:
+    for dtype, n, fused in [
+        (torch.bfloat16, 16, False),
+        (torch.bfloat16, 17, True),
+        (torch.float32, 16, True),
+        (torch.float16, 16, True),
+    ]:
         calls.clear()
         w = torch.randn(1, 2, n, 8).to(dtype)
         causal.softmax_attention(w, w, w)
@@ -411,8 +422,11 @@ def test_half_layernorm_without_gradients_takes_the_native_kernel_with_float32_s
         exact_norm.weight.copy_(norm.weight.double())
         exact_norm.bias.copy_(norm.bias.double())
     _, got_grads = _gradients(lambda: norm(x), [x], list(norm.parameters()))
-    _, exact_grads = _gradients(lambda: F.layer_norm(x64, (64,), exact_norm.weight, exact_norm.bias, norm.eps), [x64],
-                                list(exact_norm.parameters()))
+    _, exact_grads = _gradients(
+        lambda: F.layer_norm(x64, (64,), exact_norm.weight, exact_norm.bias, norm.eps),
+        [x64],
+        list(exact_norm.parameters()),
+    )
     for name, g, e in zip(("dx", "dweight", "dbias"), got_grads, exact_grads):
         _close((g.double() / e.abs().max()).to(dtype), e / e.abs().max(), f"LayerNorm {dtype} {name}")
 
@@ -438,9 +452,13 @@ def kernels(monkeypatch):
     called: dict[str, list] = defaultdict(list)
     for name, owner in (("addmm", torch), ("scaled_dot_product_attention", F)):
         real = getattr(owner, name)
-        monkeypatch.setattr(owner, name, lambda *a, _real=real, _name=name, **k: called[_name].append(1) or _real(*a, **k))
+        monkeypatch.setattr(
+            owner, name, lambda *a, _real=real, _name=name, **k: called[_name].append(1) or _real(*a, **k)
+        )
     real_softmax = torch.softmax
-    monkeypatch.setattr(torch, "softmax", lambda x, *a, **k: called["softmax"].append(x.dtype) or real_softmax(x, *a, **k))
+    monkeypatch.setattr(
+        torch, "softmax", lambda x, *a, **k: called["softmax"].append(x.dtype) or real_softmax(x, *a, **k)
+    )
     return called
 
 
@@ -512,8 +530,15 @@ def test_a_compiled_model_follows_the_switch_without_graph_breaks():
         graphs.append({getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes if n.op == "call_function"})
         return gm.forward
 
-    small = ["sizes.depth=1", "sizes.d=32", "sizes.heads=2", "sizes.head_dim=16", "sizes.image_size=32",
-             "sizes.patch_size=8", "sizes.classes=10"]
+    small = [
+        "sizes.depth=1",
+        "sizes.d=32",
+        "sizes.heads=2",
+        "sizes.head_dim=16",
+        "sizes.image_size=32",
+        "sizes.patch_size=8",
+        "sizes.classes=10",
+    ]
     model = cc.build("crate-tiny", overrides=small, dtype="float64").eval()
     compiled = torch.compile(model, backend=backend, fullgraph=True)
     images = _tokens((2, 3, 32, 32))

@@ -36,15 +36,21 @@ print(json.dumps({"statuses": statuses, "stderr": err.getvalue(),
 
 
 def _run(*commands: list[str], cwd: Path = ROOT) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(commands)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(commands)], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_help_and_argument_errors_never_import_torch():
-    seen = _run(["--help"], ["validate", "--help"], ["train", "--help"], ["build", "x.yaml", "--seed", "-1"],
-                ["list", "everything"])
+    seen = _run(
+        ["--help"],
+        ["validate", "--help"],
+        ["train", "--help"],
+        ["build", "x.yaml", "--seed", "-1"],
+        ["list", "everything"],
+    )
     assert seen["statuses"] == [0, 0, 0, 2, 2]
     assert "--seed: -1: must be in [0," in seen["stderr"]
     assert seen["loaded"] == []
@@ -55,8 +61,12 @@ def test_a_wrong_path_or_a_syntax_error_is_reported_before_torch_loads(tmp_path)
     broken.write_text("name: x\ninput: {shape: [3, 32, 32]\n")  # the flow mapping is never closed
     tagged = tmp_path / "tagged.yaml"
     tagged.write_text("name: !!python/object/apply:os.system [echo PWNED]\n")
-    seen = _run(["validate", str(tmp_path / "missing.yaml")], ["inspect", str(broken)], ["validate", str(tagged)],
-                ["derive", str(tmp_path)])
+    seen = _run(
+        ["validate", str(tmp_path / "missing.yaml")],
+        ["inspect", str(broken)],
+        ["validate", str(tagged)],
+        ["derive", str(tmp_path)],
+    )
     assert seen["statuses"] == [2, 2, 2, 2]
     assert "no such spec file" in seen["stderr"] and "broken.yaml:3:1: not valid YAML" in seen["stderr"]
     assert "tagged.yaml:1:7" in seen["stderr"] and "a directory" in seen["stderr"]
@@ -66,9 +76,13 @@ def test_a_wrong_path_or_a_syntax_error_is_reported_before_torch_loads(tmp_path)
 def test_validate_inspect_and_derive_never_import_torch():
     """Every shipped spec validates and is inspected through the footprints alone, overrides
     included; a decoder is derived from them too; a step that does not fit is reported from them."""
-    seen = _run(*(["validate", spec] for spec in SPECS), *(["inspect", spec] for spec in SPECS),
-                ["validate", "crate-tiny", "--set", "sizes.depth=3"], ["derive", "crate-mae-small"],
-                ["validate", "specs/crate.yaml", "--set", "sizes.image_size=100"])
+    seen = _run(
+        *(["validate", spec] for spec in SPECS),
+        *(["inspect", spec] for spec in SPECS),
+        ["validate", "crate-tiny", "--set", "sizes.depth=3"],
+        ["derive", "crate-mae-small"],
+        ["validate", "specs/crate.yaml", "--set", "sizes.image_size=100"],
+    )
     assert seen["statuses"] == [0] * (2 * len(SPECS) + 2) + [2], seen["stderr"]
     assert "image size 100x100 is not divisible by patch_size=16" in seen["stderr"]
     assert seen["loaded"] == []
@@ -138,16 +152,27 @@ def test_refusals_of_an_output_path_or_a_spec_input_come_before_torch_loads(tmp_
     (build / "spec.yaml").write_text("name: x\n")
     (build / "model.safetensors").write_bytes(b"\0" * 8)
     swap = ["--swap", "encoder.layer.sparsify.primitive=ista"]
-    exit_1 = [["train", digits, "--out", "/dev/null"], ["train", digits, "--out", str(afile)],
-              ["train", digits, "--out", str(foreign)], ["train", digits, "--out", str(afile / "run")],
-              ["build", digits, "--out", "/dev/null"], ["build", digits, "--out", str(foreign)],
-              ["ablate", digits, *swap, "--out", str(foreign)], ["probe", digits, "--out", str(afile)],
-              ["show", digits, "--out", str(afile)], ["import", "crate-tiny", str(afile), "--out", str(foreign)],
-              ["evaluate", digits, "--weights", str(build), "--out", "/dev/null"],
-              ["linear-probe", digits, "--out", "/dev/null"]]
-    exit_2 = [["export", str(build), "--to", "crate", "--out", str(build / "model.safetensors")],
-              ["probe", digits, "--out", str(build / "probes")], ["show", digits, "--out", str(build / "pictures")],
-              ["generate", digits, "--prompt", "x"], ["train", digits, "--task", "lm", "--data", "text"]]
+    exit_1 = [
+        ["train", digits, "--out", "/dev/null"],
+        ["train", digits, "--out", str(afile)],
+        ["train", digits, "--out", str(foreign)],
+        ["train", digits, "--out", str(afile / "run")],
+        ["build", digits, "--out", "/dev/null"],
+        ["build", digits, "--out", str(foreign)],
+        ["ablate", digits, *swap, "--out", str(foreign)],
+        ["probe", digits, "--out", str(afile)],
+        ["show", digits, "--out", str(afile)],
+        ["import", "crate-tiny", str(afile), "--out", str(foreign)],
+        ["evaluate", digits, "--weights", str(build), "--out", "/dev/null"],
+        ["linear-probe", digits, "--out", "/dev/null"],
+    ]
+    exit_2 = [
+        ["export", str(build), "--to", "crate", "--out", str(build / "model.safetensors")],
+        ["probe", digits, "--out", str(build / "probes")],
+        ["show", digits, "--out", str(build / "pictures")],
+        ["generate", digits, "--prompt", "x"],
+        ["train", digits, "--task", "lm", "--data", "text"],
+    ]
     seen = _run(*exit_1, *exit_2, cwd=tmp_path)
     assert seen["statuses"] == [1] * len(exit_1) + [2] * len(exit_2), seen["stderr"]
     assert "Traceback" not in seen["stderr"] and seen["stderr"].count("error: ") == len(exit_1) + len(exit_2)
@@ -159,10 +184,13 @@ def test_a_typo_in_a_data_set_task_or_spec_answers_before_torch_loads(tmp_path):
     """Every name a run is given is checked before torch is imported, so each typo answers as fast as a spec's;
     so does a spec whose head is another task's (a SimDINO head trained as a classifier)."""
     out = str(tmp_path / "run")
-    seen = _run(["train", "crate-digits", "--data", "digitz", "--out", out],
-                ["ablate", "crate-digits", "--data", "fashion-mnst", "--out", out],
-                ["train", "crate-digitz", "--out", out], ["train", "crate-digits", "--task", "clasify", "--out", out],
-                ["train", "crate-simdino-mini", "--task", "classify", "--data", "shapes", "--out", out])
+    seen = _run(
+        ["train", "crate-digits", "--data", "digitz", "--out", out],
+        ["ablate", "crate-digits", "--data", "fashion-mnst", "--out", out],
+        ["train", "crate-digitz", "--out", out],
+        ["train", "crate-digits", "--task", "clasify", "--out", out],
+        ["train", "crate-simdino-mini", "--task", "classify", "--data", "shapes", "--out", out],
+    )
     assert seen["statuses"] == [2, 2, 2, 2, 2]
     assert "unknown data set 'digitz'" in seen["stderr"] and "did you mean 'fashion-mnist'" in seen["stderr"]
     assert "did you mean 'crate-digits'" in seen["stderr"] and "invalid choice: 'clasify'" in seen["stderr"]

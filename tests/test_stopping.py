@@ -64,12 +64,15 @@ def test_ctrl_c_keeps_the_steps_done_and_resume_ends_where_an_uninterrupted_run_
     assert "Traceback" not in err
     line = err.strip().splitlines()[-1]
     after = int(line.split()[5].replace(",", ""))
-    assert line == (f"stopped by SIGINT after step {after:,} of {steps:,}: the last checkpoint kept is step {after:,} "
-                    f"({run / 'checkpoints'}/step-{after:06d}); crate-compose train ... --out {run} --resume continues "
-                    "from it")
+    assert line == (
+        f"stopped by SIGINT after step {after:,} of {steps:,}: the last checkpoint kept is step {after:,} "
+        f"({run / 'checkpoints'}/step-{after:06d}); crate-compose train ... --out {run} --resume continues "
+        "from it"
+    )
     assert [p.name for p in (run / "checkpoints").iterdir()] == [f"step-{after:06d}"]  # nothing half written
-    resumed = subprocess.run([*CLI, *_run_args(run, steps, "--logger", "none", "--resume")], env=ENV,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [*CLI, *_run_args(run, steps, "--logger", "none", "--resume")], env=ENV, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed at step {after:,} of {steps:,}" in resumed.stderr
     done = subprocess.run([*CLI, *_run_args(whole, steps, "--logger", "none")], env=ENV, capture_output=True, text=True)
@@ -114,8 +117,9 @@ def test_resume_of_a_run_that_kept_no_checkpoint_says_it_starts_again(tmp_path):
     process.kill()  # SIGKILL: no checkpoint written
     process.communicate(timeout=60)
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
-    resumed = subprocess.run([*CLI, *_run_args(run, steps, "--logger", "none", "--resume")], env=ENV,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [*CLI, *_run_args(run, steps, "--logger", "none", "--resume")], env=ENV, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert f"note: --resume: {run} kept no checkpoint, so the run starts again from step 0" in resumed.stderr
     assert sorted(_losses(run)) == list(range(1, steps + 1))  # every step once, from the first
@@ -123,14 +127,33 @@ def test_resume_of_a_run_that_kept_no_checkpoint_says_it_starts_again(tmp_path):
 
 def test_ctrl_c_under_ablate_keeps_the_run_and_names_the_grid(tmp_path):
     out = tmp_path / "grid"
-    process = _start([*CLI, "ablate", DIGITS, *SETS, "--swap", "encoder.layer.sparsify.primitive=ista,ista_soft",
-                      "--steps", "100000", "--batch-size", "16", "--log-every", "1", "--no-progress", "--out", str(out)])
+    process = _start(
+        [
+            *CLI,
+            "ablate",
+            DIGITS,
+            *SETS,
+            "--swap",
+            "encoder.layer.sparsify.primitive=ista,ista_soft",
+            "--steps",
+            "100000",
+            "--batch-size",
+            "16",
+            "--log-every",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     _until_step(out / "sparsify-ista" / "seed-0", 5, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=240)
     assert process.returncode == 130, err
     line = err.strip().splitlines()[-1]
-    assert line.startswith("sparsify=ista, seed 0: stopped by SIGINT after step ") and "the last checkpoint kept" in line
+    assert (
+        line.startswith("sparsify=ista, seed 0: stopped by SIGINT after step ") and "the last checkpoint kept" in line
+    )
     assert line.endswith(f"crate-compose ablate ... --out {out} --resume continues the ablation from there")
     assert any((out / "sparsify-ista" / "seed-0" / "checkpoints").iterdir())
 
@@ -139,8 +162,16 @@ def test_ctrl_c_under_ablate_keeps_the_run_and_names_the_grid(tmp_path):
 def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_with_one_checkpoint(tmp_path):
     run, steps = tmp_path / "run", 600
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    process = _start([torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli",
-                      *_run_args(run, steps, "--logger", "none")])
+    process = _start(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "crate_compose.cli",
+            *_run_args(run, steps, "--logger", "none"),
+        ]
+    )
     _until_step(run, 5, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=240)
@@ -148,9 +179,19 @@ def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_with_one_checkpoi
     assert len(kept) == 1, (kept, err[-3000:])
     after = int(kept[0][5:])
     assert f"stopped by SIGINT after step {after:,} of {steps:,}: the last checkpoint kept is step {after:,}" in err
-    resumed = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli",
-                              *_run_args(run, steps, "--logger", "none", "--resume")], env=ENV, capture_output=True,
-                             text=True)
+    resumed = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "crate_compose.cli",
+            *_run_args(run, steps, "--logger", "none", "--resume"),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed at step {after:,} of {steps:,}" in resumed.stderr
     assert sorted(_losses(run)) == list(range(1, steps + 1))

@@ -27,8 +27,20 @@ EVERY_TASK = [pytest.param(one, id=one.name) for one in tasks.all_tasks()]
 
 
 def _settings(task: tasks.Task, steps: int = 4) -> Settings:
-    return settings_of(dict(task=task.name, data=task.example.data, steps=steps, batch_size=8, eval_every=0,
-                            checkpoint_every=2, log_every=1, logger="none", warmup=1, **dict(task.example.settings)))
+    return settings_of(
+        dict(
+            task=task.name,
+            data=task.example.data,
+            steps=steps,
+            batch_size=8,
+            eval_every=0,
+            checkpoint_every=2,
+            log_every=1,
+            logger="none",
+            warmup=1,
+            **dict(task.example.settings),
+        )
+    )
 
 
 def _weights(folder) -> dict[str, torch.Tensor]:
@@ -44,8 +56,14 @@ def test_every_task_trains_resumes_exactly_evaluates_and_is_probed(task, tmp_pat
     assert task.metric in task.columns
 
     shutil.copytree(tmp_path / "whole", tmp_path / "again")  # the same run, resumed from its step-2 checkpoint
-    resumed = train(example.spec, _settings(task), overrides=example.overrides, out=tmp_path / "again",
-                    resume_from=2, progress=False)
+    resumed = train(
+        example.spec,
+        _settings(task),
+        overrides=example.overrides,
+        out=tmp_path / "again",
+        resume_from=2,
+        progress=False,
+    )
     first, second = _weights(tmp_path / "whole" / "final"), _weights(tmp_path / "again" / "final")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
     assert resumed.metrics == whole.metrics
@@ -53,10 +71,11 @@ def test_every_task_trains_resumes_exactly_evaluates_and_is_probed(task, tmp_pat
     evaluated = evaluate_weights(tmp_path / "whole")  # the run's own task, data and seed: its own numbers
     assert evaluated["task"] == task.name
     read = "ema_" if task.weights == "final-ema" else ""  # a DINO run is read through its teacher, the average
-    assert {name: evaluated[name] for name in task.columns} == {name: whole.metrics[read + name] for name in task.columns}
+    assert {name: evaluated[name] for name in task.columns} == {
+        name: whole.metrics[read + name] for name in task.columns
+    }
 
-    table, figure, runs = probe_run(tmp_path / "whole", out=tmp_path / "probes", notes=lambda note: None,
-                                    logger="none")
+    table, figure, runs = probe_run(tmp_path / "whole", out=tmp_path / "probes", notes=lambda note: None, logger="none")
     assert table.is_file() and figure.is_file()
     assert runs["trained"] and all(math.isfinite(row["value"]) for row in runs["trained"])
 
@@ -73,8 +92,13 @@ def test_every_task_refuses_data_it_does_not_train_on(tmp_path):
     for task in tasks.all_tasks():
         other = next(one.example.data for one in tasks.all_tasks() if not set(one.data_kinds) & set(task.data_kinds))
         with pytest.raises(TrainError, match=f"task '{task.name}' does not fit data set '{other}'"):
-            train(task.example.spec, replace(_settings(task), data=other), out=tmp_path / task.name,
-                  overrides=task.example.overrides, progress=False)
+            train(
+                task.example.spec,
+                replace(_settings(task), data=other),
+                out=tmp_path / task.name,
+                overrides=task.example.overrides,
+                progress=False,
+            )
         assert not (tmp_path / task.name).exists()  # refused before the folder was made
 
 
@@ -106,16 +130,45 @@ def test_a_task_added_in_one_class_trains_through_train_and_the_command_line(mon
     registry._TASKS.add("hinge", _Hinge())
     assert "hinge" in tasks.names() and settings_problems(Settings(task="hinge")) == []
     example = _Hinge.example
-    hinge = train(example.spec, replace(_settings(tasks.get("hinge")), steps=2), overrides=example.overrides,
-                  out=tmp_path / "hinge", progress=False)
-    cross = train(example.spec, replace(_settings(tasks.get("classify")), steps=2), overrides=example.overrides,
-                  out=tmp_path / "cross", progress=False)
+    hinge = train(
+        example.spec,
+        replace(_settings(tasks.get("hinge")), steps=2),
+        overrides=example.overrides,
+        out=tmp_path / "hinge",
+        progress=False,
+    )
+    cross = train(
+        example.spec,
+        replace(_settings(tasks.get("classify")), steps=2),
+        overrides=example.overrides,
+        out=tmp_path / "cross",
+        progress=False,
+    )
     assert hinge.train_loss != cross.train_loss  # its own loss trained it
     assert json.loads((tmp_path / "hinge" / "run.json").read_text())["identity"]["task"] == "hinge"
     assert cli.main(["list", "tasks"]) == 0 and "hinge" in capsys.readouterr().out
     sets = [arg for o in example.overrides for arg in ("--set", o)]
-    assert cli.main(["train", example.spec, "--task", "hinge", "--steps", "1", "--batch-size", "8", *sets,
-                     "--out", str(tmp_path / "cli"), "--no-progress", "--logger", "none"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                example.spec,
+                "--task",
+                "hinge",
+                "--steps",
+                "1",
+                "--batch-size",
+                "8",
+                *sets,
+                "--out",
+                str(tmp_path / "cli"),
+                "--no-progress",
+                "--logger",
+                "none",
+            ]
+        )
+        == 0
+    )
 
 
 def _presets():
@@ -152,9 +205,29 @@ def test_a_simdino_spec_trained_as_a_classifier_is_refused_before_anything_is_wr
     from crate_compose import cli
 
     out = tmp_path / "run"
-    assert cli.main(["train", "crate-simdino-mini", "--task", "classify", "--data", "shapes", "--steps", "2",
-                     "--no-progress", "--out", str(out)]) == 2
+    assert (
+        cli.main(
+            [
+                "train",
+                "crate-simdino-mini",
+                "--task",
+                "classify",
+                "--data",
+                "shapes",
+                "--steps",
+                "2",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: spec 'crate-simdino-mini' ends in simdino_head (SimDINO's projection head")
-    assert err.rstrip().endswith("which task classify does not train (it trains a classify head); --task simdino "
-                                 "trains this spec") and not out.exists()
+    assert (
+        err.rstrip().endswith(
+            "which task classify does not train (it trains a classify head); --task simdino trains this spec"
+        )
+        and not out.exists()
+    )

@@ -23,8 +23,28 @@ from crate_compose.data.text_sets.tokens import SPECIALS, Tokenizer, train_token
 from crate_compose.errors import DataError
 from crate_compose.training.preparation import fingerprint
 
-WORDS = ["alpha", "beta", "gamma", "delta", "value", "index", "result", "counter", "parser", "token", "return",
-         "self", "items", "append", "lambda", "yield", "print", "encode", "decode", "window"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "value",
+    "index",
+    "result",
+    "counter",
+    "parser",
+    "token",
+    "return",
+    "self",
+    "items",
+    "append",
+    "lambda",
+    "yield",
+    "print",
+    "encode",
+    "decode",
+    "window",
+]
 
 
 def corpus(lines: int = 400, seed: int = 0) -> list[str]:
@@ -33,8 +53,16 @@ def corpus(lines: int = 400, seed: int = 0) -> list[str]:
     made = []
     for i in range(lines):
         a, b, c = rng.sample(WORDS, 3)
-        made.append(rng.choice([f"def {a}_{b}(self, {c}):\n", f"    {a} = {b}.{c}({i % 17})\n",
-                                f"    return {a} + {b} * {c}  # {c} times\n", f"    if {a} > {i}: {b}.append({c})\n"]))
+        made.append(
+            rng.choice(
+                [
+                    f"def {a}_{b}(self, {c}):\n",
+                    f"    {a} = {b}.{c}({i % 17})\n",
+                    f"    return {a} + {b} * {c}  # {c} times\n",
+                    f"    if {a} > {i}: {b}.append({c})\n",
+                ]
+            )
+        )
     return ["".join(made[k::4]) for k in range(4)]
 
 
@@ -80,12 +108,15 @@ def test_training_is_deterministic_with_specials_first(trained):
 def test_determinism_does_not_follow_the_thread_count():
     """One thread (TOKENIZERS_PARALLELISM=false, RAYON_NUM_THREADS=1) in a fresh process learns the same
     vocabularies as this process's thread pool: the trainer's merges are ordered by count, then by pair."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from test_tokens import corpus; "
-            "from crate_compose.data.text_sets.tokens import train_tokenizer; "
-            "print(*(train_tokenizer(kind, 300, corpus()).sha256 for kind in ('wordpiece', 'bpe')))")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from test_tokens import corpus; "
+        "from crate_compose.data.text_sets.tokens import train_tokenizer; "
+        "print(*(train_tokenizer(kind, 300, corpus()).sha256 for kind in ('wordpiece', 'bpe')))"
+    )
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAYON_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code, os.path.dirname(__file__)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-2:] == [train_tokenizer(kind, 300, corpus()).sha256 for kind in ("wordpiece", "bpe")]
 
@@ -123,8 +154,12 @@ def test_saved_as_hugging_faces_file_with_the_record_beside_it(kind, tmp_path):
         where.write_text(text)
     text = "def alpha_beta(self, gamma):\n    return [MASK] é 日本\n"
     back = Tokenizer.read(path)
-    assert back.kind == kind and back.encode(text) == tok.encode(text) == \
-        HuggingFace.from_file(str(path)).encode(text, add_special_tokens=False).ids
+    assert (
+        back.kind == kind
+        and back.encode(text)
+        == tok.encode(text)
+        == HuggingFace.from_file(str(path)).encode(text, add_special_tokens=False).ids
+    )
     assert back.sha256 == tok.sha256  # the data's fingerprint: a run recorded before the record resumes
     path.write_text(tok.to_json())  # the single file runs wrote before (its record beside it is not read)
     assert Tokenizer.read(path).encode(text) == tok.encode(text)
@@ -246,10 +281,14 @@ def test_wordpiece_text_windows_and_fingerprints(wordpiece_text):
 def test_names_and_refusals():
     forms = {"bytes:text", "wordpiece:text", "bpe:text", "KIND-V:text", "KIND:modules", "KIND:folder:PATH"}
     assert forms <= set(D.names())
-    for name, message in [("bytes-300:text", "bytes takes no vocabulary"), ("wordpiece-10:text", "from 64"),
-                          ("bpe-200:text", "from 261"), ("wordpiece:texts", "wordpiece\\[-V\\]:text"),
-                          ("wordpiece:folder:", "wordpiece:folder:PATH"),
-                          ("wordpeice:text", "did you mean 'wordpiece:text'")]:
+    for name, message in [
+        ("bytes-300:text", "bytes takes no vocabulary"),
+        ("wordpiece-10:text", "from 64"),
+        ("bpe-200:text", "from 261"),
+        ("wordpiece:texts", "wordpiece\\[-V\\]:text"),
+        ("wordpiece:folder:", "wordpiece:folder:PATH"),
+        ("wordpeice:text", "did you mean 'wordpiece:text'"),
+    ]:
         with pytest.raises(DataError, match=message):
             D.load_data(name)
     with pytest.raises(DataError, match="at least 3 tokens"):
@@ -291,7 +330,11 @@ def test_a_folder_of_text(tmp_path):
     assert tok.sha256 == train_tokenizer("bpe", 300, [source[: len(source) - len(held)].decode()]).sha256
 
     plain = D.load_data(f"folder:{tmp_path}", context=8)  # text files, no class folders of images: bytes
-    assert plain.name == f"bytes:folder:{tmp_path}" and plain.tokenizer.kind == "bytes" and plain.provides == "tokenized-text"
+    assert (
+        plain.name == f"bytes:folder:{tmp_path}"
+        and plain.tokenizer.kind == "bytes"
+        and plain.provides == "tokenized-text"
+    )
     assert plain.train.tokens.tolist() == list(source[: len(source) - len(held)])
     assert D.takes(f"folder:{tmp_path}") == frozenset({"spec"})
 

@@ -29,8 +29,23 @@ CLI = [sys.executable, "-m", "crate_compose.cli"]
 
 def _run_args(out: Path, steps: int, *extra: str) -> list[str]:
     sets = [arg for o in TINY for arg in ("--set", o)]
-    return ["train", DIGITS, *sets, "--data", "digits", "--steps", str(steps), "--batch-size", "16",
-            "--log-every", "1", "--no-progress", "--out", str(out), *extra]
+    return [
+        "train",
+        DIGITS,
+        *sets,
+        "--data",
+        "digits",
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "16",
+        "--log-every",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _losses(run: Path) -> dict[int, float]:
@@ -86,20 +101,32 @@ def test_bad_task_or_data_is_one_line(tmp_path, capsys):
     assert cli.main([*_run_args(tmp_path / "a", 5), "--data", "digitz"]) == 2
     assert "did you mean 'digits'" in capsys.readouterr().err
     assert cli.main([*_run_args(tmp_path / "b", 5), "--task", "mae"]) == 2
-    assert "which task mae does not train (it trains a spec with a mask step and no other task's head); --task classify" \
+    assert (
+        "which task mae does not train (it trains a spec with a mask step and no other task's head); --task classify"
         in capsys.readouterr().err
+    )
     with pytest.raises(TrainError, match="no labels to classify"):
-        train("mae", Settings(task="classify", data="photos", steps=1), overrides=["sizes.depth=1"],
-              out=tmp_path / "c", progress=False)
+        train(
+            "mae",
+            Settings(task="classify", data="photos", steps=1),
+            overrides=["sizes.depth=1"],
+            out=tmp_path / "c",
+            progress=False,
+        )
 
 
 def test_a_run_killed_with_sigkill_resumes_to_the_same_loss(tmp_path):
     steps = 80
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    subprocess.run([*CLI, *_run_args(whole, steps, "--checkpoint-every", "10")], env=ENV, check=True,
-                   capture_output=True)
-    process = subprocess.Popen([*CLI, *_run_args(broken, steps, "--checkpoint-every", "10")], env=ENV,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [*CLI, *_run_args(whole, steps, "--checkpoint-every", "10")], env=ENV, check=True, capture_output=True
+    )
+    process = subprocess.Popen(
+        [*CLI, *_run_args(broken, steps, "--checkpoint-every", "10")],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not (broken / "checkpoints" / "step-000020").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -109,8 +136,12 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_loss(tmp_path):
     assert not (broken / "final").exists(), "the run ended before it was killed: the test proved nothing"
     killed_at = max(int(p.name[5:]) for p in (broken / "checkpoints").glob("step-*"))
     assert killed_at < steps
-    subprocess.run([*CLI, *_run_args(broken, steps, "--checkpoint-every", "10", "--resume")], env=ENV, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [*CLI, *_run_args(broken, steps, "--checkpoint-every", "10", "--resume")],
+        env=ENV,
+        check=True,
+        capture_output=True,
+    )
     assert _losses(broken) == _losses(whole)  # every logged loss, before and after the kill
     a, b = load_file(whole / "final" / "model.safetensors"), load_file(broken / "final" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -121,8 +152,12 @@ def test_torchrun_with_two_processes_equals_one_process(tmp_path):
     steps, single, double = 6, tmp_path / "one", tmp_path / "two"
     subprocess.run([*CLI, *_run_args(single, steps)], env=ENV, check=True, capture_output=True)
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    result = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli",
-                             *_run_args(double, steps)], env=ENV, capture_output=True, text=True)
+    result = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node=2", "-m", "crate_compose.cli", *_run_args(double, steps)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     one, two = _losses(single), _losses(double)
     assert one.keys() == two.keys() == set(range(1, steps + 1))
@@ -142,8 +177,24 @@ def test_train_on_a_folder_of_images_of_your_own(tmp_path, capsys):
             pixels = torch.randint(0, 256, (12, 12, 3), generator=rng, dtype=torch.uint8).numpy()
             Image.fromarray(pixels).save(tmp_path / "images" / name / f"{i}.png")
     sets = [arg for o in TINY for arg in ("--set", o)]
-    code = cli.main(["train", DIGITS, *sets, "--data", f"folder:{tmp_path / 'images'}", "--image-size", "8",
-                     "--steps", "3", "--batch-size", "4", "--no-progress", "--out", str(tmp_path / "run")])
+    code = cli.main(
+        [
+            "train",
+            DIGITS,
+            *sets,
+            "--data",
+            f"folder:{tmp_path / 'images'}",
+            "--image-size",
+            "8",
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     result = json.loads((tmp_path / "run" / "result.json").read_text())
@@ -159,8 +210,16 @@ def test_a_run_whose_output_no_longer_depends_on_its_input_is_stopped(tmp_path, 
     from crate_compose.training.run import COLLAPSED
 
     out = tmp_path / "dead"
-    args = _run_args(out, COLLAPSED + 30, "--set", "encoder.layer.sparsify.args.lambd=10000", "--checkpoint-every",
-                     "20", "--log-every", "10")
+    args = _run_args(
+        out,
+        COLLAPSED + 30,
+        "--set",
+        "encoder.layer.sparsify.args.lambd=10000",
+        "--checkpoint-every",
+        "20",
+        "--log-every",
+        "10",
+    )
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert "every example has had exactly the same output since step 1 (50 steps in a row" in err
@@ -170,8 +229,9 @@ def test_a_run_whose_output_no_longer_depends_on_its_input_is_stopped(tmp_path, 
     assert cli.main(_run_args(alive, COLLAPSED + 5, "--log-every", "10")) == 0
 
 
-def test_a_run_with_the_formulas_as_written_records_them_and_a_resume_with_others_is_refused(tmp_path, capsys,
-                                                                                             monkeypatch):
+def test_a_run_with_the_formulas_as_written_records_them_and_a_resume_with_others_is_refused(
+    tmp_path, capsys, monkeypatch
+):
     """``--formulas written``: the ISTA steps train as written (spied on), the run and every checkpoint record
     it, and the fast paths are back after the run; a resume with ``--formulas fast`` is refused with both
     values, one without continues as written; ``$CRATE_COMPOSE_FORMULAS`` gives a new run's default."""
@@ -238,8 +298,7 @@ def test_a_run_stopped_by_sigterm_says_where_and_resumes(tmp_path):
     stops: set[int] = set()  # where the stops kept the steps done
 
     def stopped_after(checkpoint: str, *extra: str) -> tuple[str, int]:
-        process = subprocess.Popen([*args, *extra], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+        process = subprocess.Popen([*args, *extra], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while not (run / "checkpoints" / checkpoint).exists() and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -253,11 +312,14 @@ def test_a_run_stopped_by_sigterm_says_where_and_resumes(tmp_path):
         after = int(line.split()[5].replace(",", ""))
         assert kept == after < steps and kept >= int(checkpoint[5:])  # the steps done, kept at the stop
         stops.add(kept)
-        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \
-            sorted({f"step-{s:06d}" for s in [*range(5, kept + 1, 5), *stops]})  # nothing half written beside them
-        assert line == (f"stopped by SIGTERM after step {after:,} of {steps:,}: the last checkpoint kept is step "
-                        f"{kept:,} ({run / 'checkpoints'}/step-{kept:06d}); crate-compose train ... --out {run} "
-                        "--resume continues from it")
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+            {f"step-{s:06d}" for s in [*range(5, kept + 1, 5), *stops]}
+        )  # nothing half written beside them
+        assert line == (
+            f"stopped by SIGTERM after step {after:,} of {steps:,}: the last checkpoint kept is step "
+            f"{kept:,} ({run / 'checkpoints'}/step-{kept:06d}); crate-compose train ... --out {run} "
+            "--resume continues from it"
+        )
         assert max(_losses(run)) == after  # every step up to the stop was logged, none after
         return err, kept
 

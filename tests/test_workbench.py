@@ -44,7 +44,9 @@ def test_probe_writes_trained_and_untrained_measures_of_every_step(tmp_path, cap
     run = tmp_path / "run"
     train(DIGITS, Settings(steps=30), overrides=TINY, out=run, progress=False)
     sets = [arg for o in TINY for arg in ("--set", o)]
-    assert cli.main(["probe", DIGITS, *sets, "--weights", str(run / "final"), "--data", "digits", "--samples", "64"]) == 0
+    assert (
+        cli.main(["probe", DIGITS, *sets, "--weights", str(run / "final"), "--data", "digits", "--samples", "64"]) == 0
+    )
     printed = capsys.readouterr().out
     assert "encoder.layer_1.compress" in printed and "coding_rate" in printed
     runs = json.loads((run / "probes" / "final" / "probes.json").read_text())  # beside final/, not in it
@@ -57,7 +59,9 @@ def test_probe_writes_trained_and_untrained_measures_of_every_step(tmp_path, cap
     assert (run / "probes" / "final" / "probes.png").read_bytes().startswith(PNG)
     assert cli.main(["probe", DIGITS, "--weights", str(run / "final"), "--data", "digits"]) == 2  # other sizes
     err = capsys.readouterr().err  # the first tensor in the network's order, with both shapes
-    assert "do not fit the spec: preprocess.patch_embed.project.weight is (16, 4) in the file, (64, 4) in the spec" in err
+    assert (
+        "do not fit the spec: preprocess.patch_embed.project.weight is (16, 4) in the file, (64, 4) in the spec" in err
+    )
 
 
 def test_probe_without_weights_measures_snr_on_the_true_subspaces(tmp_path, capsys):

@@ -45,6 +45,8 @@ OWN_KEYS = ("swaps", "seeds", "set")
 def grid_keys() -> tuple[str, ...]:
     """The keys a grid file may hold: its own and every run setting but ``seed`` (a grid's seeds are 0..seeds-1)."""
     return (*OWN_KEYS, *(name for name in setting_keys() if name != "seed"))
+
+
 SWAPS_EXAMPLE = "swaps: {PATH: [a, b, ...]}, e.g. encoder.layer.sparsify.primitive: [ista, ista_soft]"
 
 
@@ -53,8 +55,9 @@ class GridError(SpecError):
 
     def __str__(self) -> str:
         count = len(self.problems)
-        return "\n".join([f"{count} problem{'s' if count != 1 else ''} in the ablation grid:",
-                          *(f"  {p}" for p in self.problems)])
+        return "\n".join(
+            [f"{count} problem{'s' if count != 1 else ''} in the ablation grid:", *(f"  {p}" for p in self.problems)]
+        )
 
 
 @dataclass
@@ -91,8 +94,9 @@ class Grid:
         return [*self.overrides, *(f"{path}={value}" for path, value in variant.items())]
 
 
-def grid_problems(swaps: Any, seeds: Any, sets: Any, settings: Settings,
-                  given: Iterable[str] | None = None) -> list[tuple[KeyPath, str]]:
+def grid_problems(
+    swaps: Any, seeds: Any, sets: Any, settings: Settings, given: Iterable[str] | None = None
+) -> list[tuple[KeyPath, str]]:
     """``(key path, message)`` for every part of a grid that cannot be used; of the settings, the
     fields in ``given`` (a grid file's, or all), by :func:`crate_compose.tasks.settings_problems`."""
     problems = swap_problems(swaps)
@@ -101,8 +105,13 @@ def grid_problems(swaps: Any, seeds: Any, sets: Any, settings: Settings,
     if not (isinstance(sets, (list, tuple)) and all(isinstance(s, str) and "=" in s for s in sets)):
         problems.append((("set",), "give a list of PATH=VALUE overrides, e.g. [sizes.depth=2]"))
     if settings.seed != 0:
-        problems.append((("seed",), f"a grid trains seeds 0..seeds-1, so its settings keep seed 0 (not "
-                                    f"{settings.seed!r}); give seeds: N (--seeds N)"))
+        problems.append(
+            (
+                ("seed",),
+                f"a grid trains seeds 0..seeds-1, so its settings keep seed 0 (not "
+                f"{settings.seed!r}); give seeds: N (--seeds N)",
+            )
+        )
     given = set(grid_keys() if given is None else given)
     return problems + [((name,), message) for name, message in settings_problems(settings) if name in given]
 
@@ -114,8 +123,12 @@ def swap_problems(swaps: Any) -> list[tuple[KeyPath, str]]:
     problems: list[tuple[KeyPath, str]] = []
     for path, values in swaps.items():
         if not isinstance(path, str) or not path.strip() or "=" in path:
-            problems.append((("swaps", str(path)) if str(path) else ("swaps",),
-                             f"{path!r} is not a key path such as encoder.layer.sparsify.primitive"))
+            problems.append(
+                (
+                    ("swaps", str(path)) if str(path) else ("swaps",),
+                    f"{path!r} is not a key path such as encoder.layer.sparsify.primitive",
+                )
+            )
         elif _values(values) is None:
             problems.append((("swaps", path), "give a non-empty list of values (text or numbers), or 'a,b,c'"))
     return problems
@@ -150,8 +163,17 @@ def check_size(swaps: dict[str, list[str]], seeds: int) -> None:
     if runs > MAX_RUNS:
         counts = " x ".join(str(len(v)) for v in swaps.values())
         seeds_said = f"{seeds} seed{'s' * (seeds != 1)}"
-        raise GridError([Problem(f"the grid has {runs:,} runs ({counts} values x {seeds_said}); at most {MAX_RUNS} "
-                                 "are trained by one ablate", ("swaps",), None, "split it into several grids")])
+        raise GridError(
+            [
+                Problem(
+                    f"the grid has {runs:,} runs ({counts} values x {seeds_said}); at most {MAX_RUNS} "
+                    "are trained by one ablate",
+                    ("swaps",),
+                    None,
+                    "split it into several grids",
+                )
+            ]
+        )
 
 
 def parse_swap(text: str) -> tuple[str, list[str]]:
@@ -159,8 +181,9 @@ def parse_swap(text: str) -> tuple[str, list[str]]:
     path, _, values = text.partition("=")
     choices = _values(values)
     if not path.strip() or not choices:
-        raise GridError([Problem("write PATH=a,b,c, e.g. encoder.layer.sparsify.primitive=ista,ista_soft", (),
-                                 swap_origin(text))])
+        raise GridError(
+            [Problem("write PATH=a,b,c, e.g. encoder.layer.sparsify.primitive=ista,ista_soft", (), swap_origin(text))]
+        )
     return path.strip(), choices
 
 
@@ -184,7 +207,7 @@ class GridFile:
         return self.source.locate(key) or Location(str(self.path))
 
     def settings(self) -> dict[str, Any]:
-        return {k: self.content[k] for k in grid_keys()[len(OWN_KEYS):] if k in self.content}
+        return {k: self.content[k] for k in grid_keys()[len(OWN_KEYS) :] if k in self.content}
 
     def origins(self) -> dict[str, Location]:
         """``{PATH=VALUE: location}`` for every swap value and ``set`` item of the file."""
@@ -206,13 +229,19 @@ def read_grid(path: str | Path) -> GridFile:
     except SpecError as error:
         raise GridError(error.problems) from None
     found = GridFile(path, source.data, source)
-    problems = [Problem(f"unknown key '{key}'", (key,), found.locate(key), _key_hint(key))
-                for key in source.data if key not in grid_keys()]
+    problems = [
+        Problem(f"unknown key '{key}'", (key,), found.locate(key), _key_hint(key))
+        for key in source.data
+        if key not in grid_keys()
+    ]
     given = found.settings()
     settings = settings_of(given)
-    problems += [Problem(message, key, found.locate(*key))
-                 for key, message in grid_problems(source.data.get("swaps"), source.data.get("seeds", 1),
-                                                   source.data.get("set", []), settings, given)]
+    problems += [
+        Problem(message, key, found.locate(*key))
+        for key, message in grid_problems(
+            source.data.get("swaps"), source.data.get("seeds", 1), source.data.get("set", []), settings, given
+        )
+    ]
     if problems:
         raise GridError(sorted(problems, key=lambda p: (p.location.line, p.location.column)))
     return found
@@ -224,8 +253,14 @@ def _key_hint(key: str) -> str:
     return did_you_mean(key, grid_keys()) or f"expected some of: {', '.join(grid_keys())}"
 
 
-def combine(found: GridFile | None, swaps: list[str], sets: list[str], seeds: int | None,
-            settings: Settings, recipe: tuple[str, list[str]] | None = None) -> Grid:
+def combine(
+    found: GridFile | None,
+    swaps: list[str],
+    sets: list[str],
+    seeds: int | None,
+    settings: Settings,
+    recipe: tuple[str, list[str]] | None = None,
+) -> Grid:
     """The grid of a grid file and the command line (``--swap`` arguments, ``--set`` overrides,
     ``--seeds``; ``settings`` already merged), the command line winning (see the module docstring);
     ``recipe`` (its name and its spec overrides) comes first, so the grid file and the command line
@@ -246,7 +281,12 @@ def combine(found: GridFile | None, swaps: list[str], sets: list[str], seeds: in
     name, first = recipe or ("", [])
     for assignment in first:
         origins.setdefault(assignment, Location(f"--config {name}: set {assignment!r}"))
-    grid = Grid(crossed, settings, seeds=seeds or content.get("seeds", 1),
-                overrides=[*first, *content.get("set", []), *sets], origins=origins)
+    grid = Grid(
+        crossed,
+        settings,
+        seeds=seeds or content.get("seeds", 1),
+        overrides=[*first, *content.get("set", []), *sets],
+        origins=origins,
+    )
     grid.notes[:0] = replaced
     return grid

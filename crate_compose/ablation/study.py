@@ -92,10 +92,22 @@ class Row:
     missing: dict[int, str] = field(default_factory=dict)  # seed -> why it has no result
 
 
-def ablate(spec_ref, grid: Grid, *, out: str | Path | None = None, progress: bool = False, device: str = "cpu",
-           memory_limit: str | float | None = None, resume: bool = False, init: str | Path | None = None,
-           freeze: str = "none", recipe: str | None = None, launcher=None, wait: bool = True,
-           plugins: tuple[str, ...] = ()) -> list[Row] | None:
+def ablate(
+    spec_ref,
+    grid: Grid,
+    *,
+    out: str | Path | None = None,
+    progress: bool = False,
+    device: str = "cpu",
+    memory_limit: str | float | None = None,
+    resume: bool = False,
+    init: str | Path | None = None,
+    freeze: str = "none",
+    recipe: str | None = None,
+    launcher=None,
+    wait: bool = True,
+    plugins: tuple[str, ...] = (),
+) -> list[Row] | None:
     """Train every variant of ``grid`` for every seed into ``out`` (default: ``ablations/<spec name>``), then write the table and the
     figure; ``resume`` continues the ablation ``out`` holds (see the module docstring). ``init`` (a
     build folder) fine-tunes every variant from the same weights, ``freeze`` as ``train``'s; every
@@ -155,19 +167,25 @@ def verdict(rows: list[Row]) -> str:
     second = counted[1]
     gap = abs(best.mean - second.mean)
     if min(len(best.values), len(second.values)) < 2:
-        return (f"no variant is ahead: {said}) leads {second.variant} by {gap:.4f}, but from one seed a gap cannot be "
-                "told from the seeds' own spread; give --seeds 3 or more")
+        return (
+            f"no variant is ahead: {said}) leads {second.variant} by {gap:.4f}, but from one seed a gap cannot be "
+            "told from the seeds' own spread; give --seeds 3 or more"
+        )
     spread = max(best.spread, second.spread)
     if gap <= spread:
-        return (f"no variant is ahead: {said}) leads {second.variant} by {gap:.4f}, within the seeds' spread "
-                f"({spread:.4f})")
+        return (
+            f"no variant is ahead: {said}) leads {second.variant} by {gap:.4f}, within the seeds' spread ({spread:.4f})"
+        )
     return f"best: {said} ± {best.spread:.4f}), ahead of {second.variant} by {gap:.4f}, more than the seeds' spread"
 
 
 def grid_jobs(variants: dict[str, RunDescription], grid: Grid, out: Path) -> list[Job]:
     """Every run of the grid, as a launcher sees it."""
-    return [Job(out / _folder(label) / f"seed-{seed}", f"{label}, seed {seed}")
-            for label in variants for seed in range(grid.seeds)]
+    return [
+        Job(out / _folder(label) / f"seed-{seed}", f"{label}, seed {seed}")
+        for label in variants
+        for seed in range(grid.seeds)
+    ]
 
 
 def folder_jobs(out: Path) -> list[Job]:
@@ -185,8 +203,16 @@ def folder_jobs(out: Path) -> list[Job]:
     return sorted(found, key=lambda job: (job.run.parent.name, int(job.run.name[5:])))
 
 
-def _launch_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, launcher, wait: bool, device: str,
-                 memory_limit, plugins: tuple[str, ...]) -> None:
+def _launch_grid(
+    variants: dict[str, RunDescription],
+    grid: Grid,
+    out: Path,
+    launcher,
+    wait: bool,
+    device: str,
+    memory_limit,
+    plugins: tuple[str, ...],
+) -> None:
     """Start every run that is neither finished nor live (pending, running) on ``launcher``, each described in its
     folder (:func:`crate_compose.launch.jobs.write_job`); then, with ``wait``, show the grid until none is live."""
     jobs = grid_jobs(variants, grid, out)
@@ -194,12 +220,21 @@ def _launch_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, lau
     todo = [job for job, seen in zip(jobs, now) if seen.state not in ("finished", *LIVE)]
     for job in todo:
         label, seed = job.label.rsplit(", seed ", 1)
-        write_job(job.run, variants[label].seeded(int(seed)), label=job.label, device=device,
-                  memory_limit=memory_limit, plugins=plugins)
+        write_job(
+            job.run,
+            variants[label].seeded(int(seed)),
+            label=job.label,
+            device=device,
+            memory_limit=memory_limit,
+            plugins=plugins,
+        )
     task = next(iter(variants.values())).task
     kept = len(jobs) - len(todo)
-    print(f"{launcher.name}: starting {len(todo)} of {len(jobs)} runs" + (f" ({kept} finished or live)" if kept else ""),
-          file=sys.stderr, flush=True)
+    print(
+        f"{launcher.name}: starting {len(todo)} of {len(jobs)} runs" + (f" ({kept} finished or live)" if kept else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         launcher.run(todo, jobs, Display(task.metric), wait, folder=out / "slurm")
     except LaunchError:  # refused (SLURM's own words): nothing was submitted, nothing of it is left
@@ -229,16 +264,22 @@ def _identity(base: RunDescription, grid: Grid) -> dict[str, Any]:
     spec = base.spec
     # the logger (OUTPUTS) is where metrics go, not what a run learns: an ablation resumes with another
     settings = {**learned(base.settings, ("seed",)), "steps": base.settings.steps}  # every run of a grid as long
-    return {"spec": {"name": spec.name, "sha256": hashlib.sha256(loader.dump(spec).encode()).hexdigest()},
-            "swaps": grid.swaps, "seeds": grid.seeds, "overrides": grid.overrides, "settings": settings,
-            "version": __version__}
+    return {
+        "spec": {"name": spec.name, "sha256": hashlib.sha256(loader.dump(spec).encode()).hexdigest()},
+        "swaps": grid.swaps,
+        "seeds": grid.seeds,
+        "overrides": grid.overrides,
+        "settings": settings,
+        "version": __version__,
+    }
 
 
 # ---------------------------------------------------------------- every variant, before anything trains
 
 
-def _check_variants(base: RunDescription, grid: Grid, device: str, memory_limit, start: Init | None = None,
-                    loaded: Loaded | None = None) -> dict[str, RunDescription]:
+def _check_variants(
+    base: RunDescription, grid: Grid, device: str, memory_limit, start: Init | None = None, loaded: Loaded | None = None
+) -> dict[str, RunDescription]:
     """Every variant described (:meth:`RunDescription.variant`), fitted to the data
     (:meth:`crate_compose.training.preparation.Loaded.prepare`), walked through its shapes
     (:func:`crate_compose.building.inspection.validate`), its training's memory estimated
@@ -258,8 +299,15 @@ def _check_variants(base: RunDescription, grid: Grid, device: str, memory_limit,
     return described
 
 
-def _variant_problems(base: RunDescription, grid: Grid, variant: dict[str, str], device: str, memory_limit,
-                      start: Init | None, loaded: Loaded | None) -> tuple[list[Problem], RunDescription | None]:
+def _variant_problems(
+    base: RunDescription,
+    grid: Grid,
+    variant: dict[str, str],
+    device: str,
+    memory_limit,
+    start: Init | None,
+    loaded: Loaded | None,
+) -> tuple[list[Problem], RunDescription | None]:
     settings = base.settings
     per_process = max(1, settings.batch_size // world.world_size())  # as train shares a batch
     try:
@@ -292,6 +340,7 @@ OVERRIDE_PLACE = re.compile(r"--set #\d+ '([^']*)'")  # how the loader names an 
 def _relocated(problem: Problem, origins: dict[str, Location]) -> Problem:
     """``problem`` with each override it names said as where it was written (a grid file's line,
     ``--swap``, ``--set``): the loader numbers a variant's overrides, which the user did not write."""
+
     def place(match: re.Match) -> str:
         return str(origins.get(match.group(1), match.group(0)))
 
@@ -299,8 +348,9 @@ def _relocated(problem: Problem, origins: dict[str, Location]) -> Problem:
     named = OVERRIDE_PLACE.fullmatch(location.source) if location and not location.line else None
     if named and named.group(1) in origins:
         location = origins[named.group(1)]
-    return Problem(OVERRIDE_PLACE.sub(place, problem.message), problem.path, location,
-                   OVERRIDE_PLACE.sub(place, problem.hint))
+    return Problem(
+        OVERRIDE_PLACE.sub(place, problem.message), problem.path, location, OVERRIDE_PLACE.sub(place, problem.hint)
+    )
 
 
 # ---------------------------------------------------------------- the folder's identity
@@ -314,8 +364,9 @@ def _check_folder(out: Path, identity: dict[str, Any], resume: bool) -> bool:
     if recorded is None:
         preflight.ablation_folder(out)  # a file, someone else's files: OutputError (exit 1), as the CLI checks first
         if resume:
-            raise WorkbenchError(f"--resume: {out} holds no ablation to continue (no {ABLATION_FILE}); leave out "
-                                 "--resume to start one")
+            raise WorkbenchError(
+                f"--resume: {out} holds no ablation to continue (no {ABLATION_FILE}); leave out --resume to start one"
+            )
         return True
     if not _started(out):
         return True
@@ -323,8 +374,10 @@ def _check_folder(out: Path, identity: dict[str, Any], resume: bool) -> bool:
         raise WorkbenchError(f"{out} holds an ablation: pass --resume to continue it, or choose another --out")
     changes = differences(recorded, identity)
     if changes:
-        said = "; ".join(f"{key.removeprefix('settings.')}: {json.dumps(old)} in {path}, {json.dumps(new)} now"
-                         for key, old, new in changes)
+        said = "; ".join(
+            f"{key.removeprefix('settings.')}: {json.dumps(old)} in {path}, {json.dumps(new)} now"
+            for key, old, new in changes
+        )
         raise WorkbenchError(f"--resume: {out} holds another ablation: {said}. Choose another --out for this one")
     return False
 
@@ -347,8 +400,12 @@ def _read_identity(path: Path) -> dict[str, Any] | None:
         if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
             raise ValueError(f"not a regular file of at most {MAX_RECORD_BYTES:,} bytes")
         record = json.loads(path.read_text(encoding="utf-8"))
-        if not (isinstance(record, dict) and record.get("format") == FORMAT and isinstance(record.get("identity"), dict)
-                and record.get("hash") == digest(record["identity"])):
+        if not (
+            isinstance(record, dict)
+            and record.get("format") == FORMAT
+            and isinstance(record.get("identity"), dict)
+            and record.get("hash") == digest(record["identity"])
+        ):
             raise ValueError(f"not an ablation record of format {FORMAT} whose identity matches its hash")
     except (OSError, UnicodeDecodeError, ValueError) as error:
         reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
@@ -359,8 +416,15 @@ def _read_identity(path: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- training and the table
 
 
-def _train_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, progress: bool, device: str,
-                memory_limit, loaded: Loaded) -> None:
+def _train_grid(
+    variants: dict[str, RunDescription],
+    grid: Grid,
+    out: Path,
+    progress: bool,
+    device: str,
+    memory_limit,
+    loaded: Loaded,
+) -> None:
     """Every run of the grid, one after another in this process."""
     total, done = len(variants) * grid.seeds, 0
     for label, described in variants.items():
@@ -369,18 +433,29 @@ def _train_grid(variants: dict[str, RunDescription], grid: Grid, out: Path, prog
             done += 1
             run = out / _folder(label) / f"seed-{seed}"
             try:
-                result = train_described(described.seeded(seed), out=run, device=device, progress=progress,
-                                         memory_limit=memory_limit, resume=(run / RUN_FILE).is_file(), loaded=loaded)
+                result = train_described(
+                    described.seeded(seed),
+                    out=run,
+                    device=device,
+                    progress=progress,
+                    memory_limit=memory_limit,
+                    resume=(run / RUN_FILE).is_file(),
+                    loaded=loaded,
+                )
             except Stopped as stopped:  # SIGTERM: the ablation, not the one run, is what --resume continues
-                raise Stopped(f"{label}, seed {seed}: {stopped.state}", f"crate-compose ablate ... --out {out} --resume "
-                              "continues the ablation from there", signal=stopped.signal) from None
+                raise Stopped(
+                    f"{label}, seed {seed}: {stopped.state}",
+                    f"crate-compose ablate ... --out {out} --resume continues the ablation from there",
+                    signal=stopped.signal,
+                ) from None
             value = result.metrics.get(task.metric, float("nan"))
             said = "finished before, kept" if result.already_finished else f"{result.seconds:.0f} s"
             print(f"[{done}/{total}] {label}, seed {seed}: {task.metric} {value:.4f} ({said})", flush=True)
 
 
-def _collect(variants: dict[str, RunDescription], grid: Grid, out: Path, memory_limit,
-             loaded: Loaded) -> tuple[list[Row], dict[str, list[dict]]]:
+def _collect(
+    variants: dict[str, RunDescription], grid: Grid, out: Path, memory_limit, loaded: Loaded
+) -> tuple[list[Row], dict[str, list[dict]]]:
     """The table's rows and the probes, from the run folders: a run that did not finish is a missing cell
     with its reason (:func:`crate_compose.launch.status.seen`), never averaged in."""
     rows: list[Row] = []
@@ -401,8 +476,19 @@ def _collect(variants: dict[str, RunDescription], grid: Grid, out: Path, memory_
             finished.append(seed)
         mean = statistics.fmean(values) if values else float("nan")
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        rows.append(Row(label, params, task.metric, mean, spread, statistics.fmean(seconds) if seconds else 0.0,
-                        values, task.maximize, missing))
+        rows.append(
+            Row(
+                label,
+                params,
+                task.metric,
+                mean,
+                spread,
+                statistics.fmean(seconds) if seconds else 0.0,
+                values,
+                task.maximize,
+                missing,
+            )
+        )
         if not finished:
             continue
         spec, data = loaded.prepare(described.seeded(0), memory_limit)
@@ -440,15 +526,23 @@ def _start_said(identity: dict[str, Any]) -> str:
     if init is None:
         return "every variant of one seed starts from the same weights in the steps it does not swap."
     frozen = ", its encoder frozen (the head alone trains)" if freeze == "encoder" else ""
-    return (f"every variant is fine-tuned from the weights of `{init['path']}` (SHA-256 {init['sha256'][:12]}…)"
-            f"{frozen}; a head that does not fit them starts new, from the seed.")
+    return (
+        f"every variant is fine-tuned from the weights of `{init['path']}` (SHA-256 {init['sha256'][:12]}…)"
+        f"{frozen}; a head that does not fit them starts new, from the seed."
+    )
 
 
 def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], identity: dict[str, Any]) -> None:
     """The table (results.md, results.csv) and the probes, stating the settings of the grid's identity."""
     settings, seeds, name = identity["settings"], identity["seeds"], identity["spec"]["name"]
-    header = ["variant", "parameters", f"{rows[0].metric} (mean)", "spread (std over seeds)", "seeds",
-              "seconds per run"]
+    header = [
+        "variant",
+        "parameters",
+        f"{rows[0].metric} (mean)",
+        "spread (std over seeds)",
+        "seeds",
+        "seconds per run",
+    ]
     lines = [
         f"# Ablation of {name}",
         "",
@@ -463,13 +557,24 @@ def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], id
     writer.writerow(["variant", "parameters", "metric", "mean", "std", "seeds", "seconds", "values"])
     for row in rows:
         spread = f"{row.spread:.4f}" if len(row.values) > 1 else ("— (one seed)" if row.values else "—")
-        count = f"{len(row.values)}" if not row.missing else f"{len(row.values)} of {len(row.values) + len(row.missing)}"
+        count = (
+            f"{len(row.values)}" if not row.missing else f"{len(row.values)} of {len(row.values) + len(row.missing)}"
+        )
         mean = f"{row.mean:.4f}" if row.values else "— (no run finished)"
         params = f"{row.params:,}" if row.values else "—"
         lines.append(f"| {row.variant} | {params} | {mean} | {spread} | {count} | {row.seconds:.0f} |")
-        writer.writerow([row.variant, row.params, row.metric, f"{row.mean:.6f}" if row.values else "",
-                         f"{row.spread:.6f}" if len(row.values) > 1 else "",
-                         len(row.values), f"{row.seconds:.1f}", " ".join(f"{v:.6f}" for v in row.values)])
+        writer.writerow(
+            [
+                row.variant,
+                row.params,
+                row.metric,
+                f"{row.mean:.6f}" if row.values else "",
+                f"{row.spread:.6f}" if len(row.values) > 1 else "",
+                len(row.values),
+                f"{row.seconds:.1f}",
+                " ".join(f"{v:.6f}" for v in row.values),
+            ]
+        )
     missing = [f"- {row.variant}, seed {seed}: {why}" for row in rows for seed, why in row.missing.items()]
     if missing:
         lines += ["", f"Missing runs ({len(missing)}; each mean above is over the seeds it counts):", "", *missing]
@@ -477,5 +582,8 @@ def _write_results(out: Path, rows: list[Row], probes: dict[str, list[dict]], id
     write_atomic(out / "results.csv", buffer.getvalue())
     save_probes(probes, out / "probes.json")
     over = f"mean of seeds 0..{seeds - 1}, band: their range" if seeds > 1 else "seed 0"
-    plot_probes(probes, out / "probes.png", title=f"{name}: each variant's probes after training, and the first "
-                f"untrained ({over})")
+    plot_probes(
+        probes,
+        out / "probes.png",
+        title=f"{name}: each variant's probes after training, and the first untrained ({over})",
+    )

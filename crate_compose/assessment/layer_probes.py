@@ -113,16 +113,31 @@ def probe(
         ):
             values = snr(tokens, subspaces, labels, heads)
             finite = [v for v in values if not math.isnan(v)]
-            rows.append({**info, "measure": "snr", "value": sum(finite) / len(finite) if finite else math.nan,
-                         "values": values, "before": None, "direction": "up"})
+            rows.append(
+                {
+                    **info,
+                    "measure": "snr",
+                    "value": sum(finite) / len(finite) if finite else math.nan,
+                    "values": values,
+                    "before": None,
+                    "direction": "up",
+                }
+            )
 
     def hook_for(info: dict, measures: tuple[Measure, ...]):
         def hook(module, args, output):
             for measure in measures:
                 reading = measure(module, args, output, normalize=normalize, eps=eps)
                 if reading is not None:
-                    rows.append({**info, "measure": measure.name, "value": reading.value,
-                                 "before": reading.before, "direction": measure.direction})
+                    rows.append(
+                        {
+                            **info,
+                            "measure": measure.name,
+                            "value": reading.value,
+                            "before": reading.before,
+                            "direction": measure.direction,
+                        }
+                    )
             if subspaces is not None:
                 snr_row(output, info)
 
@@ -267,11 +282,24 @@ def probes_png(
                 seeds = max((r.get("seeds", 1) for r in group), default=1)
                 if seeds > 1:  # rows of several seeds (timelines.spread_rows): the mean, and their range as a band
                     legend += f" (mean of {seeds} seeds; band: range)"
-                    axes.fill_between(xs, [math.nan if r["low"] is None else r["low"] for r in group],
-                                      [math.nan if r["high"] is None else r["high"] for r in group],
-                                      color=f"C{number % 10}", alpha=0.18, linewidth=0)
-                axes.plot(xs, ys, marker="o", markersize=4, linewidth=1.5, label=legend,  # one color per run
-                          color=f"C{number % 10}", linestyle=("-", "--", ":", "-.")[shade % 4])
+                    axes.fill_between(
+                        xs,
+                        [math.nan if r["low"] is None else r["low"] for r in group],
+                        [math.nan if r["high"] is None else r["high"] for r in group],
+                        color=f"C{number % 10}",
+                        alpha=0.18,
+                        linewidth=0,
+                    )
+                axes.plot(
+                    xs,
+                    ys,
+                    marker="o",
+                    markersize=4,
+                    linewidth=1.5,
+                    label=legend,  # one color per run
+                    color=f"C{number % 10}",
+                    linestyle=("-", "--", ":", "-.")[shade % 4],
+                )
             label = MEASURE_LABELS.get(name, name)
         claim = " ".join(f"{ARROWS[d]}" for d in sorted(directions))
         axes.set_title(label)

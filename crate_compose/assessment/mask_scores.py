@@ -33,8 +33,19 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["THRESHOLD", "Scores", "average_precision", "chance", "jaccard", "mass_mask", "roc_auc", "score",
-           "summarize", "table", "to_pixels"]
+__all__ = [
+    "THRESHOLD",
+    "Scores",
+    "average_precision",
+    "chance",
+    "jaccard",
+    "mass_mask",
+    "roc_auc",
+    "score",
+    "summarize",
+    "table",
+    "to_pixels",
+]
 
 THRESHOLD = 0.6  # DINO's --threshold: the share of the attention mass kept
 MEASURES = ("jaccard", "average_precision", "auroc", "kept")  # per image and map; kept: the share of patches kept
@@ -122,8 +133,9 @@ class Scores:
     heads: int = 0
 
 
-def score(maps, masks, patch_size: int, threshold: float = THRESHOLD,
-          done: Callable[[int], Any] | None = None) -> Scores:
+def score(
+    maps, masks, patch_size: int, threshold: float = THRESHOLD, done: Callable[[int], Any] | None = None
+) -> Scores:
     """Score attention ``maps`` ``(N, K, rows, cols)`` (each head's attention to every patch) against the
     ground-truth ``masks`` ``(N, H, W)``: each head's and the mean map's 60%-mass mask (:func:`mass_mask`),
     upsampled to pixels, by its Jaccard index with the mask (cropped to the grid), and each map's pixels by
@@ -131,11 +143,15 @@ def score(maps, masks, patch_size: int, threshold: float = THRESHOLD,
     maps = np.asarray(maps, dtype=np.float64)
     masks = np.asarray(masks, dtype=bool)
     count, heads, rows, cols = maps.shape
-    if masks.ndim != 3 or len(masks) != count or masks.shape[1] < rows * patch_size \
-            or masks.shape[2] < cols * patch_size:
+    if (
+        masks.ndim != 3
+        or len(masks) != count
+        or masks.shape[1] < rows * patch_size
+        or masks.shape[2] < cols * patch_size
+    ):
         raise ValueError(f"masks of shape {masks.shape} for {count} maps of {rows}x{cols} patches of {patch_size}")
     maps = np.concatenate([maps, maps.mean(1, keepdims=True)], 1)  # the heads, and their mean
-    truth = masks[:, :rows * patch_size, :cols * patch_size]
+    truth = masks[:, : rows * patch_size, : cols * patch_size]
     kept = mass_mask(maps.reshape(count, heads + 1, rows * cols), threshold).reshape(maps.shape)
     inside = truth.reshape(count, rows, patch_size, cols, patch_size).sum((2, 4)).reshape(count, -1)  # per patch
     pixels = patch_size * patch_size
@@ -143,8 +159,9 @@ def score(maps, masks, patch_size: int, threshold: float = THRESHOLD,
     for i in range(count):
         empty = not truth[i].any()
         if empty or truth[i].all():
-            raise ValueError(f"image {i}'s mask is {'empty' if empty else 'every pixel'} within the patch grid: "
-                             "it cannot be scored")
+            raise ValueError(
+                f"image {i}'s mask is {'empty' if empty else 'every pixel'} within the patch grid: it cannot be scored"
+            )
         # a patch stands for its pixels: `inside` of them on the mask, the rest off it (the same numbers as
         # ranking every pixel, each with its patch's attention)
         labels = np.r_[np.ones(rows * cols, bool), np.zeros(rows * cols, bool)]

@@ -86,14 +86,20 @@ def check_recorded_spec(run: Path, record: run_records.Record, weights: Path) ->
         text = spec_file.read_text(encoding="utf-8")
         built = (weights / SPEC_FILE).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise WorkbenchError(f"{run}: its spec cannot be read ({getattr(error, 'strerror', None) or error}); it is "
-                             "not the run its record describes") from None
+        raise WorkbenchError(
+            f"{run}: its spec cannot be read ({getattr(error, 'strerror', None) or error}); it is "
+            "not the run its record describes"
+        ) from None
     if hashlib.sha256(text.encode()).hexdigest() != recorded:
-        raise WorkbenchError(f"{spec_file} is not the spec {run / run_records.RUN_FILE} recorded (its SHA-256 "
-                             f"differs from {recorded[:12]}...): it was changed after the run trained; restore it")
+        raise WorkbenchError(
+            f"{spec_file} is not the spec {run / run_records.RUN_FILE} recorded (its SHA-256 "
+            f"differs from {recorded[:12]}...): it was changed after the run trained; restore it"
+        )
     if built != text and loader.dump(explicit(loader.load(spec_file))) != built:  # equal texts: nothing derived
-        raise WorkbenchError(f"{weights / SPEC_FILE} is not the spec the run trained ({spec_file}, which its record "
-                             "hashed): the weights' spec was changed after the run; restore it")
+        raise WorkbenchError(
+            f"{weights / SPEC_FILE} is not the spec the run trained ({spec_file}, which its record "
+            "hashed): the weights' spec was changed after the run; restore it"
+        )
 
 
 def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
@@ -103,8 +109,10 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     run = Path(run)
     record = run_records.read(run)
     if record is None:
-        raise WorkbenchError(f"{run} holds no {run_records.RUN_FILE}, so it is not a run whose data can be known: "
-                             "give the spec, --data and --weights RUN/final")
+        raise WorkbenchError(
+            f"{run} holds no {run_records.RUN_FILE}, so it is not a run whose data can be known: "
+            "give the spec, --data and --weights RUN/final"
+        )
     settings = settings_of(record.settings())  # what the record leaves out (a later setting) at its default
     final = run / (tasks.get(settings.task).weights if settings.task in tasks.names() else "final")  # DINO: the teacher
     if (final / WEIGHTS_FILE).is_file() and (final / SPEC_FILE).is_file():
@@ -112,8 +120,10 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     else:
         weights = latest_checkpoint(run)
         if weights is None:
-            raise WorkbenchError(f"{run} holds no trained weights yet (no final/, no checkpoint): probe it once "
-                                 "it has written a checkpoint")
+            raise WorkbenchError(
+                f"{run} holds no trained weights yet (no final/, no checkpoint): probe it once "
+                "it has written a checkpoint"
+            )
         said = f"its latest checkpoint, {weights.name} (it has no final/: the run is not finished)"
     check_recorded_spec(run, record, weights)
     data = record.identity["data"]["name"]
@@ -152,13 +162,16 @@ def normalization_of(weights: str | Path | None, given: str | None = None) -> tu
         except (OSError, ValueError, SafetensorError):
             imported = None  # an unreadable file is named by load_weights
         if imported:
-            return "imagenet", (f"--normalize imagenet: {weights} was imported from {imported}, and {AUTHORS} "
-                                "(give --normalize data to use the data's own)")
+            return "imagenet", (
+                f"--normalize imagenet: {weights} was imported from {imported}, and {AUTHORS} "
+                "(give --normalize data to use the data's own)"
+            )
     return "data", None
 
 
-def standardize(weights: str | Path | None, given: str | None, data: Data,
-                say: Callable[[str], None] | None = None) -> str:
+def standardize(
+    weights: str | Path | None, given: str | None, data: Data, say: Callable[[str], None] | None = None
+) -> str:
     """:func:`normalization_of` ``weights``, checked against ``data`` (ImageNet's statistics need RGB
     images: asked for, others are refused; inferred, others keep their own, and the weights' misfit is
     what is reported), its note given to ``say`` (default: printed on stderr) when the data is images."""
@@ -171,8 +184,13 @@ def standardize(weights: str | Path | None, given: str | None, data: Data,
     return normalize
 
 
-VERBS = {"probe": "probing", "evaluate": "evaluating", "linear-probe": "probing linearly", "show": "showing",
-         "segment": "segmenting"}
+VERBS = {
+    "probe": "probing",
+    "evaluate": "evaluating",
+    "linear-probe": "probing linearly",
+    "show": "showing",
+    "segment": "segmenting",
+}
 
 
 @dataclass
@@ -188,9 +206,16 @@ class Subject:
     task: str | None = None  # a run's task; None: the data's (crate_compose.tasks.of)
 
 
-def resolve_subject(command: str, spec_ref, weights, data_name: str | None, image_size: int | None,
-                    seed: int | None, normalize: str | None = None,
-                    say: Callable[[str], None] | None = None) -> Subject:
+def resolve_subject(
+    command: str,
+    spec_ref,
+    weights,
+    data_name: str | None,
+    image_size: int | None,
+    seed: int | None,
+    normalize: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Subject:
     """``spec_ref`` and ``weights`` as ``command`` (probe, evaluate, linear-probe, show) takes them: a run
     folder given as either stands for its weights (:func:`run_weights`), its spec (unless a spec is
     given), and the data, image size, seed and standardization it recorded (unless given; ``say``
@@ -199,39 +224,60 @@ def resolve_subject(command: str, spec_ref, weights, data_name: str | None, imag
     say = say or (lambda note: print(f"note: {note}", file=sys.stderr))
     if is_run(spec_ref):
         if weights is not None:
-            raise WorkbenchError(f"{spec_ref} is a run folder, which names its own weights: give it alone "
-                                 f"({command} {spec_ref}), or a spec with --weights {weights}")
+            raise WorkbenchError(
+                f"{spec_ref} is a run folder, which names its own weights: give it alone "
+                f"({command} {spec_ref}), or a spec with --weights {weights}"
+            )
         spec_ref, weights = None, spec_ref
     if weights is not None and is_run(weights):
         found = run_weights(weights, VERBS.get(command, command))
         if data_name is not None and not _same_data(data_name, found.data):
-            raise WorkbenchError(f"--data {data_name}: the run {found.run} was trained on {found.data}, and its spec "
-                                 f"is fitted to that data; {command} it on {found.data} (leave out --data), or run "
-                                 f"its weights on other data with: {command} SPEC --weights {found.weights} --data "
-                                 f"{data_name}")
+            raise WorkbenchError(
+                f"--data {data_name}: the run {found.run} was trained on {found.data}, and its spec "
+                f"is fitted to that data; {command} it on {found.data} (leave out --data), or run "
+                f"its weights on other data with: {command} SPEC --weights {found.weights} --data "
+                f"{data_name}"
+            )
         say(found.note)
-        return Subject(spec_ref if spec_ref is not None else found.spec, found.weights, found.data,
-                       image_size if image_size is not None else found.image_size,
-                       seed if seed is not None else found.seed,
-                       normalize if normalize is not None else found.normalize, found.task)
+        return Subject(
+            spec_ref if spec_ref is not None else found.spec,
+            found.weights,
+            found.data,
+            image_size if image_size is not None else found.image_size,
+            seed if seed is not None else found.seed,
+            normalize if normalize is not None else found.normalize,
+            found.task,
+        )
     if spec_ref is None:
-        raise WorkbenchError(f"{command} needs a spec (a file or a zoo preset) or a run folder: crate-compose "
-                             f"{command} SPEC [--weights DIR] [--data NAME], or crate-compose {command} RUN")
+        raise WorkbenchError(
+            f"{command} needs a spec (a file or a zoo preset) or a run folder: crate-compose "
+            f"{command} SPEC [--weights DIR] [--data NAME], or crate-compose {command} RUN"
+        )
     if isinstance(spec_ref, (str, Path)) and Path(spec_ref).is_dir() and str(spec_ref) not in presets():
-        raise WorkbenchError(f"{spec_ref} is a folder but not a run (no {run_records.RUN_FILE}): give a spec file or "
-                             f"a zoo preset (for a build folder: {command} {Path(spec_ref) / SPEC_FILE} --weights "
-                             f"{spec_ref} --data NAME), or a run folder")
-    return Subject(spec_ref, Path(weights) if weights is not None else None,
-                   data_name if data_name is not None else "digits", image_size, seed if seed is not None else 0,
-                   normalize)
+        raise WorkbenchError(
+            f"{spec_ref} is a folder but not a run (no {run_records.RUN_FILE}): give a spec file or "
+            f"a zoo preset (for a build folder: {command} {Path(spec_ref) / SPEC_FILE} --weights "
+            f"{spec_ref} --data NAME), or a run folder"
+        )
+    return Subject(
+        spec_ref,
+        Path(weights) if weights is not None else None,
+        data_name if data_name is not None else "digits",
+        image_size,
+        seed if seed is not None else 0,
+        normalize,
+    )
 
 
 def _same_data(given: str, recorded: str) -> bool:
     if given == recorded:
         return True
     prefix = "folder:"
-    return given.startswith(prefix) and recorded.startswith(prefix) and \
-        Path(given[len(prefix):]).resolve() == Path(recorded[len(prefix):]).resolve()
+    return (
+        given.startswith(prefix)
+        and recorded.startswith(prefix)
+        and Path(given[len(prefix) :]).resolve() == Path(recorded[len(prefix) :]).resolve()
+    )
 
 
 def probe_run(
@@ -265,11 +311,23 @@ def probe_run(
     say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
     logger = choose_logger(logger, say)
     subject = resolve_subject("probe", spec_ref, weights, data_name, image_size, seed, normalize, say)
-    spec_ref, weights, data_name, image_size, normalize = (subject.spec, subject.weights, subject.data,
-                                                           subject.image_size, subject.normalize)
+    spec_ref, weights, data_name, image_size, normalize = (
+        subject.spec,
+        subject.weights,
+        subject.data,
+        subject.image_size,
+        subject.normalize,
+    )
     seed = subject.seed
-    spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS,  # heads are not probed
-                         task=subject.task)
+    spec, data = prepare(
+        spec_ref,
+        data_name,
+        overrides,
+        image_size,
+        seed,
+        keep=HEADLESS,  # heads are not probed
+        task=subject.task,
+    )
     folder = probe_folder(weights, spec.name, out)  # refused before anything is measured
     normalize = standardize(weights, normalize, data, say)
     inputs, extra = tasks.probe_inputs(subject.task, data, samples, normalize)
@@ -281,9 +339,11 @@ def probe_run(
     runs["untrained"] = probe(compile_spec(spec, seed=seed), inputs, **extra)
     if not any(runs.values()):
         used = sorted({step.primitive for _, _, _, step in spec.stages()})
-        raise WorkbenchError(f"spec '{spec.name}' has no step with an objective of its own to measure (its steps: "
-                             f"{', '.join(used)}); probe measures white-box steps (mssa, ista, tssa, denoise, ...: "
-                             "crate-compose list primitives), so a black-box baseline has nothing to probe")
+        raise WorkbenchError(
+            f"spec '{spec.name}' has no step with an objective of its own to measure (its steps: "
+            f"{', '.join(used)}); probe measures white-box steps (mssa, ista, tssa, denoise, ...: "
+            "crate-compose list primitives), so a black-box baseline has nothing to probe"
+        )
     title = f"{spec.name} on {data_name}: " + (" vs ".join(runs))
     with hold(folder, "write probes into"):
         table, figure = write_probes(runs, folder, title=title)
@@ -292,8 +352,13 @@ def probe_run(
     return table, figure, runs
 
 
-def probe_over_training(run: str | Path, *, out: str | Path | None = None, samples: int = PROBE_SAMPLES,
-                        notes: Callable[[str], None] | None = None) -> tuple[Path, Path, dict[int, list[dict]]]:
+def probe_over_training(
+    run: str | Path,
+    *,
+    out: str | Path | None = None,
+    samples: int = PROBE_SAMPLES,
+    notes: Callable[[str], None] | None = None,
+) -> tuple[Path, Path, dict[int, list[dict]]]:
     """Probe every checkpoint of the run folder ``run`` (and the untrained network of its seed, as step 0, and
     its ``final/`` when no checkpoint holds its last step) on the same test inputs; write ``probes.json``
     (``{"step N": rows}``) and ``probes.png`` (:func:`crate_compose.assessment.timelines.timeline_png`: every
@@ -304,8 +369,10 @@ def probe_over_training(run: str | Path, *, out: str | Path | None = None, sampl
 
     say = notes or (lambda note: print(f"note: {note}", file=sys.stderr))
     found = run_weights(run)
-    say(f"{found.run}: probing every checkpoint and the untrained network of seed {found.seed}, with the run's "
-        f"spec, on {found.data}, as the run recorded")
+    say(
+        f"{found.run}: probing every checkpoint and the untrained network of seed {found.seed}, with the run's "
+        f"spec, on {found.data}, as the run recorded"
+    )
     spec, data = prepare(found.spec, found.data, (), found.image_size, found.seed, keep=HEADLESS, task=found.task)
     folder = probe_folder(None, spec.name, out if out is not None else found.run / "probes" / "over-training")
     inputs, extra = tasks.probe_inputs(found.task, data, samples, found.normalize)
@@ -324,8 +391,12 @@ def probe_over_training(run: str | Path, *, out: str | Path | None = None, sampl
     title = f"{spec.name} on {found.data}: {len(steps) - 1} checkpoints and the untrained network (seed {found.seed})"
     table, figure = folder / "probes.json", folder / "probes.png"
     with hold(folder, "write probes into"):
-        write_together({table: probes_json({f"step {step}": rows for step, rows in steps.items()}),
-                        figure: timeline_png(steps, title=title)})
+        write_together(
+            {
+                table: probes_json({f"step {step}": rows for step, rows in steps.items()}),
+                figure: timeline_png(steps, title=title),
+            }
+        )
     return table, figure, steps
 
 
@@ -362,8 +433,10 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
         try:
             checkpoint = read_checkpoint(folder)
             if set(checkpoint.tensors) & set(model.state_dict()):  # this package's names: a build's weights file
-                raise WorkbenchError(f"--weights {folder}: a crate-compose weights file; give the folder that holds "
-                                     f"it with its spec ({folder.parent}), a run's final/ or a checkpoint")
+                raise WorkbenchError(
+                    f"--weights {folder}: a crate-compose weights file; give the folder that holds "
+                    f"it with its spec ({folder.parent}), a run's final/ or a checkpoint"
+                )
             notes = load_checkpoint(model, checkpoint)
         except InteropError as error:
             raise WorkbenchError(f"--weights {error}") from None
@@ -404,4 +477,3 @@ def probe_table(runs: dict[str, list[dict]]) -> str:
         cells = "".join(f"  {values[key].get(n, float('nan')):>12.4f}" for n in names)
         lines.append(f"{key[0]:<{width}}  {key[1]:<16}{cells}")
     return "\n".join(lines)
-

@@ -30,20 +30,39 @@ from .run_probes import is_run, load_weights, resolve_subject, standardize
 TOP_K = 5
 
 
-
-def _loaded(command: str, spec_ref, data_name: str | None, weights: str | Path | None, overrides: Iterable[str],
-            image_size: int | None, seed: int | None, normalize: str | None, keep: tuple[str, ...] = (),
-            untrained: bool = False, task: str | None = None):
+def _loaded(
+    command: str,
+    spec_ref,
+    data_name: str | None,
+    weights: str | Path | None,
+    overrides: Iterable[str],
+    image_size: int | None,
+    seed: int | None,
+    normalize: str | None,
+    keep: tuple[str, ...] = (),
+    untrained: bool = False,
+    task: str | None = None,
+):
     """The subject (a run folder resolved: :func:`crate_compose.assessment.run_probes.resolve_subject`), the
     spec fitted to its data, the data, the model with its weights (none, or ``untrained``: the network as
     the seed initializes it, the baseline of what training learned) and how its inputs are standardized
     (:func:`crate_compose.assessment.run_probes.standardize`: as the weights were trained, the untrained
     network alike). The data is in the form ``task`` (default: the run's) trains on."""
-    said = (lambda note: print(f"note: {note}; untrained: its weights are not read", file=sys.stderr)) \
-        if untrained else None
+    said = (
+        (lambda note: print(f"note: {note}; untrained: its weights are not read", file=sys.stderr))
+        if untrained
+        else None
+    )
     subject = resolve_subject(command, spec_ref, weights, data_name, image_size, seed, normalize, say=said)
-    spec, data = prepare(subject.spec, subject.data, list(overrides), subject.image_size, subject.seed, keep=keep,
-                         task=task or subject.task)
+    spec, data = prepare(
+        subject.spec,
+        subject.data,
+        list(overrides),
+        subject.image_size,
+        subject.seed,
+        keep=keep,
+        task=task or subject.task,
+    )
     normalize = standardize(subject.weights, subject.normalize, data)
     model = compile_spec(spec, seed=subject.seed)
     if subject.weights is not None and not untrained:
@@ -67,10 +86,19 @@ def tensors_of(dataset, workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
 
 
-def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
-                     overrides: Iterable[str] = (), task: str | None = None, image_size: int | None = None,
-                     seed: int | None = None, normalize: str | None = None, workers: int = 0,
-                     untrained: bool = False) -> dict[str, Any]:
+def evaluate_weights(
+    spec_ref,
+    data_name: str | None = None,
+    weights: str | Path | None = None,
+    *,
+    overrides: Iterable[str] = (),
+    task: str | None = None,
+    image_size: int | None = None,
+    seed: int | None = None,
+    normalize: str | None = None,
+    workers: int = 0,
+    untrained: bool = False,
+) -> dict[str, Any]:
     """The test metrics of ``weights`` (a build folder: a run's ``final/`` or a checkpoint; or an authors'
     checkpoint file) on ``data_name`` (default: digits), its images standardized as ``normalize`` says
     (default: as the weights were trained, :func:`crate_compose.assessment.run_probes.normalization_of`),
@@ -80,37 +108,64 @@ def evaluate_weights(spec_ref, data_name: str | None = None, weights: str | Path
     ``untrained``: the same scores of the network the seed initializes (of a run: its spec, data and seed),
     the baseline beside which the trained scores mean something."""
     if weights is None and not is_run(spec_ref) and not untrained:
-        raise WorkbenchError("evaluate needs trained weights: --weights DIR (a run's final/ or a checkpoint, or "
-                             "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN (or "
-                             "--untrained, the network as its seed initializes it)")
-    subject, spec, data, model, normalize = _loaded("evaluate", spec_ref, data_name, weights, overrides, image_size,
-                                                    seed, normalize, untrained=untrained, task=task)
+        raise WorkbenchError(
+            "evaluate needs trained weights: --weights DIR (a run's final/ or a checkpoint, or "
+            "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN (or "
+            "--untrained, the network as its seed initializes it)"
+        )
+    subject, spec, data, model, normalize = _loaded(
+        "evaluate", spec_ref, data_name, weights, overrides, image_size, seed, normalize, untrained=untrained, task=task
+    )
     chosen = tasks.of(task or subject.task, data)
     if chosen is None:
-        raise WorkbenchError(f"data set '{data.name}' is for no task that evaluate scores ({', '.join(tasks.names())}); "
-                             f"measure the network on it with crate-compose probe")
+        raise WorkbenchError(
+            f"data set '{data.name}' is for no task that evaluate scores ({', '.join(tasks.names())}); "
+            f"measure the network on it with crate-compose probe"
+        )
     task = chosen.name
     settings = Settings(task=task, data=subject.data, seed=subject.seed, normalize=normalize, workers=workers)
     top_k = TOP_K if (data.classes or 0) > TOP_K else None  # a classifier's top-5 beside its top-1
     metrics = chosen.evaluate(model, data, settings, top_k=top_k)
     chance = {"chance": 1 / data.classes} if data.classes else {}  # a uniform guess over the classes
-    return {"spec": spec.name, "data": subject.data, "weights": _weights_said(subject, untrained), "task": task,
-            "normalize": normalize, "examples": len(data.test), **metrics, **chance}
+    return {
+        "spec": spec.name,
+        "data": subject.data,
+        "weights": _weights_said(subject, untrained),
+        "task": task,
+        "normalize": normalize,
+        "examples": len(data.test),
+        **metrics,
+        **chance,
+    }
 
 
-def _features_of(model, data: Data, split, normalize: str, workers: int, layer: int | None,
-                 pool: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _features_of(
+    model, data: Data, split, normalize: str, workers: int, layer: int | None, pool: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The frozen features (:func:`crate_compose.tasks.frozen_features.features`) and the targets of a
     whole split, 512 examples at a time."""
-    parts = [(features(model, renormalize(x, data, normalize), layer=layer, pool=pool), y)
-             for x, y in split_batches(split, 512, workers)]
+    parts = [
+        (features(model, renormalize(x, data, normalize), layer=layer, pool=pool), y)
+        for x, y in split_batches(split, 512, workers)
+    ]
     return torch.cat([f for f, _ in parts]), torch.cat([y for _, y in parts])
 
 
-def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | Path | None = None, *,
-                         overrides: Iterable[str] = (), layer: int | None = None, pool: str = "cls",
-                         image_size: int | None = None, seed: int | None = None, normalize: str | None = None,
-                         workers: int = 0, untrained: bool = False, baseline: bool = True) -> dict[str, Any]:
+def linear_probe_weights(
+    spec_ref,
+    data_name: str | None = None,
+    weights: str | Path | None = None,
+    *,
+    overrides: Iterable[str] = (),
+    layer: int | None = None,
+    pool: str = "cls",
+    image_size: int | None = None,
+    seed: int | None = None,
+    normalize: str | None = None,
+    workers: int = 0,
+    untrained: bool = False,
+    baseline: bool = True,
+) -> dict[str, Any]:
     """The linear probe and k-NN accuracy of frozen features of ``weights`` (none: the untrained
     network of ``seed``, a baseline; a run folder: its final weights, on its data) on ``data_name``'s
     splits (default: digits), standardized as ``normalize`` says (default: as the weights were
@@ -120,8 +175,18 @@ def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | 
     weights, the same probe of that untrained network comes beside them in the same call (``untrained``: its
     accuracies; ``baseline=False`` leaves it out), and always ``chance``: the share of the test split's most
     common label, what a probe that learned nothing scores."""
-    subject, spec, data, model, normalize = _loaded("linear-probe", spec_ref, data_name, weights, overrides,
-                                                    image_size, seed, normalize, keep=HEADLESS, untrained=untrained)
+    subject, spec, data, model, normalize = _loaded(
+        "linear-probe",
+        spec_ref,
+        data_name,
+        weights,
+        overrides,
+        image_size,
+        seed,
+        normalize,
+        keep=HEADLESS,
+        untrained=untrained,
+    )
     data_name = subject.data
     train_f, train_y = _features_of(model, data, data.train, normalize, workers, layer, pool)
     test_f, test_y = _features_of(model, data, data.test, normalize, workers, layer, pool)
@@ -134,12 +199,31 @@ def linear_probe_weights(spec_ref, data_name: str | None = None, weights: str | 
         train_y, test_y, labels = data.train.crops[:, 0], data.test.crops[:, 0], "the photograph of each crop"
     result = linear_probe(train_f.numpy(), train_y.numpy(), test_f.numpy(), test_y.numpy(), seed=subject.seed)
     result.knn_accuracy = knn(train_f, train_y, test_f, test_y)
-    found = {"spec": spec.name, "data": data_name, "weights": _weights_said(subject, untrained),
-             "layer": "last" if layer is None else layer, "pool": pool, "labels": labels, "normalize": normalize,
-             **result.to_dict(), "chance": float(test_y.bincount().max()) / len(test_y)}
+    found = {
+        "spec": spec.name,
+        "data": data_name,
+        "weights": _weights_said(subject, untrained),
+        "layer": "last" if layer is None else layer,
+        "pool": pool,
+        "labels": labels,
+        "normalize": normalize,
+        **result.to_dict(),
+        "chance": float(test_y.bincount().max()) / len(test_y),
+    }
     if baseline and not untrained and subject.weights is not None:  # the untrained network, in the same call
-        same = linear_probe_weights(spec_ref, data_name, weights, overrides=overrides, layer=layer, pool=pool,
-                                    image_size=image_size, seed=seed, normalize=normalize, workers=workers,
-                                    untrained=True, baseline=False)
+        same = linear_probe_weights(
+            spec_ref,
+            data_name,
+            weights,
+            overrides=overrides,
+            layer=layer,
+            pool=pool,
+            image_size=image_size,
+            seed=seed,
+            normalize=normalize,
+            workers=workers,
+            untrained=True,
+            baseline=False,
+        )
         found["untrained"] = {key: same[key] for key in ("weights", "test_accuracy", "knn_accuracy", "c")}
     return found

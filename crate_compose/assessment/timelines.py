@@ -28,8 +28,11 @@ def spread_rows(seeds: Sequence[Sequence[dict]]) -> list[dict]:
         values = [r["value"] for rows in seeds for r in rows if (r["module"], r["measure"]) == key]
         known = [v for v in values if v is not None and math.isfinite(v)]
         summary = dict(row, value=statistics.fmean(known) if known else None, values=values, seeds=len(known))
-        summary.update(spread=statistics.stdev(known) if len(known) > 1 else 0.0,
-                       low=min(known) if known else None, high=max(known) if known else None)
+        summary.update(
+            spread=statistics.stdev(known) if len(known) > 1 else 0.0,
+            low=min(known) if known else None,
+            high=max(known) if known else None,
+        )
         out.append(summary)
     return out
 
@@ -38,8 +41,11 @@ def _by_layer(rows: Sequence[dict], measure: str) -> tuple[list[int], list[float
     """The layers (1-based; the order in the network where a step has no layer) and values of ``measure``."""
     chosen = [r for r in rows if r["measure"] == measure]
     layers = [r["layer"] for r in chosen]
-    xs = [layer + 1 for layer in layers] if None not in layers and len(set(layers)) == len(layers) \
+    xs = (
+        [layer + 1 for layer in layers]
+        if None not in layers and len(set(layers)) == len(layers)
         else list(range(1, len(chosen) + 1))
+    )
     return xs, [math.nan if r["value"] is None else r["value"] for r in chosen]
 
 
@@ -83,8 +89,14 @@ def timeline_png(steps: dict[int, Sequence[dict]], *, title: str | None = None) 
         by_step = figure.add_subplot(len(measures), 2, 2 * index + 2)
         depth = max(layers) if layers else 1
         for layer, points in sorted(layers.items()):
-            by_step.plot([p[0] for p in points], [p[1] for p in points], marker=".", linewidth=1.2,
-                         color=colormaps["plasma"](0.85 * (layer - 1) / max(depth - 1, 1)), label=f"layer {layer}")
+            by_step.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker=".",
+                linewidth=1.2,
+                color=colormaps["plasma"](0.85 * (layer - 1) / max(depth - 1, 1)),
+                label=f"layer {layer}",
+            )
         by_step.set_title(f"{measure} by training step, one line per layer", fontsize="medium")
         by_step.set_xlabel("training step (0: untrained)")
         by_step.set_ylabel(measure)  # beside the colour bar of the panel to its left, which says what colour means

@@ -81,8 +81,9 @@ def estimate(spec: Spec, *, activations: bool = True, steps: list[PlannedStep] |
     return Estimate(summary.params_total, buffers, per_sample, largest)
 
 
-def check(spec: Spec, weights: float, activations: float, what: str, limit: tuple[float | None, str],
-          found: Estimate) -> None:
+def check(
+    spec: Spec, weights: float, activations: float, what: str, limit: tuple[float | None, str], found: Estimate
+) -> None:
     """Raise :class:`ResourceError` when ``weights + activations`` bytes exceed the limit, located at
     the step holding the most parameters (at the spec's input when activations dominate)."""
     bound, source = limit
@@ -90,8 +91,11 @@ def check(spec: Spec, weights: float, activations: float, what: str, limit: tupl
     if bound is None or needed <= bound:
         return
     place, count, path = found.largest
-    parts = f"{human(weights)} of weights and optimizer state, {human(activations)} of activations" \
-        if activations else f"{found.parameters:,} parameters"
+    parts = (
+        f"{human(weights)} of weights and optimizer state, {human(activations)} of activations"
+        if activations
+        else f"{found.parameters:,} parameters"
+    )
     message = f"{what} needs about {human(needed)} ({parts}), over the memory limit of {human(bound)} ({source})"
     if count and weights >= activations:
         message += f"; the largest step is {place} with {count:,} parameters"
@@ -103,8 +107,13 @@ def check(spec: Spec, weights: float, activations: float, what: str, limit: tupl
     raise ResourceError([Problem(message, where, spec.locate(where), hint)])
 
 
-def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit: str | float | None = None,
-                steps: list[PlannedStep] | None = None) -> None:
+def check_build(
+    spec: Spec,
+    element_size: int,
+    device: str = "cpu",
+    memory_limit: str | float | None = None,
+    steps: list[PlannedStep] | None = None,
+) -> None:
     """Refuse a build whose parameters would not fit (nothing is estimated when there is no limit);
     ``steps``: the plan of ``spec`` (decoder explicit), when the caller made it already."""
     limit = resolve_limit(memory_limit, device)
@@ -114,8 +123,15 @@ def check_build(spec: Spec, element_size: int, device: str = "cpu", memory_limit
     check(spec, found.build_bytes(element_size), 0, f"building {spec.name}", limit, found)
 
 
-def check_training(spec: Spec, batch: int, device: str = "cpu", memory_limit: str | float | None = None, *,
-                   copies: int = ADAMW_COPIES, batches: int = 0) -> None:
+def check_training(
+    spec: Spec,
+    batch: int,
+    device: str = "cpu",
+    memory_limit: str | float | None = None,
+    *,
+    copies: int = ADAMW_COPIES,
+    batches: int = 0,
+) -> None:
     """Refuse a training run whose weights, optimizer state and activations would not fit: ``copies``
     float32 copies of the parameters (weights, gradients, the optimizer's moments, an EMA), the
     activations of one batch, and ``batches`` batches of float32 inputs held besides (those the
@@ -129,8 +145,10 @@ def check_training(spec: Spec, batch: int, device: str = "cpu", memory_limit: st
     inputs = float(batches) * batch * 4 * _elements(spec.input.shape)
     what = f"training {spec.name} with a batch of {batch:,} per process"
     if batches:
-        what += (f", {batches} input batch{'es' * (batches != 1)} held ({human(inputs)}: the one in use and those "
-                 "the workers prepare ahead)")
+        what += (
+            f", {batches} input batch{'es' * (batches != 1)} held ({human(inputs)}: the one in use and those "
+            "the workers prepare ahead)"
+        )
     check(spec, weights, activations + inputs, what, limit, found)
 
 

@@ -118,8 +118,14 @@ def compile_spec(
     named: dict[str, fx.Node] = {}  # values published by steps (mask, restore)
     for placed in place(spec, seed=seed, dtype=dtype, meta=meta, steps=steps):
         _install(root, placed.target, placed.module)
-        info = dict(spec_path=placed.path, role=placed.role, layer=placed.layer, part=placed.part,
-                    step=placed.step.name, primitive=placed.step.primitive)
+        info = dict(
+            spec_path=placed.path,
+            role=placed.role,
+            layer=placed.layer,
+            part=placed.part,
+            step=placed.step.name,
+            primitive=placed.step.primitive,
+        )
         name = placed.node
         inputs = (node, *(named[key] for key in placed.consumes))
         if placed.published:  # the step returns (tokens, *published): unpack into named nodes

@@ -70,8 +70,9 @@ def derive_decoder(spec: Spec, form: str | None = None) -> Stack:
             try:
                 args = inverse.args.model_validate(args).model_dump(mode="json")
             except ValidationError as error:  # the inverse cannot exist at this size (no visible token left)
-                reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})"
-                                    for e in error.errors())
+                reasons = "; ".join(
+                    f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})" for e in error.errors()
+                )
                 message = f"step '{step.name}' ({step.primitive}) cannot be inverted by {rule.primitive}: {reasons}"
                 problems.append(Problem(message, path, spec.locate(path), spec.sizes_given_elsewhere(path)))
                 continue
@@ -87,7 +88,9 @@ def derive_decoder(spec: Spec, form: str | None = None) -> Stack:
     if problems:
         raise SpecError(problems)
     if not layer:
-        raise SpecError([Problem("the encoder layer has nothing to invert", ("encoder", "layer"), spec.locate(("encoder",)))])
+        raise SpecError(
+            [Problem("the encoder layer has nothing to invert", ("encoder", "layer"), spec.locate(("encoder",)))]
+        )
     return Stack(pre=[*prologue, *undo_post], depth=encoder.depth, layer=layer, post=[*undo_pre, *undo_preprocess])
 
 

@@ -57,8 +57,9 @@ class Footprints:
             raise Unsettled
         return shape
 
-    def evaluate(self, planned: PlannedStep, value: Any, shape: Shape, context: Context,
-                 consumed: list[Shape]) -> Marched:
+    def evaluate(
+        self, planned: PlannedStep, value: Any, shape: Shape, context: Context, consumed: list[Shape]
+    ) -> Marched:
         primitive, args = planned.primitive, planned.args
         if primitive is None or primitive.footprint is None or args is None:
             raise Unsettled
@@ -81,8 +82,13 @@ class Footprints:
             if not footprint.residual:
                 raise Unsettled
             footprint = replace(footprint, parameters={**footprint.parameters, "layer_scale": (shape[-1],)})
-        return Marched(planned, shape, footprint, output=footprint.output,
-                       published=dict(zip(primitive.publishes, footprint.publishes)))
+        return Marched(
+            planned,
+            shape,
+            footprint,
+            output=footprint.output,
+            published=dict(zip(primitive.publishes, footprint.publishes)),
+        )
 
     def tie(self, spec: Spec, marched: Marched, earlier: dict[str, Marched]) -> None:
         parameters = {place: step.footprint.parameters for place, step in earlier.items()}
@@ -99,11 +105,14 @@ def _hint_needs_torch(spec: Spec, path: tuple) -> bool:
 
 def _settled(shapes: list[Shape]) -> bool:
     """Every axis above zero (zero-size tensors are left to torch) and below :data:`MAX_AXIS`."""
-    return all(0 < size < MAX_AXIS for shape in shapes for size in shape) and \
-        all(math.prod(shape) * 16 < ADDRESSABLE for shape in shapes)
+    return all(0 < size < MAX_AXIS for shape in shapes for size in shape) and all(
+        math.prod(shape) * 16 < ADDRESSABLE for shape in shapes
+    )
 
 
 def _ties_fit(ties: tuple[Tie, ...], mine: dict[str, Shape], earlier: dict[str, dict[str, Shape]]) -> bool:
     """Every tie names one of the step's parameters and an earlier step's of the same shape."""
-    return all(tie.own in mine and tie.owner is not None and earlier[tie.owner].get(tie.parameter) == mine[tie.own]
-               for tie in ties)
+    return all(
+        tie.own in mine and tie.owner is not None and earlier[tie.owner].get(tie.parameter) == mine[tie.own]
+        for tie in ties
+    )

@@ -87,8 +87,9 @@ class Evaluator(Protocol):
     def begin(self, spec: Spec, shape: Shape) -> Any:
         """The value the first step takes (a shape, or a meta tensor of the input)."""
 
-    def evaluate(self, planned: PlannedStep, value: Any, shape: Shape, context: Context,
-                 consumed: list[Any]) -> Marched:
+    def evaluate(
+        self, planned: PlannedStep, value: Any, shape: Shape, context: Context, consumed: list[Any]
+    ) -> Marched:
         """The step on ``value``; raises :class:`Unfit` when it cannot take it, :class:`Unsettled`
         when it cannot be sure."""
 
@@ -128,8 +129,14 @@ def march(spec: Spec, evaluator: Evaluator, steps: list[PlannedStep] | None = No
         value, shape = marched.output, marched.footprint.output
 
 
-def unfit(spec: Spec, planned: PlannedStep, shape: Shape, context: Context, reason: str,
-          builds: Callable[..., bool] | None = None) -> SpecError:
+def unfit(
+    spec: Spec,
+    planned: PlannedStep,
+    shape: Shape,
+    context: Context,
+    reason: str,
+    builds: Callable[..., bool] | None = None,
+) -> SpecError:
     """The problem of a step that cannot take its input, located where the spec wrote the step, or
     at the override that swapped its primitive (with the primitives of its kind that fit there);
     otherwise naming the sizes given in another file or ``--set``. ``builds(primitive, args, shape,
@@ -141,8 +148,9 @@ def unfit(spec: Spec, planned: PlannedStep, shape: Shape, context: Context, reas
     return SpecError([Problem(message, path, spec.locate(located), hint)])
 
 
-def fitting(spec: Spec, path: tuple, step: Step, shape: Shape, context: Context,
-            builds: Callable[..., bool] | None = None) -> str:
+def fitting(
+    spec: Spec, path: tuple, step: Step, shape: Shape, context: Context, builds: Callable[..., bool] | None = None
+) -> str:
     """For a swapped step that cannot take its input: the primitives of the same kind that can."""
     swap = spec.swaps().get(path)
     if swap is None or registry.get(swap.primitive) is None:
@@ -158,8 +166,9 @@ def candidates(kind: str) -> list[tuple[str, registry.Primitive]]:
     return [(n, p) for n, p in registry.all_primitives().items() if p.kind == kind and not p.consumes]
 
 
-def _fits(primitive: registry.Primitive, offered: dict, shape: Shape, context: Context,
-          builds: Callable[..., bool] | None) -> bool:
+def _fits(
+    primitive: registry.Primitive, offered: dict, shape: Shape, context: Context, builds: Callable[..., bool] | None
+) -> bool:
     try:
         args = primitive.args.model_validate({k: v for k, v in offered.items() if k in primitive.args.model_fields})
         if primitive.footprint is not None:

@@ -74,8 +74,9 @@ def output_folder(folder: Path, what: str, where: str | None = None) -> None:
     where = where or str(folder)
     above = under_a_file(folder)
     if above is not None:
-        raise OutputError(f"{where}: {above} exists and is not a folder, so no folder can be made under it: give "
-                          f"a folder for {what}")
+        raise OutputError(
+            f"{where}: {above} exists and is not a folder, so no folder can be made under it: give a folder for {what}"
+        )
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{where} exists and is not a folder: give a folder for {what}")
 
@@ -88,9 +89,11 @@ def outside_builds(folder: Path, where: str, what: str, inside: Iterable[Path] =
     resolved = Path(folder).resolve()
     for place in (resolved, *resolved.parents):
         if place in inside or is_build(place):
-            raise WorkbenchError(f"{where} is inside the {'weights folder' if place in inside else 'build'} {place}: "
-                                 f"{what} are never written into a build (train --resume would refuse its final/); "
-                                 "choose a folder outside it")
+            raise WorkbenchError(
+                f"{where} is inside the {'weights folder' if place in inside else 'build'} {place}: "
+                f"{what} are never written into a build (train --resume would refuse its final/); "
+                "choose a folder outside it"
+            )
 
 
 def check_probe_folder(folder: Path, where: str) -> None:
@@ -123,5 +126,7 @@ def outside_source(source: Path, out: Path) -> None:
         except OSError:
             same = False
     if same or inside == folder or folder in inside.parents:
-        raise WorkbenchError(f"--out {out} is inside the folder it exports ({source}): the export would overwrite "
-                             f"what it reads; give a file outside {source}")
+        raise WorkbenchError(
+            f"--out {out} is inside the folder it exports ({source}): the export would overwrite "
+            f"what it reads; give a file outside {source}"
+        )

@@ -70,8 +70,13 @@ def _mark_references() -> list:
         return []
     slot = code.co_freevars.index("fn")
     prefixes = ("torch._refs", "torch._prims", "torch._decomp", "torch._meta_registrations")
-    todo = [v for name, module in list(sys.modules.items()) if name.startswith(prefixes) and module is not None
-            for v in list(vars(module).values()) if hasattr(v, "__code__")]
+    todo = [
+        v
+        for name, module in list(sys.modules.items())
+        if name.startswith(prefixes) and module is not None
+        for v in list(vars(module).values())
+        if hasattr(v, "__code__")
+    ]
     todo += [v for table in (torch._decomp.decomposition_table, torch._decomp.meta_table) for v in table.values()]
     seen: set[int] = set()
     marked = []
@@ -147,8 +152,14 @@ def input_value(spec: Spec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.empty((META_BATCH, *spec.input.shape), dtype=dtype, device="meta")
 
 
-def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta: bool = True,
-          steps: list[PlannedStep] | None = None) -> Iterator[Marched]:
+def place(
+    spec: Spec,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    meta: bool = True,
+    steps: list[PlannedStep] | None = None,
+) -> Iterator[Marched]:
     """Build every step of ``spec`` (its decoder already explicit) in execution order.
 
     ``meta=True`` builds on the meta device: shapes and parameter counts, no memory, no init cost.
@@ -159,8 +170,7 @@ def place(spec: Spec, *, seed: int = 0, dtype: torch.dtype = torch.float32, meta
         yield from march(spec, Placement(seed, dtype), steps)
 
 
-def builds_on_meta(primitive: registry.Primitive, args: registry.Args, shape: Shape,
-                   context: registry.Context) -> bool:
+def builds_on_meta(primitive: registry.Primitive, args: registry.Args, shape: Shape, context: registry.Context) -> bool:
     """Whether a primitive without a footprint builds and runs on this input (on meta tensors)."""
     try:
         with torch.device("meta"):
@@ -184,13 +194,27 @@ class Placement:
     def begin(self, spec: Spec, shape: Shape) -> torch.Tensor:
         if math.prod(shape) * META_BATCH * 8 >= ADDRESSABLE:
             message = f"an input of shape {list(shape)} holds {math.prod(shape):.3g} values per sample: more than a tensor can address"
-            raise SpecError([Problem(message, ("input", "shape"), spec.locate(("input", "shape")),
-                                     spec.sizes_given_elsewhere(("input", "shape")))])
+            raise SpecError(
+                [
+                    Problem(
+                        message,
+                        ("input", "shape"),
+                        spec.locate(("input", "shape")),
+                        spec.sizes_given_elsewhere(("input", "shape")),
+                    )
+                ]
+            )
         self.spec = spec
         return input_value(spec, self.dtype)
 
-    def evaluate(self, planned: PlannedStep, value: torch.Tensor, shape: Shape, context: registry.Context,
-                 consumed: list[torch.Tensor]) -> Marched:
+    def evaluate(
+        self,
+        planned: PlannedStep,
+        value: torch.Tensor,
+        shape: Shape,
+        context: registry.Context,
+        consumed: list[torch.Tensor],
+    ) -> Marched:
         primitive, step = planned.primitive, planned.step
         args = planned.args if planned.args is not None else primitive.args.model_validate(step.args)
         torch.manual_seed(step_seed(self.seed, planned.target))
@@ -202,8 +226,9 @@ class Placement:
             tally = Tally()
             output = infer(module, value, *consumed, tally=tally)
         except Exception as error:  # a shape the primitive cannot take, reported where the step is written
-            raise Unfit(str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}") \
-                from error
+            raise Unfit(
+                str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {_first_line(error)}"
+            ) from error
         published: dict[str, torch.Tensor] = {}
         if primitive.publishes:  # the step returns (tokens, *published)
             output, *values = output
@@ -241,13 +266,17 @@ def _agrees(footprint: registry.Footprint, built: registry.Footprint, planned: P
     as a spec problem at the step that names it, with the plug-in that registered it (docs/primitives.md,
     "A footprint: shapes without torch")."""
     if built != footprint:
-        differs = "; ".join(f"{name} {getattr(footprint, name)!r} declared, {getattr(built, name)!r} built"
-                            for name in ("output", "parameters", "publishes", "residual", "frozen")
-                            if getattr(footprint, name) != getattr(built, name))
+        differs = "; ".join(
+            f"{name} {getattr(footprint, name)!r} declared, {getattr(built, name)!r} built"
+            for name in ("output", "parameters", "publishes", "residual", "frozen")
+            if getattr(footprint, name) != getattr(built, name)
+        )
         primitive, step = planned.primitive, planned.step
         origin = primitive.plugin or primitive.factory.__module__
-        message = (f"step '{step.name}' ({step.primitive}, from {origin}): the primitive's footprint disagrees with "
-                   f"the module it builds: {differs}")
+        message = (
+            f"step '{step.name}' ({step.primitive}, from {origin}): the primitive's footprint disagrees with "
+            f"the module it builds: {differs}"
+        )
         where = (*planned.path, "primitive")
         hint = "a bug in the primitive's declaration, not the spec"
         raise SpecError([Problem(message, where, spec.locate(where), hint)])

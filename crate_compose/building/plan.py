@@ -102,9 +102,18 @@ def _planned(role: str, layer: int | None, path: tuple, step: Step, earlier: set
         except ValueError:  # the loader reports it where the spec writes it
             args = None
     part = part_of(path)
-    return PlannedStep(role, layer, part, path, step, primitive, args, target(role, layer, part, step.name),
-                       node_name(role, layer, step.name), tuple(resolve(own, source, earlier)
-                                                               for own, source in step.tie.items()))
+    return PlannedStep(
+        role,
+        layer,
+        part,
+        path,
+        step,
+        primitive,
+        args,
+        target(role, layer, part, step.name),
+        node_name(role, layer, step.name),
+        tuple(resolve(own, source, earlier) for own, source in step.tie.items()),
+    )
 
 
 def resolve(own: str, source: str, earlier: set[str]) -> Tie:
@@ -121,5 +130,8 @@ def resolve(own: str, source: str, earlier: set[str]) -> Tie:
 def tied(spec: Spec) -> dict[str, str]:
     """Every tied parameter of ``spec``: ``{its name: the name of the tensor it shares}``, as module
     paths (``head.lm_head.weight: preprocess.embed.weight``); see :mod:`crate_compose.building.ties`."""
-    return {f"{target(role, layer, part_of(path), step.name)}.{own}": source
-            for role, layer, path, step in spec.stages() for own, source in step.tie.items()}
+    return {
+        f"{target(role, layer, part_of(path), step.name)}.{own}": source
+        for role, layer, path, step in spec.stages()
+        for own, source in step.tie.items()
+    }

@@ -66,9 +66,7 @@ class Summary:
     def table(self) -> str:
         """The summary as aligned text, one row per step."""
         header = ("step", "primitive", "output shape", "params")
-        rows = [header] + [
-            (r.module, r.primitive, _shape(r.output_shape), f"{r.params:,}") for r in self.steps
-        ]
+        rows = [header] + [(r.module, r.primitive, _shape(r.output_shape), f"{r.params:,}") for r in self.steps]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = [f"{self.name}: input {_shape(self.input_shape)} -> output {_shape(self.output_shape)}"]
         notes = ["", *(_ties(r) for r in self.steps)]
@@ -128,8 +126,9 @@ def summarize(module: fx.GraphModule) -> Summary:
             output_shape = list(shape)
     unique = {id(p): p for p in module.parameters()}.values()
     total = sum(p.numel() for p in unique)
-    return _summary(module.meta["spec"], input_shape, output_shape, steps, total,
-                    sum(p.numel() for p in unique if p.requires_grad))
+    return _summary(
+        module.meta["spec"], input_shape, output_shape, steps, total, sum(p.numel() for p in unique if p.requires_grad)
+    )
 
 
 def summarize_march(spec: Spec, walked: list[Marched]) -> Summary:
@@ -142,22 +141,44 @@ def summarize_march(spec: Spec, walked: list[Marched]) -> Summary:
         own = {f"{w.target}.{name}": shape for name, shape in w.footprint.parameters.items()}
         counted = {name: math.prod(shape) for name, shape in own.items() if name not in ties}
         frozen = {f"{w.target}.{name}" for name in w.footprint.frozen}
-        steps.append(StepRow(
-            name=f"{w.node}{'_outputs' if w.footprint.publishes else ''}",
-            module=w.target, role=w.role, layer=w.layer, primitive=w.step.primitive,
-            spec_path=".".join(str(p) for p in w.path), output_shape=["B", *w.footprint.output],
-            params=sum(counted.values()), trainable=sum(n for name, n in counted.items() if name not in frozen),
-            tied={name[len(w.target) + 1:]: ties[name] for name in own if name in ties},
-        ))
+        steps.append(
+            StepRow(
+                name=f"{w.node}{'_outputs' if w.footprint.publishes else ''}",
+                module=w.target,
+                role=w.role,
+                layer=w.layer,
+                primitive=w.step.primitive,
+                spec_path=".".join(str(p) for p in w.path),
+                output_shape=["B", *w.footprint.output],
+                params=sum(counted.values()),
+                trainable=sum(n for name, n in counted.items() if name not in frozen),
+                tied={name[len(w.target) + 1 :]: ties[name] for name in own if name in ties},
+            )
+        )
     total = sum(row.params for row in steps)
-    return _summary(spec, ["B", *spec.input.shape], steps[-1].output_shape if steps else ["B", *spec.input.shape],
-                    steps, total, sum(row.trainable for row in steps))
+    return _summary(
+        spec,
+        ["B", *spec.input.shape],
+        steps[-1].output_shape if steps else ["B", *spec.input.shape],
+        steps,
+        total,
+        sum(row.trainable for row in steps),
+    )
 
 
-def _summary(spec: Spec, input_shape: list, output_shape: list, steps: list[StepRow], total: int,
-             trainable: int) -> Summary:
+def _summary(
+    spec: Spec, input_shape: list, output_shape: list, steps: list[StepRow], total: int, trainable: int
+) -> Summary:
     reference = None
     if spec.reference is not None:
         reference = dict(spec.reference.model_dump(), deviation=(total - spec.reference.params) / spec.reference.params)
-    return Summary(name=spec.name, input_shape=input_shape, output_shape=output_shape, params_total=total,
-                   params_trainable=trainable, steps=steps, reference=reference, notes=list(spec.notes()))
+    return Summary(
+        name=spec.name,
+        input_shape=input_shape,
+        output_shape=output_shape,
+        params_total=total,
+        params_trainable=trainable,
+        steps=steps,
+        reference=reference,
+        notes=list(spec.notes()),
+    )

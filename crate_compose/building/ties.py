@@ -35,9 +35,12 @@ def apply(module: nn.Module, step_name: str, ties: Iterable[Tie], built: dict[st
         mine = _parameter(module, own, f"step '{step_name}' has no parameter '{own}'")
         if tie.owner is None:
             earlier = ", ".join(sorted(built)) or "none"
-            raise ValueError(f"tie {own}: {source}: no earlier step is '{source.rsplit('.', 1)[0]}'; earlier: {earlier}")
-        theirs = _parameter(built[tie.owner], tie.parameter, f"tie {own}: {source}: '{tie.owner}' has no "
-                            f"parameter '{tie.parameter}'")
+            raise ValueError(
+                f"tie {own}: {source}: no earlier step is '{source.rsplit('.', 1)[0]}'; earlier: {earlier}"
+            )
+        theirs = _parameter(
+            built[tie.owner], tie.parameter, f"tie {own}: {source}: '{tie.owner}' has no parameter '{tie.parameter}'"
+        )
         if mine.shape != theirs.shape:
             raise ValueError(
                 f"tie {own}: {source}: shapes differ, {tuple(mine.shape)} here and {tuple(theirs.shape)} there"

@@ -79,7 +79,19 @@ def parser() -> argparse.ArgumentParser:
     def command(name: str, **kwargs) -> argparse.ArgumentParser:  # every command takes --plugin
         return commands.add_parser(name, parents=[plugin], **kwargs)
 
-    for family in (spec_commands, train, probe, generate, fill, evaluate, exchange, fetch, show, segment, ablate):  # in the order of --help
+    for family in (
+        spec_commands,
+        train,
+        probe,
+        generate,
+        fill,
+        evaluate,
+        exchange,
+        fetch,
+        show,
+        segment,
+        ablate,
+    ):  # in the order of --help
         family.add(command)
     return top
 

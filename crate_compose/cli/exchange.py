@@ -19,30 +19,67 @@ def add(command: Command) -> None:
     """Add the commands import and export."""
     importing = command("import", help="read the authors' released checkpoint into a build folder (spec + safetensors)")
     spec_arguments(importing)
-    importing.add_argument("checkpoint", type=Path, help="the checkpoint: safetensors, or a PyTorch file (read with "
-                           "torch.load(weights_only=True): a file that needs more is refused, nothing in it runs)")
-    importing.add_argument("--from", dest="family", default=None, metavar="FAMILY", choices=FAMILY_NAMES,
-                           help=f"whose code saved it: {', '.join(FAMILY_NAMES)} (default: told by its tensors' names)")
-    importing.add_argument("--keep-spec", dest="infer_sizes", action="store_false", help="build the spec as it is "
-                           "(by default its sizes -- width, depth, heads, patch, image, context, vocabulary, classes -- "
-                           "come from the arguments the checkpoint records, then from its shapes, and its steps take "
-                           "the arguments the family's code fixes; --set still wins)")
-    importing.add_argument("--infer-sizes", dest="infer_sizes", action="store_const", const=True,
-                           help=argparse.SUPPRESS)  # the default now; kept for scripts that give it
+    importing.add_argument(
+        "checkpoint",
+        type=Path,
+        help="the checkpoint: safetensors, or a PyTorch file (read with "
+        "torch.load(weights_only=True): a file that needs more is refused, nothing in it runs)",
+    )
+    importing.add_argument(
+        "--from",
+        dest="family",
+        default=None,
+        metavar="FAMILY",
+        choices=FAMILY_NAMES,
+        help=f"whose code saved it: {', '.join(FAMILY_NAMES)} (default: told by its tensors' names)",
+    )
+    importing.add_argument(
+        "--keep-spec",
+        dest="infer_sizes",
+        action="store_false",
+        help="build the spec as it is "
+        "(by default its sizes -- width, depth, heads, patch, image, context, vocabulary, classes -- "
+        "come from the arguments the checkpoint records, then from its shapes, and its steps take "
+        "the arguments the family's code fixes; --set still wins)",
+    )
+    importing.add_argument(
+        "--infer-sizes", dest="infer_sizes", action="store_const", const=True, help=argparse.SUPPRESS
+    )  # the default now; kept for scripts that give it
     importing.set_defaults(infer_sizes=True)
-    importing.add_argument("--key", default=None, metavar="KEY", help="the checkpoint's entry that holds the "
-                           "weights, e.g. model_ema for the average of the weights a DeiT-style script keeps "
-                           "(default: model, state_dict, ... as found)")
+    importing.add_argument(
+        "--key",
+        default=None,
+        metavar="KEY",
+        help="the checkpoint's entry that holds the "
+        "weights, e.g. model_ema for the average of the weights a DeiT-style script keeps "
+        "(default: model, state_dict, ... as found)",
+    )
     importing.add_argument("--out", type=Path, help="build folder to write (default: out/<spec name>)")
 
     exporting = command("export", help="write a build or run's weights in the authors' layout, for their code")
     exporting.add_argument("weights", type=Path, help="a build folder, a run's final/ or a checkpoint folder")
-    exporting.add_argument("--to", dest="family", required=True, metavar="FAMILY", choices=FAMILY_NAMES,
-                           help=f"whose code will read it: {', '.join(FAMILY_NAMES)}")
-    exporting.add_argument("--out", type=Path, required=True, help="the file: .safetensors, or a PyTorch file "
-                           "(.pth, .pt) holding the state dict nested as the authors' training script nests it")
-    exporting.add_argument("--nest", default=None, metavar="KEY", help="key to nest the state dict under in a "
-                           "PyTorch file (default: the family's: model, state_dict or none); '' for none")
+    exporting.add_argument(
+        "--to",
+        dest="family",
+        required=True,
+        metavar="FAMILY",
+        choices=FAMILY_NAMES,
+        help=f"whose code will read it: {', '.join(FAMILY_NAMES)}",
+    )
+    exporting.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="the file: .safetensors, or a PyTorch file "
+        "(.pth, .pt) holding the state dict nested as the authors' training script nests it",
+    )
+    exporting.add_argument(
+        "--nest",
+        default=None,
+        metavar="KEY",
+        help="key to nest the state dict under in a "
+        "PyTorch file (default: the family's: model, state_dict or none); '' for none",
+    )
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -52,8 +89,9 @@ def run_import(args: argparse.Namespace) -> int:
         replaceable(Path(args.out).resolve())
     from ..interop.exchange import import_checkpoint
 
-    imported = import_checkpoint(args.spec, args.checkpoint, args.family, overrides=args.overrides,
-                                 infer=args.infer_sizes, key=args.key)
+    imported = import_checkpoint(
+        args.spec, args.checkpoint, args.family, overrides=args.overrides, infer=args.infer_sizes, key=args.key
+    )
     for note in imported.notes:
         print(f"note: {note}", file=sys.stderr)
     for skipped in imported.skipped:
@@ -63,8 +101,10 @@ def run_import(args: argparse.Namespace) -> int:
     cc.save(imported.module, out, extra=imported.provenance())
     print(cc.summarize(imported.module).table())
     count = len(imported.module.state_dict())
-    print(f"imported {count} tensors of {args.checkpoint} ({imported.family.name}) into {out}/: spec.yaml, "
-          "model.safetensors")
+    print(
+        f"imported {count} tensors of {args.checkpoint} ({imported.family.name}) into {out}/: spec.yaml, "
+        "model.safetensors"
+    )
     return 0
 
 

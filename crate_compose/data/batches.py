@@ -54,9 +54,26 @@ from ..settings import Settings
 from .image_sets.folders import FolderImages, read_rgb
 from .sets import Data
 
-__all__ = ["AUGMENTING", "Examples", "StepBatches", "batch_indices", "batch_of", "batches", "check",
-           "check_normalize", "epoch_order", "held_batches", "is_images", "is_rgb", "loader", "normalization",
-           "renormalize", "shift", "split_batches", "transforms_v2"]
+__all__ = [
+    "AUGMENTING",
+    "Examples",
+    "StepBatches",
+    "batch_indices",
+    "batch_of",
+    "batches",
+    "check",
+    "check_normalize",
+    "epoch_order",
+    "held_batches",
+    "is_images",
+    "is_rgb",
+    "loader",
+    "normalization",
+    "renormalize",
+    "shift",
+    "split_batches",
+    "transforms_v2",
+]
 
 AUGMENTING = ("crop-flip", "randaugment")  # per-example transforms (torchvision), images only
 CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's share of the image's area (DeiT, CRATE)
@@ -161,17 +178,23 @@ def check(settings: Settings, data: Data, mixes_labels: bool = True) -> None:
     check_normalize(settings.normalize, data)
     for name in ("mixup", "cutmix"):
         if getattr(settings, name) and (not mixes_labels or not data.classes or not images):
-            raise TrainError(f"--{name} mixes labeled images into soft targets: it goes with --task classify on "
-                             f"labeled images, not task '{settings.task}' on data set '{data.name}'")
+            raise TrainError(
+                f"--{name} mixes labeled images into soft targets: it goes with --task classify on "
+                f"labeled images, not task '{settings.task}' on data set '{data.name}'"
+            )
 
 
 def check_normalize(normalize: str, data: Data, error: type[Exception] = TrainError) -> None:
     """Refuse ImageNet's statistics for data that is not RGB images (raising ``error``)."""
     if normalize == "imagenet" and not is_rgb(data):
-        what = f"has {data.input_shape[0]} channel{'s' * (data.input_shape[0] != 1)}" if is_images(data) \
+        what = (
+            f"has {data.input_shape[0]} channel{'s' * (data.input_shape[0] != 1)}"
+            if is_images(data)
             else "is not images"
-        raise error(f"normalize 'imagenet' standardizes RGB images with ImageNet's statistics; data set "
-                    f"'{data.name}' {what}")
+        )
+        raise error(
+            f"normalize 'imagenet' standardizes RGB images with ImageNet's statistics; data set '{data.name}' {what}"
+        )
 
 
 # ---------------------------------------------------------------- the examples of a batch
@@ -322,8 +345,9 @@ def held_batches(settings: Settings, device: torch.device | str) -> int:
     return 1 + settings.workers * PREFETCH if torch.device(device).type == "cpu" else 0
 
 
-def loader(data: Data, settings: Settings, start: int = 0, rank: int = 0, world: int = 1,
-           device: torch.device | str = "cpu") -> DataLoader:
+def loader(
+    data: Data, settings: Settings, start: int = 0, rank: int = 0, world: int = 1, device: torch.device | str = "cpu"
+) -> DataLoader:
     """The DataLoader of the batches of steps ``start + 1 .. settings.steps`` (this process's shares)."""
     workers = settings.workers
     return DataLoader(
@@ -338,8 +362,9 @@ def loader(data: Data, settings: Settings, start: int = 0, rank: int = 0, world:
     )
 
 
-def batches(data: Data, settings: Settings, start: int, dist: Any = None,
-            device: torch.device | str = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def batches(
+    data: Data, settings: Settings, start: int, dist: Any = None, device: torch.device | str = "cpu"
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``(inputs, targets)`` of steps ``start + 1 .. settings.steps`` in order, for this process of
     ``dist`` (a :class:`~crate_compose.training.distributed.Distributed`; one process when None). A
     data error met in a worker is raised here as a :class:`DataError`; closing the generator stops
@@ -382,8 +407,9 @@ class _Split(Dataset):
             return _Failure(str(error))
 
 
-def split_batches(split: Any, batch: int, workers: int = 0, count: int | None = None
-                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def split_batches(
+    split: Any, batch: int, workers: int = 0, count: int | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The first ``count`` examples of ``split`` (all by default) in order, ``batch`` at a time, as
     :func:`batch_of` gives them: sliced when the split is in memory, else decoded in ``workers``
     DataLoader processes (none: in this one). The batches are the same either way; a data error met
@@ -394,8 +420,15 @@ def split_batches(split: Any, batch: int, workers: int = 0, count: int | None = 
         for start in starts:
             yield batch_of(split, torch.arange(start, min(start + batch, size)))
         return
-    iterator = iter(DataLoader(_Split(split), batch_sampler=[list(range(s, min(s + batch, size))) for s in starts],
-                               collate_fn=_as_is, num_workers=workers, prefetch_factor=PREFETCH))
+    iterator = iter(
+        DataLoader(
+            _Split(split),
+            batch_sampler=[list(range(s, min(s + batch, size))) for s in starts],
+            collate_fn=_as_is,
+            num_workers=workers,
+            prefetch_factor=PREFETCH,
+        )
+    )
     try:
         for item in iterator:
             if isinstance(item, _Failure):
@@ -442,6 +475,7 @@ def _declare_missing(error: RuntimeError) -> None:
         _STAND_INS.append(library)
         try:
             import torchvision  # noqa: F401
+
             return
         except RuntimeError as again:
             error = again

@@ -29,8 +29,10 @@ def check_memory(needed: float, what: str, limit: Limit, hint: str, held: str = 
     ``needed`` (``held``), with the limit, where it came from, and ``hint``."""
     bound, source = limit
     if bound is not None and needed > bound:
-        raise DataError(f"{what} would take about {human(needed)} {held}, over the memory limit of "
-                        f"{human(bound)} ({source}); {hint}, or set --memory-limit")
+        raise DataError(
+            f"{what} would take about {human(needed)} {held}, over the memory limit of "
+            f"{human(bound)} ({source}); {hint}, or set --memory-limit"
+        )
 
 
 def stratified_split(

@@ -27,8 +27,13 @@ class Tensors(Dataset):
     every image, ``(N, H, W)`` bool (True on the object), which ``crate-compose segment`` scores
     attention against. A split without masks has ``masks`` None."""
 
-    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, crops: torch.Tensor | None = None,
-                 masks: torch.Tensor | None = None):
+    def __init__(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        crops: torch.Tensor | None = None,
+        masks: torch.Tensor | None = None,
+    ):
         assert len(inputs) == len(targets)
         assert masks is None or (masks.dtype == torch.bool and masks.shape == (len(inputs), *inputs.shape[-2:]))
         self.inputs, self.targets, self.crops, self.masks = inputs, targets, crops, masks
@@ -132,6 +137,7 @@ def declared_sizes(spec: Any) -> dict:
 def check_size(image_size: int | None, where: str) -> None:
     """Refuse an image side that is not a whole number in [1, MAX_IMAGE_SIZE] (``--image-size 100000``),
     before anything is allocated."""
-    if image_size is not None and (not isinstance(image_size, int) or isinstance(image_size, bool)
-                                   or not 1 <= image_size <= MAX_IMAGE_SIZE):
+    if image_size is not None and (
+        not isinstance(image_size, int) or isinstance(image_size, bool) or not 1 <= image_size <= MAX_IMAGE_SIZE
+    ):
         raise DataError(f"{where}: image_size must be a whole number in [1, {MAX_IMAGE_SIZE}]; got {image_size!r}")

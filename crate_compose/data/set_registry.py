@@ -47,8 +47,23 @@ if TYPE_CHECKING:
     from .record import Data
 
 __all__ = [
-    "IMAGES", "LABELED_IMAGES", "LABELED_TOKENS", "NEXT_BYTES", "PROVIDED", "TOKENIZED_TEXT", "TOKEN_GROUPS",
-    "DataChoice", "DataSet", "Parameter", "all_sets", "get", "names", "provided", "register", "resolve", "whole",
+    "IMAGES",
+    "LABELED_IMAGES",
+    "LABELED_TOKENS",
+    "NEXT_BYTES",
+    "PROVIDED",
+    "TOKENIZED_TEXT",
+    "TOKEN_GROUPS",
+    "DataChoice",
+    "DataSet",
+    "Parameter",
+    "all_sets",
+    "get",
+    "names",
+    "provided",
+    "register",
+    "resolve",
+    "whole",
 ]
 
 # ---------------------------------------------------------------- what a set provides
@@ -145,11 +160,15 @@ class DataSet:
         placeholders = _placeholders(parts)
         declared = [p.name for p in self.parameters]
         if sorted(placeholders) != sorted(declared) or len(set(declared)) != len(declared):
-            raise ValueError(f"data set {self.pattern!r}: its placeholders {placeholders} are not its parameters "
-                             f"{declared} (each once)")
+            raise ValueError(
+                f"data set {self.pattern!r}: its placeholders {placeholders} are not its parameters "
+                f"{declared} (each once)"
+            )
         if not re.fullmatch("[a-z][a-z0-9-]*", self.provides):
-            raise ValueError(f"data set {self.pattern!r}: provides {self.provides!r} is not a kind (lower-case "
-                             "letters, digits and hyphens, e.g. 'labeled-images')")
+            raise ValueError(
+                f"data set {self.pattern!r}: provides {self.provides!r} is not a kind (lower-case "
+                "letters, digits and hyphens, e.g. 'labeled-images')"
+            )
         if self.setup is not None and self.cached is None:
             raise ValueError(f"data set {self.pattern!r}: a set-up step ({self.setup}) needs its cached() check")
         by_name = {p.name: p for p in self.parameters}
@@ -168,8 +187,9 @@ class DataSet:
         if callable(self.loader):
             return self.loader
         module, _, attribute = self.loader.partition(":")
-        return getattr(import_module(module, __package__) if module.startswith(".") else import_module(module),
-                       attribute)
+        return getattr(
+            import_module(module, __package__) if module.startswith(".") else import_module(module), attribute
+        )
 
     def availability(self) -> str:
         """Whether it is on this machine: ``cached`` or ``not cached (run SETUP)`` for a set with a set-up
@@ -283,8 +303,15 @@ def _origin(loader: Any) -> str:
     return f"{getattr(loader, '__module__', '?')}.{getattr(loader, '__qualname__', repr(loader))}"
 
 
-def register(pattern: str, *, summary: str, source: str, provides: str,
-             loader: Callable[..., "Data"] | str | None = None, **declared: Any) -> Any:
+def register(
+    pattern: str,
+    *,
+    summary: str,
+    source: str,
+    provides: str,
+    loader: Callable[..., "Data"] | str | None = None,
+    **declared: Any,
+) -> Any:
     """Register the data set ``pattern`` (a :class:`DataSet`; ``declared``: its other fields). Given a
     ``loader``, the declaration is returned; without one, a decorator registering the function it decorates
     as the loader (and returning it)::
@@ -356,16 +383,19 @@ def _claim(name: str, redirected: bool) -> DataChoice:
             try:
                 values[parameter.name] = parameter.read(text)
             except ValueError as error:
-                raise DataError(f"data set '{name}': give the {parameter.words} as {one.form(parameter.name)}, "
-                                f"{parameter.name} {error}") from None
+                raise DataError(
+                    f"data set '{name}': give the {parameter.words} as {one.form(parameter.name)}, "
+                    f"{parameter.name} {error}"
+                ) from None
         if one.settle is None:
             arguments = {p.argument: values[p.name] for p in one.parameters if p.argument and p.name in values}
         else:
             arguments = one.settle(name, values)
             if isinstance(arguments, str):  # another name for it
                 if redirected:
-                    raise DataError(f"data set '{name}': {one.pattern} names it {arguments!r}, which is read as "
-                                    "another name again")
+                    raise DataError(
+                        f"data set '{name}': {one.pattern} names it {arguments!r}, which is read as another name again"
+                    )
                 return _claim(arguments, redirected=True)
         return DataChoice(one, name, tuple(arguments.items()))
     for one in sets:

@@ -166,9 +166,30 @@ from .text_sets.corpus import load_text
 from .text_sets.texts import load_modules, load_text_folder, load_tokens
 
 __all__ = [
-    "Data", "DataChoice", "Tensors", "load_archived", "load_data", "load_digits", "load_fashion_mnist", "load_folder",
-    "load_mnist", "load_modules", "load_pasted_digits", "load_photos", "load_shapes", "load_subspaces", "load_text",
-    "load_text_folder", "load_tokens", "names", "random_subspaces", "resolve", "sample_tokens", "spec_overrides", "takes", "verify",
+    "Data",
+    "DataChoice",
+    "Tensors",
+    "load_archived",
+    "load_data",
+    "load_digits",
+    "load_fashion_mnist",
+    "load_folder",
+    "load_mnist",
+    "load_modules",
+    "load_pasted_digits",
+    "load_photos",
+    "load_shapes",
+    "load_subspaces",
+    "load_text",
+    "load_text_folder",
+    "load_tokens",
+    "names",
+    "random_subspaces",
+    "resolve",
+    "sample_tokens",
+    "spec_overrides",
+    "takes",
+    "verify",
 ]
 
 
@@ -202,8 +223,15 @@ def takes(name: str | DataChoice) -> frozenset[str]:
     return (name if isinstance(name, DataChoice) else resolve(name)).takes
 
 
-def load_data(name: str | DataChoice, *, image_size: int | None = None, seed: int = 0, spec: Any = None,
-              memory_limit: str | float | None = None, **options: Any) -> Data:
+def load_data(
+    name: str | DataChoice,
+    *,
+    image_size: int | None = None,
+    seed: int = 0,
+    spec: Any = None,
+    memory_limit: str | float | None = None,
+    **options: Any,
+) -> Data:
     """Load the data set ``name`` (see the module docstring): a name, read by :func:`.registry.resolve`, or the
     :class:`~.registry.DataChoice` it gave (not read again); ``options`` go to its loader.
 
@@ -236,6 +264,8 @@ def load_data(name: str | DataChoice, *, image_size: int | None = None, seed: in
         given.setdefault("memory_limit", memory_limit)
     data = loader(**given)
     if data.provides != choice.provides:
-        raise DataError(f"data set '{choice.name}': its loader gave {data.provides!r} data, but the set is declared "
-                        f"to provide {choice.provides!r} ({choice.data_set.pattern})")
+        raise DataError(
+            f"data set '{choice.name}': its loader gave {data.provides!r} data, but the set is declared "
+            f"to provide {choice.provides!r} ({choice.data_set.pattern})"
+        )
     return data

@@ -146,8 +146,10 @@ def encode_bytes(text: str | bytes) -> torch.Tensor:
         try:
             text = text.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError as error:
-            raise DecodingError(f"the text holds a lone surrogate {text[error.start]!r} at character {error.start}, "
-                                "which no UTF-8 bytes encode") from None
+            raise DecodingError(
+                f"the text holds a lone surrogate {text[error.start]!r} at character {error.start}, "
+                "which no UTF-8 bytes encode"
+            ) from None
     return torch.tensor([list(text)], dtype=torch.long)
 
 

@@ -66,8 +66,10 @@ def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
         raise WorkbenchError("the text has no [MASK]: write [MASK] where a token should be filled in")
     context = spec.input.shape[0]
     if len(ids) > context:
-        raise WorkbenchError(f"the text is {len(ids) - 2} tokens; the model reads at most {context - 2} (its context "
-                             f"of {context} with [CLS] and [SEP])")
+        raise WorkbenchError(
+            f"the text is {len(ids) - 2} tokens; the model reads at most {context - 2} (its context "
+            f"of {context} with [CLS] and [SEP])"
+        )
     model = compile_spec(spec)
     load_weights(model, found.weights)
     check_vocabulary(tokenizer, input_rows(spec, model), run, found.weights)
@@ -78,11 +80,17 @@ def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
     masks, filled = [], dict.fromkeys(positions, 0)
     for position in positions:
         best = probabilities[position].topk(min(top_k, probabilities.shape[-1]))
-        masks.append(Filled(position, tuple((tokenizer.token(int(i)), float(p))
-                                            for p, i in zip(best.values, best.indices))))
+        masks.append(
+            Filled(position, tuple((tokenizer.token(int(i)), float(p)) for p, i in zip(best.values, best.indices)))
+        )
         filled[position] = int(best.indices[0])
-    return Filling(tuple(masks), _filled_in(text, tokenizer, ids, filled), found.weights, len(ids) - 2,
-                   tuple(tokenizer.unknown(text)))
+    return Filling(
+        tuple(masks),
+        _filled_in(text, tokenizer, ids, filled),
+        found.weights,
+        len(ids) - 2,
+        tuple(tokenizer.unknown(text)),
+    )
 
 
 def _filled_in(text: str, tokenizer: Any, ids: list[int], filled: dict[int, int]) -> str:

@@ -95,24 +95,29 @@ def generate_text(
         load_weights(model, Path(weights))
     logits = _output_width(model)
     if vocab is not None and logits > vocab:
-        raise WorkbenchError(f"spec '{spec.name}' samples among {logits} tokens but its embedding takes {vocab}: "
-                             "a sampled token could not be fed back (give the head and the embedding one vocab)")
+        raise WorkbenchError(
+            f"spec '{spec.name}' samples among {logits} tokens but its embedding takes {vocab}: "
+            "a sampled token could not be fed back (give the head and the embedding one vocab)"
+        )
     if tokenizer is not None:
         rows = input_rows(spec, model)
         check_vocabulary(tokenizer, rows, run, Path(weights), needed=tokenizer.text_size)
         _check_prompt(ids[0].tolist(), rows, spec.name, tokenizer)
         if logits > tokenizer.size:
-            raise WorkbenchError(f"spec '{spec.name}' samples among {logits:,} tokens but "
-                                 f"{run / run_records.TOKENIZER_FILE} holds {tokenizer.size:,}: a sampled id past it "
-                                 "would be no text (it is not the vocabulary these weights were trained with)")
+            raise WorkbenchError(
+                f"spec '{spec.name}' samples among {logits:,} tokens but "
+                f"{run / run_records.TOKENIZER_FILE} holds {tokenizer.size:,}: a sampled id past it "
+                "would be no text (it is not the vocabulary these weights were trained with)"
+            )
     began = time.perf_counter()
     out = generate(model, ids.to(device), tokens, temperature=temperature, top_k=top_k, seed=seed, cache=cache)
     new = out[0, ids.shape[1] :].cpu()
     seconds = time.perf_counter() - began
     if tokenizer is None:
         return Generation(ids_to_bytes(ids[0]), ids_to_bytes(new), tokens, seconds)
-    return Generation(prompt.encode("utf-8"), _continuation(tokenizer, ids[0].tolist(), new.tolist()).encode("utf-8"),
-                      tokens, seconds)
+    return Generation(
+        prompt.encode("utf-8"), _continuation(tokenizer, ids[0].tolist(), new.tolist()).encode("utf-8"), tokens, seconds
+    )
 
 
 def run_vocabulary(weights) -> tuple[Path | None, Any]:
@@ -127,8 +132,11 @@ def run_vocabulary(weights) -> tuple[Path | None, Any]:
     data = record.identity["data"]["name"] if record is not None else None
     if not os.path.lexists(run / run_records.TOKENIZER_FILE) and tokenizer_kind(data or "") in (None, "bytes"):
         return run, None
-    tokenizer = read_tokenizer(run, f"the vocabulary of {data}, which its weights were trained on, is gone; "
-                                    "restore it (generate reads the prompt in the run's vocabulary)")
+    tokenizer = read_tokenizer(
+        run,
+        f"the vocabulary of {data}, which its weights were trained on, is gone; "
+        "restore it (generate reads the prompt in the run's vocabulary)",
+    )
     return run, None if tokenizer.kind == "bytes" else tokenizer
 
 
@@ -139,8 +147,10 @@ def _encoded(tokenizer: Any, prompt: str, run: Path):
     check_text(prompt, "the prompt", "generate")
     ids = tokenizer.encode(prompt)
     if not ids:
-        raise WorkbenchError(f"the prompt {prompt!r} encodes to no token in the vocabulary of {run} "
-                             f"({tokenizer.kind}): give text to continue")
+        raise WorkbenchError(
+            f"the prompt {prompt!r} encodes to no token in the vocabulary of {run} "
+            f"({tokenizer.kind}): give text to continue"
+        )
     return torch.tensor([ids], dtype=torch.long)
 
 
@@ -159,11 +169,15 @@ def _check_prompt(ids: list[int], vocab: int | None, name: str, tokenizer: Any =
         if id < vocab:
             continue
         if tokenizer is None:
-            raise WorkbenchError(f"prompt byte {position} is {id} (0x{id:02x}); spec '{name}' has a vocabulary "
-                                 f"of {vocab} tokens (0-{vocab - 1}), too small for this byte-level text")
-        raise WorkbenchError(f"prompt token {position} is {tokenizer.token(id)!r} (id {id:,}); spec '{name}' has a "
-                             f"vocabulary of {vocab:,} tokens (0-{vocab - 1:,}), which its weights were trained "
-                             "on: leave that token out of the prompt")
+            raise WorkbenchError(
+                f"prompt byte {position} is {id} (0x{id:02x}); spec '{name}' has a vocabulary "
+                f"of {vocab} tokens (0-{vocab - 1}), too small for this byte-level text"
+            )
+        raise WorkbenchError(
+            f"prompt token {position} is {tokenizer.token(id)!r} (id {id:,}); spec '{name}' has a "
+            f"vocabulary of {vocab:,} tokens (0-{vocab - 1:,}), which its weights were trained "
+            "on: leave that token out of the prompt"
+        )
 
 
 def _output_width(model) -> int:

@@ -15,12 +15,21 @@ from typing import Any
 from ..errors import DataError, WorkbenchError
 from ..training.run_folder.identity import TOKENIZER_FILE
 
-__all__ = ["MAX_TEXT", "check_text", "check_vocabulary", "embedding_vocabulary", "input_rows", "read_tokenizer",
-           "tokenizer_kind"]
+__all__ = [
+    "MAX_TEXT",
+    "check_text",
+    "check_vocabulary",
+    "embedding_vocabulary",
+    "input_rows",
+    "read_tokenizer",
+    "tokenizer_kind",
+]
 
 MAX_TEXT = 1 << 20  # characters of a text to read (a command line's argument holds at most 128 kB on Linux)
-FILL_HINT = ("it was not trained on tokenized text (fill takes a run of task mlm, e.g. train crate-bert-mini "
-             "--task mlm --data wordpiece:text)")
+FILL_HINT = (
+    "it was not trained on tokenized text (fill takes a run of task mlm, e.g. train crate-bert-mini "
+    "--task mlm --data wordpiece:text)"
+)
 
 
 def embedding_vocabulary(spec) -> int | None:
@@ -75,16 +84,20 @@ def check_text(text: str, what: str = "the text", reader: str = "fill") -> None:
         code = ord(text[error.start])
         escaped = 0xDC80 <= code <= 0xDCFF  # a byte of a command line that is not UTF-8 (surrogateescape)
         said = f"byte 0x{code - 0xDC00:02x}" if escaped else f"U+{code:04X} (a lone surrogate)"
-        raise WorkbenchError(f"{what} is not valid UTF-8: {said} at character {error.start + 1} of {len(text)}; "
-                             f"give {what} in UTF-8") from None
+        raise WorkbenchError(
+            f"{what} is not valid UTF-8: {said} at character {error.start + 1} of {len(text)}; give {what} in UTF-8"
+        ) from None
 
 
-def check_vocabulary(tokenizer: Any, rows: int | None, run: str | Path, weights: Path,
-                     needed: int | None = None) -> None:
+def check_vocabulary(
+    tokenizer: Any, rows: int | None, run: str | Path, weights: Path, needed: int | None = None
+) -> None:
     """Refuse a vocabulary whose ids (``needed`` of them, default all its ``size``) are more than the model's input
     embedding has rows (``rows``; None: unknown)."""
     needed = tokenizer.size if needed is None else needed
     if rows is not None and needed > rows:
-        raise WorkbenchError(f"{Path(run) / TOKENIZER_FILE} holds {needed:,} tokens, more than the {rows:,} rows "
-                             f"of the model's input embedding ({weights}): it is not the vocabulary the run was "
-                             "trained with (restore the run's tokenizer.json)")
+        raise WorkbenchError(
+            f"{Path(run) / TOKENIZER_FILE} holds {needed:,} tokens, more than the {rows:,} rows "
+            f"of the model's input embedding ({weights}): it is not the vocabulary the run was "
+            "trained with (restore the run's tokenizer.json)"
+        )

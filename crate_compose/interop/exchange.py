@@ -48,21 +48,26 @@ class Imported:
 
     def provenance(self) -> dict[str, str]:
         """What the saved artifact records about its origin (safetensors metadata)."""
-        return {"imported_from": str(self.checkpoint.path), "family": self.family.name,
-                "checkpoint_sha256": self.checkpoint.sha256}
+        return {
+            "imported_from": str(self.checkpoint.path),
+            "family": self.family.name,
+            "checkpoint_sha256": self.checkpoint.sha256,
+        }
 
 
 def family(name: str) -> Family:
     """The family called ``name``; an unknown one is refused with the known ones."""
     if name not in FAMILIES:
         hint = did_you_mean(name, FAMILIES)
-        raise InteropError(f"unknown family {name!r}: expected one of {', '.join(FAMILIES)}"
-                              + (f" ({hint})" if hint else ""))
+        raise InteropError(
+            f"unknown family {name!r}: expected one of {', '.join(FAMILIES)}" + (f" ({hint})" if hint else "")
+        )
     return FAMILIES[name]
 
 
-def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict, chosen: Iterable[str] = ()
-                ) -> tuple[dict[str, Any], list[str]]:
+def infer_sizes(
+    found: Family, checkpoint: Checkpoint, spec_sizes: dict, chosen: Iterable[str] = ()
+) -> tuple[dict[str, Any], list[str]]:
     """The sizes of the network the checkpoint holds that differ from the spec's ``sizes``, and notes.
 
     Each size comes from, in this order: the user's ``--set sizes.K`` (``chosen``: the names set), the
@@ -75,20 +80,34 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict, chosen:
     try:
         shapes = {k: v if isinstance(v, bool) else int(v) for k, v in found.sizes(checkpoint.tensors).items()}
     except (KeyError, IndexError, ZeroDivisionError, ValueError) as error:
-        raise InteropError(f"{checkpoint.path}: cannot read the sizes of a {found.name} checkpoint from it "
-                           f"({type(error).__name__}: {error}); is it a {found.name} checkpoint?") from None
+        raise InteropError(
+            f"{checkpoint.path}: cannot read the sizes of a {found.name} checkpoint from it "
+            f"({type(error).__name__}: {error}); is it a {found.name} checkpoint?"
+        ) from None
     try:
         recorded = found.recorded(checkpoint.recorded) if found.recorded else {}
     except (ValueError, TypeError, KeyError) as error:
         raise InteropError(f"{checkpoint.path}: {error}") from None
-    contradictions = [f"{k}={recorded[k]} recorded, {shapes[k]} in the shapes" for k in recorded
-                      if k in shapes and shapes[k] != recorded[k]]
+    contradictions = [
+        f"{k}={recorded[k]} recorded, {shapes[k]} in the shapes"
+        for k in recorded
+        if k in shapes and shapes[k] != recorded[k]
+    ]
     if contradictions:
-        raise InteropError(f"{checkpoint.path}: the arguments recorded in the checkpoint contradict its tensors ("
-                           + "; ".join(contradictions) + "): which model it holds cannot be told")
+        raise InteropError(
+            f"{checkpoint.path}: the arguments recorded in the checkpoint contradict its tensors ("
+            + "; ".join(contradictions)
+            + "): which model it holds cannot be told"
+        )
     sizes = {**shapes, **recorded}
-    notes = ["sizes read from the arguments recorded in the checkpoint: "
-             + ", ".join(f"{k}={v}" for k, v in recorded.items())] if recorded else []
+    notes = (
+        [
+            "sizes read from the arguments recorded in the checkpoint: "
+            + ", ".join(f"{k}={v}" for k, v in recorded.items())
+        ]
+        if recorded
+        else []
+    )
     inner = sizes.pop("inner", None)
     if inner is not None:
         heads, why = _heads(found, checkpoint, sizes, spec_sizes.get("heads") if "heads" in chosen else None, inner)
@@ -97,8 +116,10 @@ def infer_sizes(found: Family, checkpoint: Checkpoint, spec_sizes: dict, chosen:
             notes.append(why)
     for name in ("image_size", "context"):
         if name in spec_sizes and name not in sizes and name not in chosen:
-            notes.append(f"a {found.name} checkpoint does not give {name}: kept the spec's {spec_sizes[name]} "
-                         f"(--set sizes.{name}=N to choose another)")
+            notes.append(
+                f"a {found.name} checkpoint does not give {name}: kept the spec's {spec_sizes[name]} "
+                f"(--set sizes.{name}=N to choose another)"
+            )
     changed = {k: v for k, v in sizes.items() if k in spec_sizes and k not in chosen and spec_sizes[k] != v}
     return changed, notes
 
@@ -111,22 +132,37 @@ def _heads(found: Family, checkpoint: Checkpoint, sizes: dict, chosen: int | Non
         heads, why = chosen, ""
     else:
         shapes = {k: v for k, v in sizes.items() if k in BODY}  # heads are the body's: patch, image, classes aside
-        fits = {name: found.published[name]["heads"] for name in found.matching(shapes)
-                if inner == found.published[name].get("head_dim", inner // found.published[name]["heads"])
-                * found.published[name]["heads"]}
+        fits = {
+            name: found.published[name]["heads"]
+            for name in found.matching(shapes)
+            if inner
+            == found.published[name].get("head_dim", inner // found.published[name]["heads"])
+            * found.published[name]["heads"]
+        }
         if len(set(fits.values())) != 1:
-            known = (f"; {found.name}'s published models: "
-                     + ", ".join(f"{n} ({m['heads']})" for n, m in found.published.items())) if found.published else ""
+            known = (
+                (
+                    f"; {found.name}'s published models: "
+                    + ", ".join(f"{n} ({m['heads']})" for n, m in found.published.items())
+                )
+                if found.published
+                else ""
+            )
             raise InteropError(
                 f"{checkpoint.path}: the number of heads is neither recorded in the checkpoint nor told by its shapes "
                 f"(one shared projection of {inner} rows, width {sizes.get('d')}) and its sizes are those of no "
-                f"published model{known}. Give it: --set sizes.heads=K (K divides {inner})")
+                f"published model{known}. Give it: --set sizes.heads=K (K divides {inner})"
+            )
         heads = next(iter(fits.values()))
-        why = (f"heads={heads}: the checkpoint's shapes are those of {found.name}'s published "
-               f"{' / '.join(fits)} (it records no arguments; --set sizes.heads=K to choose another)")
+        why = (
+            f"heads={heads}: the checkpoint's shapes are those of {found.name}'s published "
+            f"{' / '.join(fits)} (it records no arguments; --set sizes.heads=K to choose another)"
+        )
     if heads < 1 or inner % heads:
-        raise InteropError(f"{checkpoint.path}: {heads} heads do not divide the shared projection's {inner} rows "
-                           f"(--set sizes.heads=K with K dividing {inner})")
+        raise InteropError(
+            f"{checkpoint.path}: {heads} heads do not divide the shared projection's {inner} rows "
+            f"(--set sizes.heads=K with K dividing {inner})"
+        )
     return heads, why
 
 
@@ -143,19 +179,28 @@ def family_arguments(spec: Spec, found: Family) -> list[str]:
         where = ".".join(str(p) for p in step.path)
         for key, value in place.args.items():
             if getattr(step.args, key, None) != value:
-                overrides[f"{where}.args.{key}"] = yaml.safe_dump(value, default_flow_style=True).removesuffix(
-                    "\n...\n").strip()
+                overrides[f"{where}.args.{key}"] = (
+                    yaml.safe_dump(value, default_flow_style=True).removesuffix("\n...\n").strip()
+                )
     return [f"{path}={value}" for path, value in overrides.items()]
 
 
 def chosen_sizes(overrides: Iterable[str]) -> set[str]:
     """The sizes ``--set sizes.K=V`` overrides set."""
-    return {o.partition("=")[0].strip()[len("sizes."):] for o in overrides if o.strip().startswith("sizes.")}
+    return {o.partition("=")[0].strip()[len("sizes.") :] for o in overrides if o.strip().startswith("sizes.")}
 
 
-def import_checkpoint(spec_ref, file: str | Path, family_name: str | None = None, *, overrides: Iterable[str] = (),
-                      infer: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
-                      key: str | None = None) -> Imported:
+def import_checkpoint(
+    spec_ref,
+    file: str | Path,
+    family_name: str | None = None,
+    *,
+    overrides: Iterable[str] = (),
+    infer: bool = True,
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    key: str | None = None,
+) -> Imported:
     """Build ``spec_ref`` (a path, preset name or Spec) with the weights of the checkpoint ``file``.
 
     ``family_name``: whose code saved it (default: told by the names of its tensors, :func:`detect`).
@@ -181,8 +226,10 @@ def import_checkpoint(spec_ref, file: str | Path, family_name: str | None = None
         if infer:
             sizes, inferred = infer_sizes(found, checkpoint, spec.sizes, chosen_sizes(overrides))
             notes += inferred
-            overrides = [*(f"sizes.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sizes.items()),
-                         *overrides]
+            overrides = [
+                *(f"sizes.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sizes.items()),
+                *overrides,
+            ]
             spec = loader.load(spec_ref, overrides)
             fixed = family_arguments(spec, found)
             if fixed:
@@ -190,16 +237,20 @@ def import_checkpoint(spec_ref, file: str | Path, family_name: str | None = None
                 spec = loader.load(spec_ref, [*fixed, *overrides])
     theirs = checkpoint.tensors
     pairs, skipped = fitted(spec, compile_spec(spec, meta=True).state_dict(), checkpoint, found, infer)  # on meta:
-    dtype = dtype or (torch.float64 if all(t.dtype == torch.float64 for t in theirs.values() if t.is_floating_point())
-                      else torch.float32)  # a misfit is refused before memory is spent
+    dtype = dtype or (
+        torch.float64
+        if all(t.dtype == torch.float64 for t in theirs.values() if t.is_floating_point())
+        else torch.float32
+    )  # a misfit is refused before memory is spent
     module = compile_spec(spec, seed=seed, dtype=dtype)
     module.load_state_dict(to_ours(pairs, theirs, dtype), strict=True)
     notes += notes_on_arguments(pairs, found)
     return Imported(module, found, checkpoint, sizes, notes, skipped)
 
 
-def fitted(spec: Spec, ours: dict[str, torch.Tensor], checkpoint: Checkpoint, found: Family,
-           inferred: bool | None = False) -> tuple[list[Pair], list[str]]:
+def fitted(
+    spec: Spec, ours: dict[str, torch.Tensor], checkpoint: Checkpoint, found: Family, inferred: bool | None = False
+) -> tuple[list[Pair], list[str]]:
     """The pairs of ``spec``'s tensors (its state dict ``ours``, on meta or not) with the checkpoint's,
     and the checkpoint's tensors left out on purpose; :class:`InteropError` naming every misfit."""
     pairs, problems = correspond(plan(explicit(spec)), ours, found)
@@ -211,9 +262,11 @@ def fitted(spec: Spec, ours: dict[str, torch.Tensor], checkpoint: Checkpoint, fo
     broken = not_finite(checkpoint.tensors, [pair.theirs for pair in pairs])
     if broken:  # a diverged run: as a build folder's NaN is refused (probing.load_weights, checkpoint.verify)
         shown = ", ".join(broken[:SHOWN]) + (f", ... and {len(broken) - SHOWN} more" if len(broken) > SHOWN else "")
-        raise InteropError(f"{checkpoint.path}: {len(broken)} tensor{'s' if len(broken) != 1 else ''} "
-                           f"{'hold' if len(broken) != 1 else 'holds'} NaN or infinite values ({shown}; "
-                           "the weights of a diverged run?)")
+        raise InteropError(
+            f"{checkpoint.path}: {len(broken)} tensor{'s' if len(broken) != 1 else ''} "
+            f"{'hold' if len(broken) != 1 else 'holds'} NaN or infinite values ({shown}; "
+            "the weights of a diverged run?)"
+        )
     return pairs, skipped
 
 
@@ -223,8 +276,12 @@ def not_finite(tensors: dict[str, torch.Tensor], names: Iterable[str]) -> list[s
     found = []
     for name in dict.fromkeys(names):
         tensor = tensors.get(name)
-        if tensor is not None and tensor.is_floating_point() and not tensor.is_meta \
-                and not torch.isfinite(tensor).all():
+        if (
+            tensor is not None
+            and tensor.is_floating_point()
+            and not tensor.is_meta
+            and not torch.isfinite(tensor).all()
+        ):
             found.append(name)
     return found
 
@@ -241,8 +298,12 @@ def load_checkpoint(module: fx.GraphModule, file: str | Path | Checkpoint, famil
     pairs, skipped = fitted(spec_of(module), ours, checkpoint, found, inferred=None)
     dtype = next((t.dtype for t in ours.values() if t.is_floating_point()), torch.float32)
     module.load_state_dict(to_ours(pairs, checkpoint.tensors, dtype), strict=True)
-    return [f"{checkpoint.path} read as a {found.name} checkpoint", *checkpoint.notes,
-            *(f"not used: {s}" for s in skipped), *notes_on_arguments(pairs, found)]
+    return [
+        f"{checkpoint.path} read as a {found.name} checkpoint",
+        *checkpoint.notes,
+        *(f"not used: {s}" for s in skipped),
+        *notes_on_arguments(pairs, found),
+    ]
 
 
 def in_family_names(checkpoint: Checkpoint, found: Family) -> Checkpoint:
@@ -262,8 +323,10 @@ def detect(checkpoint: Checkpoint) -> Family:
     found = [f for f in FAMILIES.values() if f.holds(checkpoint.tensors)]
     if len(found) != 1:
         some = ", ".join(list(checkpoint.tensors)[:4])
-        raise InteropError(f"{checkpoint.path}: cannot tell whose code saved it (its tensors begin {some}); "
-                              f"give --from {'|'.join(FAMILIES)}")
+        raise InteropError(
+            f"{checkpoint.path}: cannot tell whose code saved it (its tensors begin {some}); "
+            f"give --from {'|'.join(FAMILIES)}"
+        )
     return found[0]
 
 
@@ -271,12 +334,19 @@ def _refusal(path: Path, spec: str, found: Family, problems: list[str], inferred
     """The refusal: every problem (the first ``SHOWN``), and how sizes could be read (``inferred``: the
     import inferred them already; False: it could; None: the command cannot, ``import`` can)."""
     shown = problems[:SHOWN] + ([f"... and {len(problems) - SHOWN} more"] if len(problems) > SHOWN else [])
-    hint = "" if inferred else ("\n  (without --keep-spec, import builds the spec at the checkpoint's sizes)"
-                                if inferred is False else
-                                "\n  (crate-compose import SPEC FILE builds the spec at the checkpoint's sizes)")
-    return (f"{path} does not fit {spec} as a {found.name} checkpoint ({found.code}): "
-            f"{len(problems)} problem{'s' if len(problems) != 1 else ''}:\n"
-            + "\n".join(f"  {p}" for p in shown) + hint)
+    hint = (
+        ""
+        if inferred
+        else (
+            "\n  (without --keep-spec, import builds the spec at the checkpoint's sizes)"
+            if inferred is False
+            else "\n  (crate-compose import SPEC FILE builds the spec at the checkpoint's sizes)"
+        )
+    )
+    return (
+        f"{path} does not fit {spec} as a {found.name} checkpoint ({found.code}): "
+        f"{len(problems)} problem{'s' if len(problems) != 1 else ''}:\n" + "\n".join(f"  {p}" for p in shown) + hint
+    )
 
 
 def export_checkpoint(module: fx.GraphModule, family_name: str) -> dict[str, torch.Tensor]:
@@ -287,8 +357,10 @@ def export_checkpoint(module: fx.GraphModule, family_name: str) -> dict[str, tor
     ours = module.state_dict()
     pairs, problems = correspond(plan(explicit(spec)), ours, found)
     if problems:
-        raise InteropError(f"{spec.name} cannot be written as a {found.name} checkpoint ({found.code}):\n"
-                              + "\n".join(f"  {p}" for p in problems[:SHOWN]))
+        raise InteropError(
+            f"{spec.name} cannot be written as a {found.name} checkpoint ({found.code}):\n"
+            + "\n".join(f"  {p}" for p in problems[:SHOWN])
+        )
     theirs = to_theirs(pairs, ours)
     if found.fill is not None:
         theirs.update(found.fill(theirs))

@@ -151,14 +151,16 @@ class Family:
         """The sizes of the published model ``name`` (as the family's code registers it), for ``where``
         (what recorded the name); an unknown name is refused with the known ones."""
         if name not in self.published:
-            raise ValueError(f"{where} is {name!r}, which {self.code} does not define "
-                             f"(it defines {', '.join(self.published)})")
+            raise ValueError(
+                f"{where} is {name!r}, which {self.code} does not define (it defines {', '.join(self.published)})"
+            )
         return dict(self.published[name])
 
     def matching(self, sizes: dict[str, Any]) -> list[str]:
         """The published models whose sizes agree with every size in ``sizes`` they give."""
-        return [name for name, known in self.published.items()
-                if all(known[k] == v for k, v in sizes.items() if k in known)]
+        return [
+            name for name, known in self.published.items() if all(known[k] == v for k, v in sizes.items() if k in known)
+        ]
 
 
 def pair(ours: str, theirs: str, *suffixes: str) -> dict[str, str]:
@@ -191,8 +193,12 @@ def head_sizes(inner: int) -> dict[str, int]:
 
 def gpt2_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     vocab, d = t["transformer.wte.weight"].shape
-    return {"vocab": vocab, "d": d, "context": t["transformer.wpe.weight"].shape[0],
-            "depth": layer_count(t, r"transformer\.h\.(\d+)\.")}
+    return {
+        "vocab": vocab,
+        "d": d,
+        "context": t["transformer.wpe.weight"].shape[0],
+        "depth": layer_count(t, r"transformer\.h\.(\d+)\."),
+    }
 
 
 LM_EMBEDDINGS = (

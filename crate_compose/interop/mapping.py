@@ -27,7 +27,9 @@ class Pair:
     step: PlannedStep
 
 
-def correspond(steps: Iterable[PlannedStep], ours: dict[str, torch.Tensor], family: Family) -> tuple[list[Pair], list[str]]:
+def correspond(
+    steps: Iterable[PlannedStep], ours: dict[str, torch.Tensor], family: Family
+) -> tuple[list[Pair], list[str]]:
     """The pairs for every tensor of ``ours`` (a state dict of the network planned as ``steps``), and a
     problem for each step or tensor the family has no place for."""
     pairs: list[Pair] = []
@@ -44,10 +46,11 @@ def correspond(steps: Iterable[PlannedStep], ours: dict[str, torch.Tensor], fami
         if place is None:
             problems.append(f"{where} has no counterpart in {family.name} checkpoints ({family.code})")
             continue
-        found = place.theirs(name[len(step.target) + 1:], step.layer)
+        found = place.theirs(name[len(step.target) + 1 :], step.layer)
         if found is None:
-            problems.append(f"{name}: {family.name}'s {primitive} steps have no such tensor "
-                            f"(they have {', '.join(place.tensors)})")
+            problems.append(
+                f"{name}: {family.name}'s {primitive} steps have no such tensor (they have {', '.join(place.tensors)})"
+            )
             continue
         pairs.append(Pair(name, found[0], found[1], step))
     return pairs, _unique(problems)
@@ -63,8 +66,13 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def check(pairs: list[Pair], ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor], family: Family,
-          tied: dict[str, str]) -> tuple[list[str], list[str]]:
+def check(
+    pairs: list[Pair],
+    ours: dict[str, torch.Tensor],
+    theirs: dict[str, torch.Tensor],
+    family: Family,
+    tied: dict[str, str],
+) -> tuple[list[str], list[str]]:
     """Every way ``theirs`` does not fit ``ours`` (missing, extra, other shapes, tied tensors that differ),
     and the authors' tensors left out on purpose (their forward never reads them), as text."""
     problems: list[str] = []
@@ -76,8 +84,10 @@ def check(pairs: list[Pair], ours: dict[str, torch.Tensor], theirs: dict[str, to
         got = tuple(pair.layout.to_ours(theirs[pair.theirs]).shape)
         if got != want:
             shape = tuple(theirs[pair.theirs].shape)
-            problems.append(f"{pair.theirs} is {shape} in the checkpoint; {pair.ours} is {want} in the spec"
-                            + (f" (after {pair.layout.name}: {got})" if got != shape else ""))
+            problems.append(
+                f"{pair.theirs} is {shape} in the checkpoint; {pair.ours} is {want} in the spec"
+                + (f" (after {pair.layout.name}: {got})" if got != shape else "")
+            )
     used = {pair.theirs for pair in pairs}
     skipped = []
     for name in theirs:
@@ -91,8 +101,16 @@ def check(pairs: list[Pair], ours: dict[str, torch.Tensor], theirs: dict[str, to
     by_ours = {pair.ours: pair.theirs for pair in pairs}
     for own, source in tied.items():  # a tied pair of ours must come from one tensor of theirs
         a, b = by_ours.get(own), by_ours.get(source)
-        if a and b and a != b and a in theirs and b in theirs and theirs[a].shape == theirs[b].shape \
-                and not theirs[a].is_meta and not torch.equal(theirs[a], theirs[b]):
+        if (
+            a
+            and b
+            and a != b
+            and a in theirs
+            and b in theirs
+            and theirs[a].shape == theirs[b].shape
+            and not theirs[a].is_meta
+            and not torch.equal(theirs[a], theirs[b])
+        ):
             problems.append(f"{own} is tied to {source} in the spec, but the checkpoint's {a} and {b} differ")
     return problems, skipped
 

@@ -64,16 +64,23 @@ def _holds_timm_vit(t: dict[str, torch.Tensor]) -> bool:
     ``cls_attn_blocks``, a convolutional stem ``patch_embed.proj.0.0``), CaiT (``cls_attn_blocks``) and
     CRATE-MAE (``blocks.N.layers``, no ``blocks.N.attn``; ``decoder_pos_embed``)."""
     qkv = t.get("blocks.0.attn.qkv.weight")
-    return (qkv is not None and qkv.dim() == 2 and qkv.shape[0] == 3 * qkv.shape[1]
-            and all(k in t for k in ("patch_embed.proj.weight", "pos_embed", "cls_token"))
-            and not any(k.startswith(_NOT_TIMM_VIT) for k in t))
+    return (
+        qkv is not None
+        and qkv.dim() == 2
+        and qkv.shape[0] == 3 * qkv.shape[1]
+        and all(k in t for k in ("patch_embed.proj.weight", "pos_embed", "cls_token"))
+        and not any(k.startswith(_NOT_TIMM_VIT) for k in t)
+    )
 
 
 def _timm_vit_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
     """Width, patch, channels and image side (the conv and ``pos_embed`` (1, 1 + N, d)), depth and classes
     (``head``; a headless file, ``num_classes=0``, gives none); the heads are not in the shapes."""
-    sizes = {**conv_patch_sizes(t["patch_embed.proj.weight"], t["pos_embed"]), "depth": layer_count(t, r"blocks\.(\d+)\."),
-             **head_sizes(t["blocks.0.attn.qkv.weight"].shape[0] // 3)}
+    sizes = {
+        **conv_patch_sizes(t["patch_embed.proj.weight"], t["pos_embed"]),
+        "depth": layer_count(t, r"blocks\.(\d+)\."),
+        **head_sizes(t["blocks.0.attn.qkv.weight"].shape[0] // 3),
+    }
     if "head.weight" in t:
         sizes["classes"] = t["head.weight"].shape[0]
     return sizes
@@ -92,8 +99,10 @@ def _timm_vit_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     pools = (("global_pool", config.get("global_pool")), ("model_args.global_pool", args.get("global_pool")))
     for where, pool in pools:
         if pool not in (None, "token"):
-            raise ValueError(f"config.json's {where} is {pool!r}: the vit spec classifies the class token "
-                             "(timm's global_pool='token')")
+            raise ValueError(
+                f"config.json's {where} is {pool!r}: the vit spec classifies the class token "
+                "(timm's global_pool='token')"
+            )
     architecture = config.get("architecture")
     architecture = architecture.partition(".")[0] if isinstance(architecture, str) else None  # a hub tag aside
     known = architecture in TIMM_VIT.published
@@ -104,8 +113,14 @@ def _timm_vit_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     shape = pretrained.get("input_size")
     if isinstance(shape, list) and len(shape) == 3 and _count_of(shape[0]) and _side(shape[1:]):
         sizes.update(channels=shape[0], image_size=shape[1])
-    for theirs, ours in (("embed_dim", "d"), ("depth", "depth"), ("num_heads", "heads"), ("patch_size", "patch_size"),
-                         ("in_chans", "channels"), ("num_classes", "classes")):
+    for theirs, ours in (
+        ("embed_dim", "d"),
+        ("depth", "depth"),
+        ("num_heads", "heads"),
+        ("patch_size", "patch_size"),
+        ("in_chans", "channels"),
+        ("num_classes", "classes"),
+    ):
         if _count_of(args.get(theirs)):
             sizes[ours] = args[theirs]
     if _side(args.get("img_size")):
@@ -122,13 +137,18 @@ def _timm_vit_models() -> dict[str, dict[str, Any]]:
     pooling. Widths, heads and depth by size (tiny and small as the zoo presets vit-tiny and vit-small state
     them), patch and image side by name."""
     width = ("d", "heads", "depth")
-    widths = {"tiny": preset_sizes("vit-tiny", width), "small": preset_sizes("vit-small", width),
-              "base": {"d": 768, "heads": 12, "depth": 12},  # no preset of this size
-              "large": {"d": 1024, "heads": 16, "depth": 24}}  # no preset of this size
-    registered = {"tiny": ("16_224", "16_384"),
-                  "small": ("8_224", "16_224", "16_384", "32_224", "32_384"),
-                  "base": ("8_224", "16_224", "16_384", "32_224", "32_384"),
-                  "large": ("14_224", "16_224", "16_384", "32_224", "32_384")}
+    widths = {
+        "tiny": preset_sizes("vit-tiny", width),
+        "small": preset_sizes("vit-small", width),
+        "base": {"d": 768, "heads": 12, "depth": 12},  # no preset of this size
+        "large": {"d": 1024, "heads": 16, "depth": 24},
+    }  # no preset of this size
+    registered = {
+        "tiny": ("16_224", "16_384"),
+        "small": ("8_224", "16_224", "16_384", "32_224", "32_384"),
+        "base": ("8_224", "16_224", "16_384", "32_224", "32_384"),
+        "large": ("14_224", "16_224", "16_384", "32_224", "32_384"),
+    }
     deit = {"tiny": ("16_224",), "small": ("16_224",), "base": ("16_224", "16_384")}
     models = {}
     for prefix, table in (("vit", registered), ("deit", deit)):
@@ -139,28 +159,54 @@ def _timm_vit_models() -> dict[str, dict[str, Any]]:
     return models
 
 
-TIMM_VIT = family(Family(
-    name="timm-vit",
-    code="huggingface/pytorch-image-models (timm), timm/models/vision_transformer.py (VisionTransformer)",
-    spec="vit-small",
-    marker=_holds_timm_vit,
-    places=(
-        Place("preprocess", "patch_embed", pair("project", "patch_embed.proj"),
-              args={"projection": "conv", "norm": False}),
-        Place("preprocess", "class_token", {"token": "cls_token"}),
-        Place("preprocess", "positions", {"embedding": "pos_embed"}),
-        Place("encoder", "mhsa", {**pair("norm", "blocks.{layer}.norm1"), **pair("qkv", "blocks.{layer}.attn.qkv"),
-                                  **pair("out", "blocks.{layer}.attn.proj")}, args={"eps": 1e-6, "causal": False}),
-        Place("encoder", "mlp", {**pair("norm", "blocks.{layer}.norm2"), **pair("expand", "blocks.{layer}.mlp.fc1"),
-                                 **pair("contract", "blocks.{layer}.mlp.fc2")}, args={"eps": 1e-6, "gelu": "exact"}),
-        # timm normalizes every token with `norm`, then takes the class token; ours takes it, then normalizes
-        Place("head", "classify", {**pair("norm", "norm"), **pair("classifier", "head")},
-              args={"eps": 1e-6, "pool": "cls"}),
-    ),
-    sizes=_timm_vit_sizes,
-    recorded=_timm_vit_recorded,
-    published=Published(_timm_vit_models, _TIMM_VIT_PRESETS),
-))
+TIMM_VIT = family(
+    Family(
+        name="timm-vit",
+        code="huggingface/pytorch-image-models (timm), timm/models/vision_transformer.py (VisionTransformer)",
+        spec="vit-small",
+        marker=_holds_timm_vit,
+        places=(
+            Place(
+                "preprocess",
+                "patch_embed",
+                pair("project", "patch_embed.proj"),
+                args={"projection": "conv", "norm": False},
+            ),
+            Place("preprocess", "class_token", {"token": "cls_token"}),
+            Place("preprocess", "positions", {"embedding": "pos_embed"}),
+            Place(
+                "encoder",
+                "mhsa",
+                {
+                    **pair("norm", "blocks.{layer}.norm1"),
+                    **pair("qkv", "blocks.{layer}.attn.qkv"),
+                    **pair("out", "blocks.{layer}.attn.proj"),
+                },
+                args={"eps": 1e-6, "causal": False},
+            ),
+            Place(
+                "encoder",
+                "mlp",
+                {
+                    **pair("norm", "blocks.{layer}.norm2"),
+                    **pair("expand", "blocks.{layer}.mlp.fc1"),
+                    **pair("contract", "blocks.{layer}.mlp.fc2"),
+                },
+                args={"eps": 1e-6, "gelu": "exact"},
+            ),
+            # timm normalizes every token with `norm`, then takes the class token; ours takes it, then normalizes
+            Place(
+                "head",
+                "classify",
+                {**pair("norm", "norm"), **pair("classifier", "head")},
+                args={"eps": 1e-6, "pool": "cls"},
+            ),
+        ),
+        sizes=_timm_vit_sizes,
+        recorded=_timm_vit_recorded,
+        published=Published(_timm_vit_models, _TIMM_VIT_PRESETS),
+    )
+)
 
 
 # --- transformers' GPT-2 (huggingface/transformers, models/gpt2/modeling_gpt2.py) --------------------
@@ -188,8 +234,12 @@ def _holds_gpt2(t: dict[str, torch.Tensor]) -> bool:
     if prefix is None:
         return False
     c_attn = t.get(f"{prefix}h.0.attn.c_attn.weight")
-    return (c_attn is not None and c_attn.dim() == 2 and c_attn.shape[1] == 3 * c_attn.shape[0]
-            and not any(k.endswith(_NOT_GPT2) for k in t))
+    return (
+        c_attn is not None
+        and c_attn.dim() == 2
+        and c_attn.shape[1] == 3 * c_attn.shape[0]
+        and not any(k.endswith(_NOT_GPT2) for k in t)
+    )
 
 
 def _gpt2_sizes(t: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -215,10 +265,17 @@ def _gpt2_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json's model_type is {config['model_type']!r}, not 'gpt2'")
     for key, computed in _GPT2_COMPUTES.items():
         if key in config and config[key] not in computed:
-            raise ValueError(f"config.json's {key} is {config[key]!r}; the gpt2 spec computes with "
-                             f"{' / '.join(map(repr, computed))}")
-    names = {"n_embd": "d", "n_head": "heads", "n_layer": "depth", "n_ctx": "context", "n_positions": "context",
-             "vocab_size": "vocab"}  # n_positions after n_ctx: it wins where both are given
+            raise ValueError(
+                f"config.json's {key} is {config[key]!r}; the gpt2 spec computes with {' / '.join(map(repr, computed))}"
+            )
+    names = {
+        "n_embd": "d",
+        "n_head": "heads",
+        "n_layer": "depth",
+        "n_ctx": "context",
+        "n_positions": "context",
+        "vocab_size": "vocab",
+    }  # n_positions after n_ctx: it wins where both are given
     return {ours: config[theirs] for theirs, ours in names.items() if _count_of(config.get(theirs))}
 
 
@@ -232,36 +289,56 @@ def _gpt2_models() -> dict[str, dict[str, Any]]:
     and depth are in no preset."""
     small = preset_sizes(_GPT2_PRESETS["gpt2"], ("d", "heads", "depth", "context", "vocab"))
     shared = {"context": small["context"], "vocab": small["vocab"]}
-    others = {"gpt2-medium": (1024, 16, 24), "gpt2-large": (1280, 20, 36), "gpt2-xl": (1600, 25, 48),
-              "distilgpt2": (768, 12, 6)}  # no preset of these sizes
-    return {"gpt2": small, **{name: {"d": d, "heads": heads, "depth": depth, **shared}
-                              for name, (d, heads, depth) in others.items()}}
+    others = {
+        "gpt2-medium": (1024, 16, 24),
+        "gpt2-large": (1280, 20, 36),
+        "gpt2-xl": (1600, 25, 48),
+        "distilgpt2": (768, 12, 6),
+    }  # no preset of these sizes
+    return {
+        "gpt2": small,
+        **{name: {"d": d, "heads": heads, "depth": depth, **shared} for name, (d, heads, depth) in others.items()},
+    }
 
 
-GPT2 = family(Family(
-    name="gpt2",
-    code="huggingface/transformers, models/gpt2/modeling_gpt2.py (GPT2LMHeadModel)",
-    spec="gpt2-small",
-    marker=_holds_gpt2,
-    places=(
-        *LM_EMBEDDINGS,  # wte, wpe (context, d), and lm_head tied to wte
-        Place("encoder", "mhsa", {**pair("norm", f"{_GPT2_LAYER}.ln_1"),
-                                  "qkv.weight": (f"{_GPT2_LAYER}.attn.c_attn.weight", TRANSPOSED),  # Conv1D: (d, 3d)
-                                  "qkv.bias": f"{_GPT2_LAYER}.attn.c_attn.bias",
-                                  "out.weight": (f"{_GPT2_LAYER}.attn.c_proj.weight", TRANSPOSED),
-                                  "out.bias": f"{_GPT2_LAYER}.attn.c_proj.bias"}, args={"causal": True, "eps": 1e-5}),
-        Place("encoder", "mlp", {**pair("norm", f"{_GPT2_LAYER}.ln_2"),
-                                 "expand.weight": (f"{_GPT2_LAYER}.mlp.c_fc.weight", TRANSPOSED),
-                                 "expand.bias": f"{_GPT2_LAYER}.mlp.c_fc.bias",
-                                 "contract.weight": (f"{_GPT2_LAYER}.mlp.c_proj.weight", TRANSPOSED),
-                                 "contract.bias": f"{_GPT2_LAYER}.mlp.c_proj.bias"},
-              args={"gelu": "tanh", "eps": 1e-5}),
-        Place("encoder", "layernorm", pair("", "transformer.ln_f"), part="post", args={"eps": 1e-5}),
-    ),
-    sizes=_gpt2_sizes,
-    unused={r"transformer\.h\.\d+\.attn\.(bias|masked_bias)": "the causal mask (older files hold it), a constant"},
-    recorded=_gpt2_recorded,
-    published=Published(_gpt2_models, _GPT2_PRESETS),
-    canonical=_gpt2_names,
-))
-
+GPT2 = family(
+    Family(
+        name="gpt2",
+        code="huggingface/transformers, models/gpt2/modeling_gpt2.py (GPT2LMHeadModel)",
+        spec="gpt2-small",
+        marker=_holds_gpt2,
+        places=(
+            *LM_EMBEDDINGS,  # wte, wpe (context, d), and lm_head tied to wte
+            Place(
+                "encoder",
+                "mhsa",
+                {
+                    **pair("norm", f"{_GPT2_LAYER}.ln_1"),
+                    "qkv.weight": (f"{_GPT2_LAYER}.attn.c_attn.weight", TRANSPOSED),  # Conv1D: (d, 3d)
+                    "qkv.bias": f"{_GPT2_LAYER}.attn.c_attn.bias",
+                    "out.weight": (f"{_GPT2_LAYER}.attn.c_proj.weight", TRANSPOSED),
+                    "out.bias": f"{_GPT2_LAYER}.attn.c_proj.bias",
+                },
+                args={"causal": True, "eps": 1e-5},
+            ),
+            Place(
+                "encoder",
+                "mlp",
+                {
+                    **pair("norm", f"{_GPT2_LAYER}.ln_2"),
+                    "expand.weight": (f"{_GPT2_LAYER}.mlp.c_fc.weight", TRANSPOSED),
+                    "expand.bias": f"{_GPT2_LAYER}.mlp.c_fc.bias",
+                    "contract.weight": (f"{_GPT2_LAYER}.mlp.c_proj.weight", TRANSPOSED),
+                    "contract.bias": f"{_GPT2_LAYER}.mlp.c_proj.bias",
+                },
+                args={"gelu": "tanh", "eps": 1e-5},
+            ),
+            Place("encoder", "layernorm", pair("", "transformer.ln_f"), part="post", args={"eps": 1e-5}),
+        ),
+        sizes=_gpt2_sizes,
+        unused={r"transformer\.h\.\d+\.attn\.(bias|masked_bias)": "the causal mask (older files hold it), a constant"},
+        recorded=_gpt2_recorded,
+        published=Published(_gpt2_models, _GPT2_PRESETS),
+        canonical=_gpt2_names,
+    )
+)

@@ -77,8 +77,10 @@ def read_checkpoint(path: str | Path, key: str | None = None) -> Checkpoint:
     if key is not None:
         loaded = _entry(loaded, key, path, notes)
     elif isinstance(loaded, dict) and "model_ema" in loaded and not _is_state_dict(loaded):
-        notes.append("the checkpoint also holds 'model_ema' (an average of the weights over training); "
-                     "--key model_ema reads it instead")
+        notes.append(
+            "the checkpoint also holds 'model_ema' (an average of the weights over training); "
+            "--key model_ema reads it instead"
+        )
     tensors = _unwrap(loaded, path, notes)
     tensors = _strip_prefixes(tensors, notes)
     if not tensors:
@@ -90,8 +92,10 @@ def _entry(loaded: Any, key: str, path: Path, notes: list[str]) -> Any:
     """``loaded[key]``, or a refusal naming the entries there are."""
     if not isinstance(loaded, dict) or key not in loaded or _is_state_dict(loaded):
         there = [k for k, v in loaded.items() if isinstance(v, dict)] if isinstance(loaded, dict) else []
-        raise InteropError(f"{path} has no entry {key!r} holding weights"
-                           + (f" (its entries that could: {', '.join(map(repr, there))})" if there else ""))
+        raise InteropError(
+            f"{path} has no entry {key!r} holding weights"
+            + (f" (its entries that could: {', '.join(map(repr, there))})" if there else "")
+        )
     notes.append(f"weights read from {key!r}, as asked")
     return loaded[key]
 
@@ -175,8 +179,11 @@ def _what_it_asked_for(message: str) -> str:
 
 
 def _is_state_dict(value: Any) -> bool:
-    return isinstance(value, dict) and bool(value) and all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+    )
 
 
 def _unwrap(loaded: Any, path: Path, notes: list[str]) -> dict[str, torch.Tensor]:
@@ -207,6 +214,6 @@ def _strip_prefixes(tensors: dict[str, torch.Tensor], notes: list[str]) -> dict[
         prefix = next((p for p in PREFIXES if all(k.startswith(p) for k in tensors)), None)
         if prefix is None:
             break
-        tensors = {k[len(prefix):]: v for k, v in tensors.items()}
+        tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
         notes.append(f"the prefix {prefix!r} was removed from every key")
     return tensors

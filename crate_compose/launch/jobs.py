@@ -63,14 +63,24 @@ class Job:
         return [python, "-m", "crate_compose.launch.jobs", str(self.run)]
 
 
-def write_job(run: Path, described, *, label: str, device: str = "cpu", memory_limit=None,
-              plugins: tuple[str, ...] = ()) -> Job:
+def write_job(
+    run: Path, described, *, label: str, device: str = "cpu", memory_limit=None, plugins: tuple[str, ...] = ()
+) -> Job:
     """Write what defines ``described`` (a :class:`~crate_compose.training.description.RunDescription`) into
     ``RUN/launch/job.json``; the :class:`Job`."""
-    record = {"format": FORMAT, "label": label, "source": described.source.data, "overrides": list(described.overrides),
-              "settings": asdict(described.settings), "init": str(described.init) if described.init else None,
-              "freeze": described.freeze, "recipe": described.recipe, "device": device,
-              "memory_limit": memory_limit, "plugins": [str(p) for p in plugins]}
+    record = {
+        "format": FORMAT,
+        "label": label,
+        "source": described.source.data,
+        "overrides": list(described.overrides),
+        "settings": asdict(described.settings),
+        "init": str(described.init) if described.init else None,
+        "freeze": described.freeze,
+        "recipe": described.recipe,
+        "device": device,
+        "memory_limit": memory_limit,
+        "plugins": [str(p) for p in plugins],
+    }
     job = Job(Path(run), label)
     job.folder.mkdir(parents=True, exist_ok=True)
     write_atomic(job.folder / JOB_FILE, json.dumps(record, indent=1) + "\n")
@@ -97,8 +107,9 @@ def read_record(path: Path, what: str, limit: int = MAX_JOB_BYTES) -> dict[str, 
     try:
         found = json.loads(read_input(path, limit=limit, what=what, error=LaunchError).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
-        raise LaunchError(f"{what} {path} is damaged ({str(error).splitlines()[0]}); remove it, and the launcher "
-                          "writes it again") from None
+        raise LaunchError(
+            f"{what} {path} is damaged ({str(error).splitlines()[0]}); remove it, and the launcher writes it again"
+        ) from None
     if not isinstance(found, dict):
         raise LaunchError(f"{what} {path} is damaged (not a JSON object); remove it, and the launcher writes it again")
     return found
@@ -110,8 +121,19 @@ def read_job(run: Path) -> dict[str, Any]:
     record = read_record(path, "the job")
     if record is None:
         raise LaunchError(f"{path}: no such file (a launcher writes it before it starts the run)")
-    keys = {"format", "label", "source", "overrides", "settings", "init", "freeze", "recipe", "device",
-            "memory_limit", "plugins"}
+    keys = {
+        "format",
+        "label",
+        "source",
+        "overrides",
+        "settings",
+        "init",
+        "freeze",
+        "recipe",
+        "device",
+        "memory_limit",
+        "plugins",
+    }
     if record.get("format") != FORMAT or set(record) != keys or not isinstance(record["settings"], dict):
         raise LaunchError(f"the job {path} is not a job of format {FORMAT} (keys {', '.join(sorted(keys))})")
     return record
@@ -122,16 +144,28 @@ def describe_job(record: dict[str, Any]):
     from ..settings import settings_of
     from ..training.description import describe
 
-    return describe(record["source"], settings_of(record["settings"]), overrides=record["overrides"],
-                    init=record["init"], freeze=record["freeze"], recipe=record["recipe"])
+    return describe(
+        record["source"],
+        settings_of(record["settings"]),
+        overrides=record["overrides"],
+        init=record["init"],
+        freeze=record["freeze"],
+        recipe=record["recipe"],
+    )
 
 
 def write_state(run: Path, state: str, **details: Any) -> None:
     """``RUN/launch/state.json``: ``state`` (running, finished, stopped, failed) and who says so."""
     from ..training.world import slurm_job
 
-    record = {"state": state, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time(),
-              **slurm_job(), **details}
+    record = {
+        "state": state,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "at": time.time(),
+        **slurm_job(),
+        **details,
+    }
     folder = Path(run) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / STATE_FILE, json.dumps(record, indent=1) + "\n")
@@ -161,8 +195,14 @@ def run_job(run: Path) -> int:
 
         if writer:
             write_state(run, "running")
-        result = train_described(described, out=run, resume=(run / RUN_FILE).is_file(), device=record["device"],
-                                 progress=False, memory_limit=record["memory_limit"])
+        result = train_described(
+            described,
+            out=run,
+            resume=(run / RUN_FILE).is_file(),
+            device=record["device"],
+            progress=False,
+            memory_limit=record["memory_limit"],
+        )
     except Stopped as stopped:
         if writer:
             write_state(run, "stopped", reason=stopped.state, signal=stopped.signal)
@@ -190,8 +230,10 @@ def run_job(run: Path) -> int:
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float | None]:
-    return {k: (v if isinstance(v, (int, float)) and v == v and abs(v) != float("inf") else None)
-            for k, v in metrics.items()}
+    return {
+        k: (v if isinstance(v, (int, float)) and v == v and abs(v) != float("inf") else None)
+        for k, v in metrics.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,8 +29,17 @@ LAUNCHERS = ("in-process", "local", "slurm")
 COUNTS = ("jobs", "gpus_per_run", "nodes", "cpus_per_task", "tasks_per_node", "signal_delay")
 TEXTS = ("partition", "mem")
 LOCAL_KEYS = ("jobs", "gpus_per_run")
-SLURM_KEYS = ("gpus_per_run", "nodes", "cpus_per_task", "tasks_per_node", "partition", "time", "mem", "signal_delay",
-              "slurm")
+SLURM_KEYS = (
+    "gpus_per_run",
+    "nodes",
+    "cpus_per_task",
+    "tasks_per_node",
+    "partition",
+    "time",
+    "mem",
+    "signal_delay",
+    "slurm",
+)
 KEYS = ("launcher", *COUNTS, *TEXTS, "time", "slurm")
 
 
@@ -40,8 +49,9 @@ def read_launcher_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     source = read_file(path)
     if not isinstance(source.data, dict):
-        raise SpecError([Problem("a launcher file is a mapping (launcher: slurm, partition: gpu, ...)", (),
-                                 Location(str(path)))])
+        raise SpecError(
+            [Problem("a launcher file is a mapping (launcher: slurm, partition: gpu, ...)", (), Location(str(path)))]
+        )
     problems = []
     for key, value in source.data.items():
         where = source.locate((key,)) or Location(str(path))
@@ -58,8 +68,9 @@ def _problem(key: str, value: Any) -> str | None:
         return f"unknown key '{key}' (a launcher file takes: {', '.join(KEYS)})"
     if key == "launcher" and value not in LAUNCHERS:
         return f"launcher: {value!r} is not one of {', '.join(LAUNCHERS)}"
-    if key in COUNTS and (not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "gpus_per_run"
-                                                                                           else 1)):
+    if key in COUNTS and (
+        not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "gpus_per_run" else 1)
+    ):
         return f"{key}: a whole number of at least {0 if key == 'gpus_per_run' else 1}, not {value!r}"
     if key in TEXTS and not isinstance(value, str):
         return f"{key}: text, not {value!r}"
@@ -70,8 +81,10 @@ def _problem(key: str, value: Any) -> str | None:
             minutes(value)
         except (ValueError, TypeError) as error:
             return f"time: {error}"
-    if key == "slurm" and not (isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
-                                                               for k, v in value.items())):
+    if key == "slurm" and not (
+        isinstance(value, dict)
+        and all(isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in value.items())
+    ):
         return "slurm: a mapping of sbatch options to values ({account: my-lab, qos: high})"
     return None
 
@@ -85,8 +98,9 @@ def make_launcher(values: dict[str, Any], device: str = "cpu"):
     if stray:
         flags = ", ".join("--" + key.replace("_", "-") for key in stray)
         which = [name for name, keys in (("local", LOCAL_KEYS), ("slurm", SLURM_KEYS)) if stray[0] in keys]
-        raise LaunchError(f"{flags}: not a setting of the {kind} launcher" +
-                          (f"; give --launcher {which[0]}" if which else ""))
+        raise LaunchError(
+            f"{flags}: not a setting of the {kind} launcher" + (f"; give --launcher {which[0]}" if which else "")
+        )
     if kind == "in-process":
         return None
     if kind == "local":
@@ -99,8 +113,11 @@ def make_launcher(values: dict[str, Any], device: str = "cpu"):
         raise LaunchError(f"--device {device} on SLURM: give --gpus-per-run N (the GPUs each run asks SLURM for)")
     if device == "cpu" and values.get("gpus_per_run"):
         raise LaunchError(f"--gpus-per-run {values['gpus_per_run']} with --device cpu: give --device cuda")
-    settings = {k: values[k] for k in ("partition", "nodes", "gpus_per_run", "cpus_per_task", "tasks_per_node", "mem",
-                                       "signal_delay") if values.get(k) is not None}
+    settings = {
+        k: values[k]
+        for k in ("partition", "nodes", "gpus_per_run", "cpus_per_task", "tasks_per_node", "mem", "signal_delay")
+        if values.get(k) is not None
+    }
     if values.get("time") is not None:
         settings["time"] = minutes(values["time"])
     return Slurm(**settings, extra=dict(values.get("slurm") or {}))

@@ -26,8 +26,10 @@ from .jobs import LAUNCH_FILE, LOG_FILE, THREADS_VARIABLE, Job, LaunchError
 from .status import Display, survey
 
 POLL = 0.5  # seconds between looks at the runs
-NO_WAIT_LOCAL = ("--no-wait: the local launcher's queue is the command itself (it starts a run when one ends); run it "
-                 "under nohup, tmux or screen to leave it, and watch with ablate --status")
+NO_WAIT_LOCAL = (
+    "--no-wait: the local launcher's queue is the command itself (it starts a run when one ends); run it "
+    "under nohup, tmux or screen to leave it, and watch with ablate --status"
+)
 
 
 @dataclass(frozen=True)
@@ -44,31 +46,41 @@ class Local:
         if self.device.startswith("cuda"):
             gpus = _visible_gpus()
             if self.gpus_per_run > len(gpus):
-                raise LaunchError(f"--gpus-per-run {self.gpus_per_run}: this machine shows {len(gpus)} GPU"
-                                  f"{'s' if len(gpus) != 1 else ''} ({', '.join(gpus) or 'none'})")
+                raise LaunchError(
+                    f"--gpus-per-run {self.gpus_per_run}: this machine shows {len(gpus)} GPU"
+                    f"{'s' if len(gpus) != 1 else ''} ({', '.join(gpus) or 'none'})"
+                )
             most = len(gpus) // self.gpus_per_run
             jobs = self.jobs or most
             if jobs > most:
-                raise LaunchError(f"--jobs {jobs} with --gpus-per-run {self.gpus_per_run} needs {jobs * self.gpus_per_run} "
-                                  f"GPUs; this machine shows {len(gpus)} ({', '.join(gpus)}): give --jobs {most} or fewer")
-            return [{"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * self.gpus_per_run:(i + 1) * self.gpus_per_run])}
-                    for i in range(jobs)]
+                raise LaunchError(
+                    f"--jobs {jobs} with --gpus-per-run {self.gpus_per_run} needs {jobs * self.gpus_per_run} "
+                    f"GPUs; this machine shows {len(gpus)} ({', '.join(gpus)}): give --jobs {most} or fewer"
+                )
+            return [
+                {"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * self.gpus_per_run : (i + 1) * self.gpus_per_run])}
+                for i in range(jobs)
+            ]
         if self.gpus_per_run > 1:
-            raise LaunchError(f"--gpus-per-run {self.gpus_per_run} with --device {self.device}: GPUs per run need "
-                              "--device cuda")
+            raise LaunchError(
+                f"--gpus-per-run {self.gpus_per_run} with --device {self.device}: GPUs per run need --device cuda"
+            )
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         jobs = self.jobs or 1
         if jobs > cores:
-            raise LaunchError(f"--jobs {jobs}: this machine gives this process {cores} core{'s' if cores != 1 else ''}, "
-                              f"so at most {cores} runs of a core each; give --jobs {cores} or fewer")
+            raise LaunchError(
+                f"--jobs {jobs}: this machine gives this process {cores} core{'s' if cores != 1 else ''}, "
+                f"so at most {cores} runs of a core each; give --jobs {cores} or fewer"
+            )
         threads = str(cores // jobs)
         return [{THREADS_VARIABLE: threads, "OMP_NUM_THREADS": threads} for _ in range(jobs)]
 
     def check(self) -> None:
         self.slots()
 
-    def run(self, todo: list[Job], every: list[Job], board: Display | None, wait: bool = True,
-            folder: Path | None = None) -> None:
+    def run(
+        self, todo: list[Job], every: list[Job], board: Display | None, wait: bool = True, folder: Path | None = None
+    ) -> None:
         """Run ``todo``, ``jobs`` at a time, showing ``every`` run of the grid on ``board`` (``folder``: the
         SLURM launcher's submission folder; unused here)."""
         if not wait:
@@ -104,22 +116,44 @@ class Local:
                 process.wait()
                 _ended(job, process.returncode)
         if stop.signal is not None:
-            raise Stopped(f"stopped by {signal.Signals(stop.signal).name}: the running runs kept their steps in a "
-                          "checkpoint", "the same command with --resume continues the grid", signal=stop.signal)
+            raise Stopped(
+                f"stopped by {signal.Signals(stop.signal).name}: the running runs kept their steps in a checkpoint",
+                "the same command with --resume continues the grid",
+                signal=stop.signal,
+            )
 
     def _start(self, job: Job, slot: dict[str, str]) -> subprocess.Popen:
         command = job.command()
         gpus = slot.get("CUDA_VISIBLE_DEVICES", "")
         if gpus.count(",") >= 1:  # several GPUs: one process each, under torchrun
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                       f"--nproc_per_node={gpus.count(',') + 1}", *command[1:]]
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={gpus.count(',') + 1}",
+                *command[1:],
+            ]
         job.folder.mkdir(parents=True, exist_ok=True)
         with (job.folder / LOG_FILE).open("w") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **slot},
-                                       start_new_session=True)  # Ctrl-C reaches the queue, which passes it on
-        write_atomic(job.folder / LAUNCH_FILE, json.dumps({
-            "launcher": "local", "pid": process.pid, "host": socket.gethostname(), "at": time.time(),
-            "log": str(job.folder / LOG_FILE), **slot}, indent=1) + "\n")
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **slot}, start_new_session=True
+            )  # Ctrl-C reaches the queue, which passes it on
+        write_atomic(
+            job.folder / LAUNCH_FILE,
+            json.dumps(
+                {
+                    "launcher": "local",
+                    "pid": process.pid,
+                    "host": socket.gethostname(),
+                    "at": time.time(),
+                    "log": str(job.folder / LOG_FILE),
+                    **slot,
+                },
+                indent=1,
+            )
+            + "\n",
+        )
         return process
 
 

@@ -85,26 +85,38 @@ class Slurm:
         """What can be refused before anything is submitted (SLURM's own refusals come from sbatch)."""
         missing = [tool for tool in ("sbatch", "squeue", "scontrol") if shutil.which(tool) is None]
         if missing:
-            raise LaunchError(f"--launcher slurm: {', '.join(missing)} not on the PATH: run on a machine of the "
-                              "cluster (a login node), load its SLURM module (module load slurm), or install "
-                              "SLURM's client (Debian: apt-get install slurm-client)")
+            raise LaunchError(
+                f"--launcher slurm: {', '.join(missing)} not on the PATH: run on a machine of the "
+                "cluster (a login node), load its SLURM module (module load slurm), or install "
+                "SLURM's client (Debian: apt-get install slurm-client)"
+            )
         if self.gpus_per_run and self.gpus_per_run % self.nodes:
-            raise LaunchError(f"--gpus-per-run {self.gpus_per_run} does not divide among --nodes {self.nodes}: "
-                              "give a multiple of the nodes")
+            raise LaunchError(
+                f"--gpus-per-run {self.gpus_per_run} does not divide among --nodes {self.nodes}: "
+                "give a multiple of the nodes"
+            )
         bad = sorted(set(self.extra) & FORBIDDEN)
         if bad:
             raise LaunchError(f"--slurm {bad[0]}=...: the launcher sets {', '.join(bad)} itself")
         if self.time * 60 <= self.signal_delay + 60:
-            raise LaunchError(f"--time {self.time} min leaves no time to train before SLURM's warning, "
-                              f"{self.signal_delay} s before the limit: give a longer time limit")
+            raise LaunchError(
+                f"--time {self.time} min leaves no time to train before SLURM's warning, "
+                f"{self.signal_delay} s before the limit: give a longer time limit"
+            )
 
     def parameters(self, label: str) -> dict[str, Any]:
         """submitit's SlurmExecutor parameters."""
         per_node = self.gpus_per_run // self.nodes if self.gpus_per_run else 0
-        found: dict[str, Any] = {"nodes": self.nodes, "ntasks_per_node": per_node or self.tasks_per_node,
-                                 "cpus_per_task": self.cpus_per_task, "time": self.time,
-                                 "signal_delay_s": self.signal_delay, "job_name": label, "stderr_to_stdout": True,
-                                 "additional_parameters": {"requeue": True, **self.extra}}
+        found: dict[str, Any] = {
+            "nodes": self.nodes,
+            "ntasks_per_node": per_node or self.tasks_per_node,
+            "cpus_per_task": self.cpus_per_task,
+            "time": self.time,
+            "signal_delay_s": self.signal_delay,
+            "job_name": label,
+            "stderr_to_stdout": True,
+            "additional_parameters": {"requeue": True, **self.extra},
+        }
         if per_node:
             found["gpus_per_node"] = per_node
         if self.partition:
@@ -113,8 +125,9 @@ class Slurm:
             found["mem"] = self.mem
         return found
 
-    def run(self, todo: list[Job], every: list[Job], board: Display | None, wait: bool = True,
-            folder: Path | None = None) -> None:
+    def run(
+        self, todo: list[Job], every: list[Job], board: Display | None, wait: bool = True, folder: Path | None = None
+    ) -> None:
         """Submit ``todo`` as one job array, then (``wait``) show ``every`` run on ``board`` until none is live."""
         if todo:
             self.submit(todo, folder or todo[0].folder / "slurm")
@@ -137,9 +150,20 @@ class Slurm:
         now = time.time()
         for job, slurm in zip(todo, jobs):
             job.folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(job.folder / LAUNCH_FILE, json.dumps({
-                "launcher": "slurm", "job": str(slurm.job_id), "at": now, "log": str(slurm.paths.stdout),
-                "submission": str(folder)}, indent=1) + "\n")
+            write_atomic(
+                job.folder / LAUNCH_FILE,
+                json.dumps(
+                    {
+                        "launcher": "slurm",
+                        "job": str(slurm.job_id),
+                        "at": now,
+                        "log": str(slurm.paths.stdout),
+                        "submission": str(folder),
+                    },
+                    indent=1,
+                )
+                + "\n",
+            )
         return ids
 
 
@@ -163,9 +187,12 @@ def watch(every: list[Job], board: Display | None) -> None:
             time.sleep(POLL)
     except KeyboardInterrupt:
         live = sum(one.state in LIVE for one in survey(every))
-        raise Stopped(f"stopped watching (Ctrl-C): the {live} live job{'s' if live != 1 else ''} go on in SLURM",
-                      "crate-compose ablate --status DIR shows them, and the same command with --resume writes the "
-                      "table once they are done", signal=signal.SIGINT) from None
+        raise Stopped(
+            f"stopped watching (Ctrl-C): the {live} live job{'s' if live != 1 else ''} go on in SLURM",
+            "crate-compose ablate --status DIR shows them, and the same command with --resume writes the "
+            "table once they are done",
+            signal=signal.SIGINT,
+        ) from None
 
 
 class RunJob(submitit.helpers.Checkpointable):

@@ -58,8 +58,11 @@ class Seen:
             said += f", {name} {value:.4f}" if isinstance(value, (int, float)) else f", {name} {value}"
         if self.reason:
             said += f": {self.reason}"
-        if self.log and self.state in ("failed", "cancelled", "stopped") and \
-                self.log.removeprefix("error: ") not in self.reason:
+        if (
+            self.log
+            and self.state in ("failed", "cancelled", "stopped")
+            and self.log.removeprefix("error: ") not in self.reason
+        ):
             said += f" (log: {self.log})"
         job = f" (job {self.job})" if self.job else ""
         return f"{self.label}: {said}{job}"
@@ -89,8 +92,13 @@ def seen(job: Job, queue: dict[str, str] | None = None) -> Seen:
     elif launched:  # left its queue without a word from the run
         ended = scheduled or launched.get("ended", "")
         found.state = "cancelled" if "CANCEL" in str(ended) else "failed"
-        when = (" while the run was running" if state.get("state") == "running" else
-                "" if (run / "run.json").is_file() else " before the run started")
+        when = (
+            " while the run was running"
+            if state.get("state") == "running"
+            else ""
+            if (run / "run.json").is_file()
+            else " before the run started"
+        )
         found.reason = (f"the job ended ({ended})" if ended else "the job ended") + when
     elif (run / "run.json").is_file():
         found.state = "unfinished"
@@ -162,8 +170,12 @@ def queue_states(jobs: list[Job]) -> dict[str, str]:
     if not ids or shutil.which("squeue") is None:
         return {}
     try:
-        found = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(sorted(set(ids))), "-o", "%i %T"],
-                               capture_output=True, text=True, timeout=60)
+        found = subprocess.run(
+            ["squeue", "-h", "-r", "-j", ",".join(sorted(set(ids))), "-o", "%i %T"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     states = {}
@@ -195,7 +207,7 @@ class Display:
             lines = [one.line(self.metric) for one in runs] + [f"{time.strftime('%H:%M:%S')}: {counts(runs)}"]
             width = shutil.get_terminal_size((120, 20)).columns
             up = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""
-            self.stream.write(up + "\n".join(line[:width - 1] for line in lines) + "\n")
+            self.stream.write(up + "\n".join(line[: width - 1] for line in lines) + "\n")
             self.stream.flush()
             self.drawn = len(lines)
             return

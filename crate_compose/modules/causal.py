@@ -66,8 +66,9 @@ def visible(n: int, t: int, device: torch.device, offset: int = 0) -> torch.Tens
     return torch.ones(n, t, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
-def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
-                      mask: torch.Tensor | None = None) -> torch.Tensor:
+def written_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """``softmax(q k^T * scale + M) v`` as written (``M = -inf`` where ``mask`` is False; ``scale``
     ``p^-1/2`` unless given): the scores, their softmax (in float32 for half inputs, cast back to the
     values' dtype, as :mod:`.precision` computes it) and its product with the values, each its own op."""
@@ -78,8 +79,9 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scal
     return softmax(scores, dim=-1).to(v.dtype) @ v
 
 
-def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                      scale: float | None = None) -> torch.Tensor:
+def softmax_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None
+) -> torch.Tensor:
     """``softmax(q k^T * scale [+ causal mask]) v`` (``scale`` ``p^-1/2`` unless given; the causal mask
     aligned top-left), ``(..., n, p)``: :func:`F.scaled_dot_product_attention`, whose fused kernels
     accumulate in float32, except for bfloat16 on CPU with at most :data:`EXPLICIT_BF16_CPU_KEYS` keys,

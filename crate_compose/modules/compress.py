@@ -84,4 +84,3 @@ class MSSA(Residual):
             return x, branch
         c = self.kappa * self.head_dim / (x.shape[1] * self.rate_eps**2)  # kappa p / (N eps^2), eq. 10
         return (1 - c) * x, c * branch
-

@@ -28,4 +28,6 @@ class SubspaceDenoiser(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.subspaces(self.norm(x)).unflatten(-1, (self.heads, self.head_dim))  # (B, n, K, p): U_k^T z
         pi = softmax(float32(w).pow(2).sum(-1) / (2 * self.sigma**2), dim=-1).to(w.dtype)  # (B, n, K) memberships
-        return (pi.unsqueeze(-1) * w).flatten(2) @ linear_layout(self.subspaces.weight)  # (B, n, d): sum_k U_k pi_k U_k^T z
+        return (pi.unsqueeze(-1) * w).flatten(2) @ linear_layout(
+            self.subspaces.weight
+        )  # (B, n, d): sum_k U_k pi_k U_k^T z

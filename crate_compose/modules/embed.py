@@ -73,7 +73,9 @@ def sincos_2d(dim: int, grid: tuple[int, int], leading: int = 0) -> torch.Tensor
         raise ValueError(f"sine-cosine positions need d divisible by 4; got d={dim}")
     h, w = grid
     omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim / 4))
-    rows, cols = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij"
+    )
 
     def encode(pos: torch.Tensor) -> torch.Tensor:
         angles = pos.reshape(-1, 1) * omega
@@ -84,8 +86,7 @@ def sincos_2d(dim: int, grid: tuple[int, int], leading: int = 0) -> torch.Tensor
     return torch.cat([torch.zeros(leading, dim, dtype=torch.float64), table]).float()
 
 
-def position_table(init: str, tokens: int, dim: int, *, grid: tuple[int, int] | None = None
-                   ) -> torch.Tensor | None:
+def position_table(init: str, tokens: int, dim: int, *, grid: tuple[int, int] | None = None) -> torch.Tensor | None:
     """The initial table of a ``positions`` step: ``None`` for ``randn`` (drawn by :class:`Positions`),
     ``N(0, 0.02^2)`` for ``normal``, the sine-cosine table on ``grid`` for ``sincos2d``."""
     if init == "normal":
@@ -102,8 +103,15 @@ class Positions(nn.Module):
     square image of another size get that grid resized bicubically to theirs (DINO's
     ``interpolate_pos_encoding``; Caron et al. 2021); the rows before the grid are kept."""
 
-    def __init__(self, tokens: int, dim: int, *, table: torch.Tensor | None = None, trainable: bool = True,
-                 grid: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        tokens: int,
+        dim: int,
+        *,
+        table: torch.Tensor | None = None,
+        trainable: bool = True,
+        grid: tuple[int, int] | None = None,
+    ) -> None:
         super().__init__()
         init = torch.randn(1, tokens, dim) if table is None else table.reshape(1, tokens, dim).clone()
         self.embedding = nn.Parameter(init, requires_grad=trainable)
@@ -121,8 +129,10 @@ class Positions(nn.Module):
         leading = self.embedding.shape[1] - h * w
         side = math.isqrt(max(tokens - leading, 0))
         if tokens <= leading or side * side != tokens - leading:
-            raise ValueError(f"{tokens} tokens are no square patch grid after {leading} leading tokens: interpolated "
-                             f"positions take square images (the table's grid is {h}x{w})")
+            raise ValueError(
+                f"{tokens} tokens are no square patch grid after {leading} leading tokens: interpolated "
+                f"positions take square images (the table's grid is {h}x{w})"
+            )
         cells = self.embedding[:, leading:].reshape(1, h, w, -1).permute(0, 3, 1, 2)
         # DINO's sampling: a scale factor of (side + 0.1) / h, which sizes the output side x side and sets where
         # it samples (a size= call would sample at h / side, a little apart)

@@ -67,8 +67,18 @@ class SimDinoHead(Pooled):
     the unit feature whose views task simdino aligns and whose coding rate it expands. Parameter names follow the authors' checkpoints
     (``mlp.0.weight``, ...)."""
 
-    def __init__(self, dim: int, out_dim: int, *, hidden: int = 2048, layers: int = 3, batch_norm: bool = False,
-                 pool: str = "cls", norm: bool = True, eps: float = 1e-5) -> None:
+    def __init__(
+        self,
+        dim: int,
+        out_dim: int,
+        *,
+        hidden: int = 2048,
+        layers: int = 3,
+        batch_norm: bool = False,
+        pool: str = "cls",
+        norm: bool = True,
+        eps: float = 1e-5,
+    ) -> None:
         super().__init__(dim, pool=pool, norm=norm, eps=eps)
         if layers == 1:
             self.mlp: nn.Module = nn.Linear(dim, out_dim)
@@ -102,11 +112,23 @@ class DinoHead(SimDinoHead):
     Parameter names follow DINO's checkpoints (``mlp.0.weight``, ..., ``last_layer.weight_g``,
     ``last_layer.weight_v``)."""
 
-    def __init__(self, dim: int, out_dim: int, *, hidden: int = 2048, bottleneck: int = 256, layers: int = 3,
-                 norm_last_layer: bool = True, batch_norm: bool = False, pool: str = "cls", norm: bool = True,
-                 eps: float = 1e-5) -> None:
-        super().__init__(dim, bottleneck, hidden=hidden, layers=layers, batch_norm=batch_norm, pool=pool, norm=norm,
-                         eps=eps)
+    def __init__(
+        self,
+        dim: int,
+        out_dim: int,
+        *,
+        hidden: int = 2048,
+        bottleneck: int = 256,
+        layers: int = 3,
+        norm_last_layer: bool = True,
+        batch_norm: bool = False,
+        pool: str = "cls",
+        norm: bool = True,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__(
+            dim, bottleneck, hidden=hidden, layers=layers, batch_norm=batch_norm, pool=pool, norm=norm, eps=eps
+        )
         self.last_layer = WeightNormLinear(bottleneck, out_dim, freeze_g=norm_last_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

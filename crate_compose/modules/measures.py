@@ -113,8 +113,10 @@ def heads_of(z: torch.Tensor, subspaces: torch.Tensor, heads: int) -> torch.Tens
     z = _batched(z)
     u = subspaces.detach().to(device=z.device, dtype=torch.float64)
     if u.shape[0] != z.shape[-1] or u.shape[1] % heads:
-        raise ValueError(f"subspaces of shape {tuple(u.shape)} do not fit tokens of dimension {z.shape[-1]} "
-                         f"and {heads} heads (expected (d, K*p))")
+        raise ValueError(
+            f"subspaces of shape {tuple(u.shape)} do not fit tokens of dimension {z.shape[-1]} "
+            f"and {heads} heads (expected (d, K*p))"
+        )
     return (z @ u).unflatten(-1, (heads, -1)).transpose(1, 2)
 
 

@@ -69,7 +69,7 @@ def use_formulas(name: str) -> Iterator[None]:
 def formulas_as_written() -> contextlib.AbstractContextManager[None]:
     """Within the block, every step computes its equation as written (no fast path)::
 
-        with crate_compose.formulas_as_written():
-            logits = model(images)["output"]
+    with crate_compose.formulas_as_written():
+        logits = model(images)["output"]
     """
     return use_formulas("written")

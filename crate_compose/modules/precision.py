@@ -33,8 +33,11 @@ def fallback_products() -> bool:
     """Whether torch computes the CPU's bf16 matrix products with its own portable kernels rather than oneDNN's:
     oneDNN has no bf16 on this CPU (no AVX-512, as on an AVX2-only AMD EPYC), or it is switched off
     (``torch.backends.mkldnn.flags(enabled=False)``). Their speed depends on the operands' layout."""
-    return not (torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled()
-                and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return not (
+        torch.backends.mkldnn.is_available()
+        and torch._C._get_mkldnn_enabled()
+        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
 
 
 def linear_layout(matrix: torch.Tensor) -> torch.Tensor:

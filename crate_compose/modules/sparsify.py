@@ -21,8 +21,9 @@ def _threshold(x: torch.Tensor, shift: float, threshold: str) -> torch.Tensor:
     return F.softshrink(x, shift) if threshold == "soft" else torch.relu(x - shift)
 
 
-def ista_written(u: torch.Tensor, dictionary: torch.Tensor, step_size: float, lambd: float,
-                 threshold: str = "relu") -> torch.Tensor:
+def ista_written(
+    u: torch.Tensor, dictionary: torch.Tensor, step_size: float, lambd: float, threshold: str = "relu"
+) -> torch.Tensor:
     """``ReLU(u + eta (u - u D^T) D - eta lambda)`` (003 eq. 17 in rows), as written: the residual
     ``u - u D^T``, its product with ``D``, the step and the threshold, each its own op."""
     return _threshold(u + step_size * ((u - u @ dictionary.t()) @ dictionary), step_size * lambd, threshold)
@@ -170,8 +171,9 @@ class ISTAMM(nn.Module):
         if not paths.fast():  # as written
             return torch.relu(gain * (u @ self.dictionary) - 4 * self.lambd / (9 * alpha))
         rows = u.reshape(-1, u.shape[-1])
-        out = torch.addmm(rows.new_full((1,), -4 * self.lambd / (9 * alpha)), rows, linear_layout(self.dictionary),
-                          alpha=gain)
+        out = torch.addmm(
+            rows.new_full((1,), -4 * self.lambd / (9 * alpha)), rows, linear_layout(self.dictionary), alpha=gain
+        )
         return out.relu_().view(u.shape)  # eq. 87-88, 92: ReLU(gain u D - 4 lambda / (9 alpha)), one addmm
 
 

@@ -64,8 +64,9 @@ class MLP(Residual):
 
     tokenwise = True  # each token alone (cached decoding)
 
-    def __init__(self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5, gelu: str = "none",
-                 bias: bool = True) -> None:
+    def __init__(
+        self, dim: int, hidden: int, *, norm: bool = True, eps: float = 1e-5, gelu: str = "none", bias: bool = True
+    ) -> None:
         super().__init__()
         self.gelu = gelu
         self.norm = LayerNorm(dim, eps=eps, bias=bias) if norm else nn.Identity()

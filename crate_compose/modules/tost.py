@@ -28,15 +28,18 @@ class ConvStemPatchEmbed(nn.Module):
         for i, (c_in, c_out) in enumerate(zip(widths[:-1], widths[1:])):
             if i:
                 layers.append(nn.GELU())  # between the convolutions, not after the last
-            layers.append(nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out)))
+            layers.append(
+                nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out))
+            )
         self.proj = nn.Sequential(*layers)  # the authors' layout: proj.0.0 conv, proj.0.1 BN, proj.1 GELU, ...
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, d, H/P, W/P) -> (B, n, d), row-major grid
 
 
-def fourier_features(grid: tuple[int, int], hidden: int, temperature: float,
-                     device: torch.device | str | None = None) -> torch.Tensor:
+def fourier_features(
+    grid: tuple[int, int], hidden: int, temperature: float, device: torch.device | str | None = None
+) -> torch.Tensor:
     """XCiT's sin/cos features ``(1, 2*hidden, H, W)``: first the y (row) half, then the x half, computed in
     float32 as the authors' code computes them (the caller casts them to the model's dtype).
 
@@ -69,8 +72,10 @@ def grid_of(tokens: int, built: tuple[int, int]) -> tuple[int, int]:
     a, b = built[0] // math.gcd(*built), built[1] // math.gcd(*built)
     k = math.isqrt(tokens // (a * b)) if tokens % (a * b) == 0 else 0
     if k < 1 or a * b * k * k != tokens:
-        raise ValueError(f"fourier_positions: {tokens} tokens do not form a patch grid of the build's proportions "
-                         f"{a}:{b} (built for {built[0]}x{built[1]}); give images whose sides keep them")
+        raise ValueError(
+            f"fourier_positions: {tokens} tokens do not form a patch grid of the build's proportions "
+            f"{a}:{b} (built for {built[0]}x{built[1]}); give images whose sides keep them"
+        )
     return a * k, b * k
 
 
@@ -90,11 +95,13 @@ class FourierPositions(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.token_projection.weight
         grid = grid_of(x.shape[1], self.grid)
-        features = self.features if grid == self.grid else fourier_features(grid, self.hidden, self.temperature,
-                                                                             weight.device)
+        features = (
+            self.features if grid == self.grid else fourier_features(grid, self.hidden, self.temperature, weight.device)
+        )
         # the 1x1 convolution as the product it is: cuDNN would take float32 convolutions in TF32 on a GPU
-        pos = F.linear(features.to(weight.dtype).flatten(2).transpose(1, 2), weight.flatten(1),
-                       self.token_projection.bias)  # (1, H*W, d)
+        pos = F.linear(
+            features.to(weight.dtype).flatten(2).transpose(1, 2), weight.flatten(1), self.token_projection.bias
+        )  # (1, H*W, d)
         return x + pos
 
 
@@ -105,9 +112,7 @@ class ClassAttention(Residual):
     and the block adds that whole output (times LayerScale) to ``x``: the branch keeps them.
     """
 
-    def __init__(
-        self, dim: int, heads: int, *, qkv_bias: bool = True, norm: bool = True, eps: float = 1e-6
-    ) -> None:
+    def __init__(self, dim: int, heads: int, *, qkv_bias: bool = True, norm: bool = True, eps: float = 1e-6) -> None:
         super().__init__()
         self.heads, self.head_dim = heads, dim // heads  # d divides by heads (the footprint checks)
         self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()
@@ -136,9 +141,7 @@ class ClassMLP(Residual):
     that; ``patches: normalized`` passes them as ``y``. LayerScale scales the class token's MLP only.
     """
 
-    def __init__(
-        self, dim: int, hidden: int, *, doubled: bool = True, norm: bool = True, eps: float = 1e-6
-    ) -> None:
+    def __init__(self, dim: int, hidden: int, *, doubled: bool = True, norm: bool = True, eps: float = 1e-6) -> None:
         super().__init__()
         self.doubled = doubled
         self.norm = LayerNorm(dim, eps=eps) if norm else nn.Identity()

@@ -53,8 +53,9 @@ class CausalTSSA(TSSA):
     (book exercise 5.6; ToST's language model). ``beta`` (the authors' ``denom_bias``) is ``(K, N, 1)``
     for a context of N tokens; shorter sequences use its first rows."""
 
-    def __init__(self, dim: int, heads: int, context: int, *, norm: bool = True, eps: float = 1e-5,
-                 bias: bool = True) -> None:
+    def __init__(
+        self, dim: int, heads: int, context: int, *, norm: bool = True, eps: float = 1e-5, bias: bool = True
+    ) -> None:
         super().__init__(dim, heads, norm=norm, eps=eps, bias=bias)
         self.denom_bias = nn.Parameter(torch.zeros(heads, context, 1))  # beta[k, t], init 0
 

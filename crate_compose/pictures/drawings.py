@@ -37,8 +37,9 @@ def grid_figure(rows: int, columns: int, title: str, *, bar: bool = False):
     figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
     FigureCanvasAgg(figure)
     top = 1 - (HEADER + BAR * bar) / (height / DPI)
-    figure.subplots_adjust(left=0.16 / (width / DPI), right=0.99, bottom=0.01, top=top - 0.15 / (height / DPI),
-                           wspace=0.06, hspace=0.12)
+    figure.subplots_adjust(
+        left=0.16 / (width / DPI), right=0.99, bottom=0.01, top=top - 0.15 / (height / DPI), wspace=0.06, hspace=0.12
+    )
     figure.suptitle(wrap(title, width / DPI), fontsize=TITLE_POINTS, y=0.995, va="top", linespacing=1.1)
     axes = figure.subplots(rows, columns, squeeze=False)
     for row in axes:
@@ -85,8 +86,15 @@ def row_labels(axes, labels: list[str] | None) -> None:
 def show_map(axes, values: torch.Tensor, patch_size: int, *, top: float) -> None:
     """``values`` ``(rows, cols)`` over the patch grid, coloured from 0 to ``top``, blended over the image."""
     rows, cols = values.shape
-    axes.imshow(values.numpy(), cmap=MAP_COLOURS, vmin=0, vmax=top, alpha=ALPHA, interpolation="nearest",
-                extent=(0, cols * patch_size, rows * patch_size, 0))
+    axes.imshow(
+        values.numpy(),
+        cmap=MAP_COLOURS,
+        vmin=0,
+        vmax=top,
+        alpha=ALPHA,
+        interpolation="nearest",
+        extent=(0, cols * patch_size, rows * patch_size, 0),
+    )
 
 
 def colour_bar(figure, top: float, label: str, mark: float | None) -> None:
@@ -107,12 +115,23 @@ def _mark(axes, cell: tuple[int, int], patch_size: int) -> None:
     from matplotlib.patches import Rectangle
 
     row, col = cell
-    axes.add_patch(Rectangle((col * patch_size, row * patch_size), patch_size, patch_size, fill=False,
-                             edgecolor="cyan", linewidth=1.2))
+    axes.add_patch(
+        Rectangle(
+            (col * patch_size, row * patch_size), patch_size, patch_size, fill=False, edgecolor="cyan", linewidth=1.2
+        )
+    )
 
 
-def maps_png(images: torch.Tensor, maps: torch.Tensor, patch_size: int, *, title: str,
-             query: tuple[int, int] | None = None, fixed: bool = False, labels: list[str] | None = None) -> bytes:
+def maps_png(
+    images: torch.Tensor,
+    maps: torch.Tensor,
+    patch_size: int,
+    *,
+    title: str,
+    query: tuple[int, int] | None = None,
+    fixed: bool = False,
+    labels: list[str] | None = None,
+) -> bytes:
     """A row per image: the image, then one map per head over it. ``maps`` ``(B, K, rows, cols)``, every map
     on one scale (a colour bar under the title): from 0 to 1 when ``fixed`` (memberships), else from 0 to the
     largest weight of the figure, with uniform attention (one over the tokens) marked on the bar, so a nearly
@@ -130,8 +149,12 @@ def maps_png(images: torch.Tensor, maps: torch.Tensor, patch_size: int, *, title
             for cell in axes[i]:
                 _mark(cell, query, patch_size)
     tokens = maps.shape[-2] * maps.shape[-1]
-    colour_bar(figure, top, "membership" if fixed else f"attention weight (cyan: uniform, 1/{tokens} patches)",
-                None if fixed else 1 / tokens)
+    colour_bar(
+        figure,
+        top,
+        "membership" if fixed else f"attention weight (cyan: uniform, 1/{tokens} patches)",
+        None if fixed else 1 / tokens,
+    )
     axes[0][0].set_title("image", fontsize=7)
     for k in range(heads):
         axes[0][k + 1].set_title(f"head {k + 1}", fontsize=7)
@@ -139,8 +162,9 @@ def maps_png(images: torch.Tensor, maps: torch.Tensor, patch_size: int, *, title
     return png_bytes(figure)
 
 
-def pca_png(images: torch.Tensor, colours: torch.Tensor, patch_size: int, *, title: str,
-            labels: list[str] | None = None) -> bytes:
+def pca_png(
+    images: torch.Tensor, colours: torch.Tensor, patch_size: int, *, title: str, labels: list[str] | None = None
+) -> bytes:
     """A row per image: the image, the colours ``(B, rows, cols, 3)`` of its patches, and the colours
     blended over the image."""
     figure, axes = grid_figure(len(images), 3, title)
@@ -160,8 +184,12 @@ def pca_png(images: torch.Tensor, colours: torch.Tensor, patch_size: int, *, tit
     return png_bytes(figure)
 
 
-RECONSTRUCTION_COLUMNS = (("masked", "masked input"), ("output", "reconstruction"),
-                          ("filled", "+ visible patches"), ("original", "original"))
+RECONSTRUCTION_COLUMNS = (
+    ("masked", "masked input"),
+    ("output", "reconstruction"),
+    ("filled", "+ visible patches"),
+    ("original", "original"),
+)
 
 
 def reconstruction_png(pictures: dict[str, torch.Tensor], *, title: str, labels: list[str] | None = None) -> bytes:

@@ -60,31 +60,61 @@ def draw(views: Views, title: str, labels: list[str] | None = None) -> dict[str,
         where = f"{step.module} ({step.primitive})"
         if step.kind == "membership":
             text = f"memberships Π of the patches, {where}, per head (softmax over the {heads} heads; colours 0 to 1)"
-            out[f"membership-{step.module}.png"] = (drawings.maps_png(
-                views.images, step.maps(views.grid), views.patch_size, title=f"{title}\n{text}", fixed=True, labels=labels), text)
+            out[f"membership-{step.module}.png"] = (
+                drawings.maps_png(
+                    views.images,
+                    step.maps(views.grid),
+                    views.patch_size,
+                    title=f"{title}\n{text}",
+                    fixed=True,
+                    labels=labels,
+                ),
+                text,
+            )
             continue
-        queries = ([("cls", 0, None, "the class token")] if step.prefix else []) + \
-            ([(f"patch{views.patch}", step.prefix + views.patch, patch_cell,
-               f"patch {views.patch} (row {patch_cell[0]}, column {patch_cell[1]})")]
-             if step.values.shape[2] > 1 else [])  # class attention: the class token alone queries
+        queries = ([("cls", 0, None, "the class token")] if step.prefix else []) + (
+            [
+                (
+                    f"patch{views.patch}",
+                    step.prefix + views.patch,
+                    patch_cell,
+                    f"patch {views.patch} (row {patch_cell[0]}, column {patch_cell[1]})",
+                )
+            ]
+            if step.values.shape[2] > 1
+            else []
+        )  # class attention: the class token alone queries
         for label, query, cell, who in queries:
             text = f"attention of {who} to the patches, {where}, per head (one scale for every map: the colour bar)"
-            out[f"attention-{label}-{step.module}.png"] = (drawings.maps_png(
-                views.images, step.maps(views.grid, query), views.patch_size, title=f"{title}\n{text}",
-                query=cell, labels=labels), text)
+            out[f"attention-{label}-{step.module}.png"] = (
+                drawings.maps_png(
+                    views.images,
+                    step.maps(views.grid, query),
+                    views.patch_size,
+                    title=f"{title}\n{text}",
+                    query=cell,
+                    labels=labels,
+                ),
+                text,
+            )
     if views.pca is not None:
         text = f"top three principal components of the patch features of {views.pca_site} as RGB"
-        out[f"pca-{views.pca_site}.png"] = (drawings.pca_png(views.images, views.pca, views.patch_size,
-                                                             title=f"{title}\n{text}", labels=labels), text)
+        out[f"pca-{views.pca_site}.png"] = (
+            drawings.pca_png(views.images, views.pca, views.patch_size, title=f"{title}\n{text}", labels=labels),
+            text,
+        )
     if views.reconstruction is not None:
         text = "masked input | reconstruction | reconstruction with the visible patches | original"
-        out["reconstruction.png"] = (drawings.reconstruction_png(views.reconstruction, title=f"{title}\n{text}",
-                                                                 labels=labels), text)
+        out["reconstruction.png"] = (
+            drawings.reconstruction_png(views.reconstruction, title=f"{title}\n{text}", labels=labels),
+            text,
+        )
     return out
 
 
-def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path | None = None, *,
-                   under: str = "pictures") -> Path:
+def picture_folder(
+    weights: str | Path | None, spec_name: str, out: str | Path | None = None, *, under: str = "pictures"
+) -> Path:
     """Where ``show`` writes: ``out`` when given; beside a run's weights ``RUN/final`` or
     ``RUN/checkpoints/step-N``, ``RUN/pictures/final`` or ``RUN/pictures/step-N``; beside other
     weights ``W``, ``W/../pictures/<W's name>``; without weights, ``pictures/<spec name>``
@@ -107,9 +137,20 @@ def picture_folder(weights: str | Path | None, spec_name: str, out: str | Path |
     return folder
 
 
-def show(spec_ref, data_name: str | None = None, *, weights: str | Path | None = None, overrides: Iterable[str] = (),
-         layer: int | None = None, images: int = IMAGES, patch: int | None = None, out: str | Path | None = None,
-         seed: int = 0, image_size: int | None = None, normalize: str | None = None) -> Shown:
+def show(
+    spec_ref,
+    data_name: str | None = None,
+    *,
+    weights: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    layer: int | None = None,
+    images: int = IMAGES,
+    patch: int | None = None,
+    out: str | Path | None = None,
+    seed: int = 0,
+    image_size: int | None = None,
+    normalize: str | None = None,
+) -> Shown:
     """Draw the pictures of ``spec_ref`` (its input size set from ``data_name``) with ``weights`` (a
     build folder: a run's ``final/`` or a checkpoint; none: the untrained network of ``seed``) on
     ``images`` test images spread evenly over the test split (``i * len(test) // images``), at encoder layer ``layer`` (default: the last), and write them as
@@ -129,8 +170,10 @@ def show(spec_ref, data_name: str | None = None, *, weights: str | Path | None =
         raise SpecError([Problem(not_images(first), ("input", "shape"), first.locate(("input", "shape")))])
     spec, data = prepare(spec_ref, data_name, overrides, image_size, seed, keep=HEADLESS)  # the head is not shown
     if len(data.input_shape) != 3:
-        raise WorkbenchError(f"data set '{data_name}' is not images (its inputs have shape {list(data.input_shape)}): "
-                             "give an image data set (digits, photos, folder:PATH)")
+        raise WorkbenchError(
+            f"data set '{data_name}' is not images (its inputs have shape {list(data.input_shape)}): "
+            "give an image data set (digits, photos, folder:PATH)"
+        )
     folder = picture_folder(weights, spec.name, out)  # refused before anything is computed
     normalize = standardize(weights, subject.normalize, data)
     model = compile_spec(spec, seed=seed)

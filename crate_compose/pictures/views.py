@@ -56,7 +56,7 @@ class StepView:
         """``(B, K, rows, cols)`` over the patch grid: the memberships, or the attention of token
         ``query`` (counted among all the step's tokens) to every patch."""
         values = self.values if self.kind == "membership" else self.values[:, :, query]
-        return values[..., self.prefix:].reshape(*values.shape[:2], *grid)
+        return values[..., self.prefix :].reshape(*values.shape[:2], *grid)
 
 
 @dataclass
@@ -77,8 +77,16 @@ class Views:
     notes: list[str] = field(default_factory=list)
 
 
-def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = None, patch: int | None = None,
-         mean: Sequence[float] | None = None, std: Sequence[float] | None = None, seed: int = 0) -> Views:
+def look(
+    model: fx.GraphModule,
+    inputs: torch.Tensor,
+    *,
+    layer: int | None = None,
+    patch: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    seed: int = 0,
+) -> Views:
     """Run ``model`` (a built image network) on ``inputs`` ``(B, C, H, W)`` and gather the pictures
     of encoder layer ``layer`` (default: the last); ``patch`` is the patch whose attention is shown
     (row-major in the grid; default: the centre one). ``mean``/``std``: the per-channel statistics
@@ -98,21 +106,25 @@ def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = Non
     cells = grid[0] * grid[1]
     patch = (grid[0] // 2) * grid[1] + grid[1] // 2 if patch is None else patch
     if not 0 <= patch < cells:
-        raise WorkbenchError(f"--patch {patch}: the patch grid is {grid[0]}x{grid[1]}, patches 0..{cells - 1} "
-                             "(row by row)")
+        raise WorkbenchError(
+            f"--patch {patch}: the patch grid is {grid[0]}x{grid[1]}, patches 0..{cells - 1} (row by row)"
+        )
     views = Views(spec.name, display(inputs, mean, std), grid, size, patch, chosen)
     chosen_steps = [n for n in encoder if n.meta.get("layer") == chosen and str(n.target) in kinds]
     stacked = _last_stacked(model)  # a class-attention stack's last layer (ToST, CaiT), beside the encoder's
     kinds.update({str(n.target): "attention" for n in stacked})
     if kinds and not chosen_steps:
         others = sorted({n.meta.get("layer") for n in encoder if str(n.target) in kinds} - {None})
-        views.notes.append(f"encoder layer {chosen} has no step with attention or memberships "
-                           f"(layers {', '.join(map(str, others))} have)")
+        views.notes.append(
+            f"encoder layer {chosen} has no step with attention or memberships "
+            f"(layers {', '.join(map(str, others))} have)"
+        )
     found: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def keep(name: str):
         def hook(module, args, output):
             found[name] = (args[0], output[0] if isinstance(output, tuple) else output)
+
         return hook
 
     chosen_steps += stacked
@@ -127,15 +139,20 @@ def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = Non
             values = getattr(module, kinds[name])(tokens).double()
             prefix = tokens.shape[1] - cells
             if prefix < 0:
-                views.notes.append(f"{name} sees {tokens.shape[1]} tokens, fewer than the {grid[0]}x{grid[1]} "
-                                   "patch grid: no picture of it")
+                views.notes.append(
+                    f"{name} sees {tokens.shape[1]} tokens, fewer than the {grid[0]}x{grid[1]} "
+                    "patch grid: no picture of it"
+                )
                 continue
-            views.steps.append(StepView(name, str(node.meta.get("primitive")), node.meta.get("layer", chosen),
-                                        kinds[name], values, prefix))
+            views.steps.append(
+                StepView(
+                    name, str(node.meta.get("primitive")), node.meta.get("layer", chosen), kinds[name], values, prefix
+                )
+            )
         tokens = found[site][1]
         if tokens.dim() == 3 and tokens.shape[1] >= cells:
             views.pca_site = site
-            views.features = tokens[:, tokens.shape[1] - cells:].double()
+            views.features = tokens[:, tokens.shape[1] - cells :].double()
             views.pca = pca_rgb(views.features.flatten(0, 1)).reshape(len(inputs), *grid, 3)
         else:
             views.notes.append(f"{site} outputs {tuple(tokens.shape[1:])}, not a token per patch: no PCA picture")
@@ -147,9 +164,14 @@ def look(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = Non
 def _last_stacked(model: fx.GraphModule) -> list[fx.Node]:
     """The steps with attention in the last layer of every stack besides the encoder and decoder (ToST's
     class attention: the class token's attention to the patches it summarizes)."""
-    found = [n for n in model.graph.nodes if n.op == "call_module" and n.meta.get("part") == "layer"
-             and n.meta.get("role") not in ("encoder", "decoder")
-             and kind_of(model.get_submodule(str(n.target))) == "attention"]
+    found = [
+        n
+        for n in model.graph.nodes
+        if n.op == "call_module"
+        and n.meta.get("part") == "layer"
+        and n.meta.get("role") not in ("encoder", "decoder")
+        and kind_of(model.get_submodule(str(n.target))) == "attention"
+    ]
     last = {}
     for node in found:
         last[node.meta["role"]] = max(last.get(node.meta["role"], 0), node.meta.get("layer") or 0)
@@ -162,11 +184,14 @@ def kind_of(module: nn.Module) -> str | None:
 
 
 def _nothing_to_draw(spec) -> str:
-    steps = dict.fromkeys(f"{format_path(path[:-1] + (step.name,))} ({step.primitive})"
-                          for role, _, path, step in spec.stages())
-    return (f"none of the steps of '{spec.name}' publishes a picture: it has {', '.join(steps)}; "
-            "pictures come from steps with attention (mssa, mssa_ascent, mhsa, aot), with memberships (tssa), "
-            "or a mask step (a masked autoencoder)")
+    steps = dict.fromkeys(
+        f"{format_path(path[:-1] + (step.name,))} ({step.primitive})" for role, _, path, step in spec.stages()
+    )
+    return (
+        f"none of the steps of '{spec.name}' publishes a picture: it has {', '.join(steps)}; "
+        "pictures come from steps with attention (mssa, mssa_ascent, mhsa, aot), with memberships (tssa), "
+        "or a mask step (a masked autoencoder)"
+    )
 
 
 def patch_grid(model: fx.GraphModule, shape: Sequence[int]) -> tuple[tuple[int, int], int]:
@@ -182,8 +207,10 @@ def patch_grid(model: fx.GraphModule, shape: Sequence[int]) -> tuple[tuple[int, 
 
 
 def not_images(spec) -> str:
-    return (f"'{spec.name}' takes input of shape {list(spec.input.shape)}, not images cut into patches "
-            "(a patch_embed step on [channels, height, width]): show draws pictures of image networks only")
+    return (
+        f"'{spec.name}' takes input of shape {list(spec.input.shape)}, not images cut into patches "
+        "(a patch_embed step on [channels, height, width]): show draws pictures of image networks only"
+    )
 
 
 def display(images: torch.Tensor, mean: Sequence[float] | None, std: Sequence[float] | None) -> torch.Tensor:
@@ -192,8 +219,10 @@ def display(images: torch.Tensor, mean: Sequence[float] | None, std: Sequence[fl
     images = images.detach().double().cpu()
     if mean is not None and std is not None:
         view = (1, -1, 1, 1)
-        return (images * torch.tensor(std, dtype=torch.float64).view(view)
-                + torch.tensor(mean, dtype=torch.float64).view(view)).clamp(0, 1)
+        return (
+            images * torch.tensor(std, dtype=torch.float64).view(view)
+            + torch.tensor(mean, dtype=torch.float64).view(view)
+        ).clamp(0, 1)
     low = images.amin(dim=(1, 2, 3), keepdim=True)
     high = images.amax(dim=(1, 2, 3), keepdim=True)
     return (images - low) / (high - low).clamp_min(1e-12)
@@ -219,8 +248,9 @@ def pca_rgb(features: torch.Tensor) -> torch.Tensor:
     return colours
 
 
-def _reconstruct(model: fx.GraphModule, inputs: torch.Tensor, size: int, mean, std, seed: int,
-                 notes: list[str]) -> dict[str, torch.Tensor] | None:
+def _reconstruct(
+    model: fx.GraphModule, inputs: torch.Tensor, size: int, mean, std, seed: int, notes: list[str]
+) -> dict[str, torch.Tensor] | None:
     """Masked input, reconstruction, reconstruction with the visible patches, original: ``(B, C, H, W)``
     each, for display; None (with a note) when the output is not pixel patches."""
     with torch.random.fork_rng():
@@ -231,8 +261,9 @@ def _reconstruct(model: fx.GraphModule, inputs: torch.Tensor, size: int, mean, s
     prediction = outputs.get("output") if isinstance(outputs, dict) else None
     mask = outputs.get("mask") if isinstance(outputs, dict) else None
     if prediction is None or mask is None or tuple(prediction.shape) != (b, grid[0] * grid[1], size * size * c):
-        notes.append("the spec has a mask step but its output is not a patch of pixels per token: "
-                     "no reconstruction picture")
+        notes.append(
+            "the spec has a mask step but its output is not a patch of pixels per token: no reconstruction picture"
+        )
         return None
     original = inputs[..., : grid[0] * size, : grid[1] * size].double()
     output = unpatchify(prediction.double(), size, c, grid)
@@ -241,13 +272,20 @@ def _reconstruct(model: fx.GraphModule, inputs: torch.Tensor, size: int, mean, s
     if mean is None or std is None:  # every column on the original's scale
         low = original.amin(dim=(1, 2, 3), keepdim=True)
         high = original.amax(dim=(1, 2, 3), keepdim=True)
-        scaled = {k: ((v - low) / (high - low).clamp_min(1e-12)).clamp(0, 1)
-                  for k, v in (("output", output), ("filled", filled), ("original", original))}
+        scaled = {
+            k: ((v - low) / (high - low).clamp_min(1e-12)).clamp(0, 1)
+            for k, v in (("output", output), ("filled", filled), ("original", original))
+        }
     else:
         scaled = {k: display(v, mean, std) for k, v in (("output", output), ("filled", filled), ("original", original))}
     masked = scaled["original"] * (1 - hidden) + 0.5 * hidden  # hidden patches grey
-    return {"masked": masked, "output": scaled["output"], "filled": scaled["filled"], "original": scaled["original"],
-            "mask": mask.double()}
+    return {
+        "masked": masked,
+        "output": scaled["output"],
+        "filled": scaled["filled"],
+        "original": scaled["original"],
+        "mask": mask.double(),
+    }
 
 
 def unpatchify(patches: torch.Tensor, size: int, channels: int, grid: tuple[int, int]) -> torch.Tensor:

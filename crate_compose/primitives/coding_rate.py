@@ -44,8 +44,9 @@ class CodingRateArgs(Args):
     kind="compress",
     objective="coding rate R^c(Z | U) = 1/2 sum_k logdet(I + p/(N eps^2) (U_k^T Z)^T U_k^T Z) (descent)",
     equation="003 eq. 7-9; book eq. 5.2.9",
-    update=lambda args: "Z − κ a Σ_k U_k U_kᵀZ (I + a (U_kᵀZ)ᵀU_kᵀZ)⁻¹,  a = p/(Nε²)"
-    + (",  gradient at LN Z" if args.norm else ""),
+    update=lambda args: (
+        "Z − κ a Σ_k U_k U_kᵀZ (I + a (U_kᵀZ)ᵀU_kᵀZ)⁻¹,  a = p/(Nε²)" + (",  gradient at LN Z" if args.norm else "")
+    ),
     description="Exact gradient step on the coding rate against K subspaces (what MSSA approximates).",
     example=Example(args={"heads": 2}, shape=(8, 16)),
     measure=lambda: _measure(),

@@ -30,20 +30,18 @@ class SubspaceAttentionArgs(Args):
     """Arguments shared by every step of MSSA's form (``mssa``, ``mssa_ascent``)."""
 
     heads: int = Field(ge=1, description="Number of subspaces K (attention heads).")
-    head_dim: int | None = Field(
-        default=None, ge=1, description="Subspace dimension p; default d / heads."
-    )
+    head_dim: int | None = Field(default=None, ge=1, description="Subspace dimension p; default d / heads.")
     output: Literal["learned", "tied"] = Field(
         default="learned",
         description="'learned': a separate output Linear(K*p, d) (003 eq. 115, what CRATE trains); "
         "'tied': project back through U itself (003 eq. 12; 63.3% vs 70.8% on ImageNet, Table 3).",
     )
     bias: bool = Field(default=True, description="Bias on the learned output (CRATE: yes; CRATE-alpha: no).")
-    causal: bool = Field(
-        default=False, description="Mask tokens after each position (book eq. 5.3.33-5.3.35)."
-    )
+    causal: bool = Field(default=False, description="Mask tokens after each position (book eq. 5.3.33-5.3.35).")
     step_size: float = Field(
-        default=1.0, gt=0, description="Step size eta of the tied update x + eta * MSSA (ignored when output is learned)."
+        default=1.0,
+        gt=0,
+        description="Step size eta of the tied update x + eta * MSSA (ignored when output is learned).",
     )
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE: yes).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (CRATE-alpha: 1e-6).")
@@ -91,7 +89,9 @@ def mssa_update(args: SubspaceAttentionArgs, sign: str = "+", skip: str = "Z", s
     inverse=Inverse(
         "mssa_ascent",
         lambda args, shape: _ascent_args(args),
-        forms={"listing3": Inverse("mssa_ascent", lambda args, shape: {**_ascent_args(args), "residual": "normalized"})},
+        forms={
+            "listing3": Inverse("mssa_ascent", lambda args, shape: {**_ascent_args(args), "residual": "normalized"})
+        },
     ),
     example=Example({"heads": 2, "head_dim": 8}, (16, 32)),
     measure=lambda: _descent_measure(),

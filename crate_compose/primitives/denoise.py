@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 class DenoiseArgs(Args):
     heads: int = Field(ge=1, description="Number of subspaces K.")
     head_dim: int | None = Field(default=None, ge=1, description="Subspace dimension p; default d / heads.")
-    sigma: float = Field(default=1.0, gt=0, description="Noise level sigma of the mixture model (softmax temperature 2 sigma^2).")
+    sigma: float = Field(
+        default=1.0, gt=0, description="Noise level sigma of the mixture model (softmax temperature 2 sigma^2)."
+    )
     norm: bool = Field(default=False, description="Apply LayerNorm before the step (eq. 6 has none).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (when norm is true).")
 

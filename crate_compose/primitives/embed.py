@@ -91,8 +91,11 @@ def _patch_footprint(args: PatchEmbedArgs, shape: Shape, context: Context) -> Fo
         if args.norm:
             raise ValueError("projection 'conv' has no LayerNorms (as the authors' code): set norm: false")
         return Footprint((tokens, args.dim), conv2d("project", c, args.dim, args.patch_size))
-    parameters = {**layernorm("norm_in", flat, present=args.norm), **linear("project", flat, args.dim),
-                  **layernorm("norm_out", args.dim, present=args.norm)}
+    parameters = {
+        **layernorm("norm_in", flat, present=args.norm),
+        **linear("project", flat, args.dim),
+        **layernorm("norm_out", args.dim, present=args.norm),
+    }
     return Footprint((tokens, args.dim), parameters)
 
 
@@ -186,8 +189,12 @@ def positions(args: PositionsArgs, shape: Shape, context: Context) -> nn.Module:
     from ..modules.embed import Positions, position_table
 
     grid = _grid(args, shape[0], context) if args.init == "sincos2d" or args.interpolate else None
-    return Positions(*shape, table=position_table(args.init, *shape, grid=grid), trainable=args.trainable,
-                     grid=grid if args.interpolate else None)
+    return Positions(
+        *shape,
+        table=position_table(args.init, *shape, grid=grid),
+        trainable=args.trainable,
+        grid=grid if args.interpolate else None,
+    )
 
 
 def _positions_footprint(args: PositionsArgs, shape: Shape, context: Context) -> Footprint:

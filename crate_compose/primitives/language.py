@@ -28,17 +28,23 @@ class TokenEmbedArgs(Args):
     vocab: int = Field(ge=1, description="Vocabulary size V (GPT-2: 50257; BERT: 30522; bytes: 256).")
     dim: int = Field(ge=1, description="Token dimension d.")
     std: float = Field(default=0.02, gt=0, description="Standard deviation of the initial tables (GPT-2, BERT: 0.02).")
-    segments: int = Field(default=0, ge=0, description="Learned segment (token type) embeddings added to each token "
-                          "(BERT: 2); a token's segment is the number of [SEP] tokens before it, at most segments - 1. "
-                          "0: none.")
-    sep: int | None = Field(default=None, ge=0, description="Id of the [SEP] token that ends a segment (BERT: 102); "
-                            "required with segments.")
+    segments: int = Field(
+        default=0,
+        ge=0,
+        description="Learned segment (token type) embeddings added to each token "
+        "(BERT: 2); a token's segment is the number of [SEP] tokens before it, at most segments - 1. "
+        "0: none.",
+    )
+    sep: int | None = Field(
+        default=None, ge=0, description="Id of the [SEP] token that ends a segment (BERT: 102); required with segments."
+    )
 
     @model_validator(mode="after")
     def _sep_with_segments(self) -> "TokenEmbedArgs":
         if self.segments > 0 and self.sep is None:
-            raise ValueError(f"segments: {self.segments} needs sep, the id of the [SEP] token that ends a segment "
-                             "(BERT: 102)")
+            raise ValueError(
+                f"segments: {self.segments} needs sep, the id of the [SEP] token that ends a segment (BERT: 102)"
+            )
         return self
 
 
@@ -99,8 +105,9 @@ def _head_footprint(args: LMHeadArgs, shape: Shape) -> Footprint:
 
 
 class MLMHeadArgs(Args):
-    vocab: int = Field(ge=1, description="Vocabulary size V; the same as the token embedding's when tied "
-                       "(BERT: 30522).")
+    vocab: int = Field(
+        ge=1, description="Vocabulary size V; the same as the token embedding's when tied (BERT: 30522)."
+    )
     eps: float = Field(default=1e-12, gt=0, description="LayerNorm epsilon (BERT: 1e-12).")
 
 
@@ -125,6 +132,10 @@ def mlm_head(args: MLMHeadArgs, shape: Shape) -> nn.Module:
 def _mlm_footprint(args: MLMHeadArgs, shape: Shape) -> Footprint:
     """Tokens ``(n, d)`` to ``(n, vocab)`` logits: ``Linear(d, d)``, ``LN(d)``, ``W: (vocab, d)``, ``b: (vocab,)``."""
     dim = token_dim(shape, "mlm_head")
-    parameters = {**linear("dense", dim, dim), **layernorm("norm", dim), "weight": (args.vocab, dim),
-                  "bias": (args.vocab,)}
+    parameters = {
+        **linear("dense", dim, dim),
+        **layernorm("norm", dim),
+        "weight": (args.vocab, dim),
+        "bias": (args.vocab,),
+    }
     return Footprint((shape[0], args.vocab), parameters)

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 class LayerNormArgs(Args):
     eps: float = Field(default=1e-5, gt=0, description="Added to the variance for stability.")
-    bias: bool = Field(default=True, description="A learned shift besides the scale (nanoGPT's `bias`: false in the "
-                       "ToST language models).")
+    bias: bool = Field(
+        default=True,
+        description="A learned shift besides the scale (nanoGPT's `bias`: false in the ToST language models).",
+    )
 
 
 @primitive(

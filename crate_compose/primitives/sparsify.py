@@ -36,9 +36,7 @@ if TYPE_CHECKING:
 
 class ISTAArgs(Args):
     step_size: float = Field(default=0.1, gt=0, description="Step size eta of the proximal step.")
-    lambd: float = Field(
-        default=0.1, ge=0, description="Sparsity weight lambda (CRATE 0.1; CRATE-MAE encoder 0.5)."
-    )
+    lambd: float = Field(default=0.1, ge=0, description="Sparsity weight lambda (CRATE 0.1; CRATE-MAE encoder 0.5).")
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE: yes).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (CRATE 1e-5; CRATE-alpha 1e-6).")
 
@@ -134,7 +132,9 @@ class ISTAMMArgs(Args):
         "hyperparameter and reports no value.",
     )
     precision: float = Field(
-        default=0.5, gt=0, description="Precision eps of the coding rate in alpha = d / (N eps^2) (used when alpha is not given)."
+        default=0.5,
+        gt=0,
+        description="Precision eps of the coding rate in alpha = d / (N eps^2) (used when alpha is not given).",
     )
     lambd: float = Field(default=0.1, ge=0, description="Sparsity weight lambda.")
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (as CRATE's ISTA).")
@@ -147,8 +147,11 @@ class ISTAMMArgs(Args):
     kind="sparsify",
     objective="lambda ||Z||_1 + chi(Z >= 0) - 1/2 logdet(I + alpha Z^*Z) (proximal majorization-minimization step)",
     equation="003 eq. 77-92; App. B.4 Table 3",
-    update=lambda args: "ReLU((1 + 4/(9(1+α))) D*Z − 4λ/(9α))" + (",  Z ← LN Z" if args.norm else "")
-    + ("" if args.alpha is not None else ",  α = d/(Nε²)"),
+    update=lambda args: (
+        "ReLU((1 + 4/(9(1+α))) D*Z − 4λ/(9α))"
+        + (",  Z ← LN Z" if args.norm else "")
+        + ("" if args.alpha is not None else ",  α = d/(Nε²)")
+    ),
     description="Majorization-minimization sparsification step: ReLU of a scaled dictionary projection, no skip "
     "(ablation, 003 Table 3: 68.6% vs 70.8%).",
     inverse=TO_DICTIONARY,
@@ -172,7 +175,9 @@ def ista_mm(args: ISTAMMArgs, shape: Shape) -> nn.Module:
 class ISTAODLArgs(Args):
     step_size: float = Field(default=0.1, gt=0, description="Step size eta of both ISTA steps.")
     lambd: float = Field(default=0.1, ge=0, description="Sparsity weight lambda.")
-    ratio: int = Field(default=4, ge=1, description="Overcompleteness: the dictionaries have ratio * d atoms (CRATE-alpha: 4).")
+    ratio: int = Field(
+        default=4, ge=1, description="Overcompleteness: the dictionaries have ratio * d atoms (CRATE-alpha: 4)."
+    )
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (CRATE-alpha: yes).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (CRATE-alpha: 1e-6).")
     synthesis: Literal["learned", "tied"] = Field(
@@ -186,8 +191,12 @@ class ISTAODLArgs(Args):
 
 def _odl_update(args: ISTAODLArgs) -> str:
     decoded = "D₁A₂" if args.synthesis == "learned" else "DA₂"
-    return (("Z + " if args.residual else "") + decoded + ",  A₂ = ReLU(A₁ − ηDᵀ(DA₁ − U) − ηλ),  A₁ = ReLU(ηDᵀU − ηλ),  "
-            + ("U = LN Z" if args.norm else "U = Z"))
+    return (
+        ("Z + " if args.residual else "")
+        + decoded
+        + ",  A₂ = ReLU(A₁ − ηDᵀ(DA₁ − U) − ηλ),  A₁ = ReLU(ηDᵀU − ηλ),  "
+        + ("U = LN Z" if args.norm else "U = Z")
+    )
 
 
 @primitive(

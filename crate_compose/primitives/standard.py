@@ -65,8 +65,11 @@ class MLPArgs(Args):
     gelu: Literal["exact", "tanh"] = Field(
         default="exact", description="'exact': GELU with erf (ViT); 'tanh': its tanh approximation (GPT-2's gelu_new)."
     )
-    biases: bool = Field(default=True, description="Biases in both layers and the LayerNorm (nanoGPT's `bias`; the "
-                       "ToST language models were trained without: false).")
+    biases: bool = Field(
+        default=True,
+        description="Biases in both layers and the LayerNorm (nanoGPT's `bias`; the "
+        "ToST language models were trained without: false).",
+    )
 
 
 @primitive(
@@ -92,8 +95,11 @@ def _mhsa_footprint(args: MHSAArgs, shape: Shape) -> Footprint:
     """Tokens ``(n, d)``: ``LN(d)``, ``Q, K, V: d -> 3K*p`` and ``O: K*p -> d``; residual."""
     dim = token_dim(shape, "mhsa")
     width = args.heads * head_dim_of(args.heads, args.head_dim, dim)
-    parameters = {**layernorm("norm", dim, present=args.norm), **linear("qkv", dim, 3 * width, bias=args.qkv_bias),
-                  **linear("out", width, dim)}
+    parameters = {
+        **layernorm("norm", dim, present=args.norm),
+        **linear("qkv", dim, 3 * width, bias=args.qkv_bias),
+        **linear("out", width, dim),
+    }
     return Footprint(shape, parameters, residual=True)
 
 
@@ -102,6 +108,9 @@ def mlp_footprint(args: Args, shape: Shape, name: str) -> Footprint:
     dim = token_dim(shape, name)
     hidden = int(round(dim * args.ratio))
     bias = getattr(args, "biases", True)
-    parameters = {**layernorm("norm", dim, present=args.norm, bias=bias), **linear("expand", dim, hidden, bias=bias),
-                  **linear("contract", hidden, dim, bias=bias)}
+    parameters = {
+        **layernorm("norm", dim, present=args.norm, bias=bias),
+        **linear("expand", dim, hidden, bias=bias),
+        **linear("contract", hidden, dim, bias=bias),
+    }
     return Footprint(shape, parameters, residual=True)

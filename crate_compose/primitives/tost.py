@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 class ConvPatchEmbedArgs(Args):
     dim: int = Field(ge=1, description="Token dimension d (divisible by P/2: 8 for patch 16, 4 for patch 8).")
     patch_size: Literal[2, 4, 8, 16] = Field(
-        default=16, description="Side P of the patches: log2(P) stride-2 convolutions: 16 (four) or 8 (three), as "
+        default=16,
+        description="Side P of the patches: log2(P) stride-2 convolutions: 16 (four) or 8 (three), as "
         "XCiT; 4 (two) or 2 (one) for small images (28x28, 8x8).",
     )
 
@@ -99,8 +100,9 @@ class FourierPositionsArgs(Args):
 def fourier_positions(args: FourierPositionsArgs, shape: Shape, context: Context) -> nn.Module:
     from ..modules.tost import FourierPositions
 
-    return FourierPositions(shape[-1], _fourier_grid(args, shape, context), hidden=args.hidden,
-                            temperature=args.temperature)
+    return FourierPositions(
+        shape[-1], _fourier_grid(args, shape, context), hidden=args.hidden, temperature=args.temperature
+    )
 
 
 def _fourier_grid(args: FourierPositionsArgs, shape: Shape, context: Context) -> tuple[int, int]:
@@ -159,8 +161,11 @@ def _attention_footprint(args: ClassAttentionArgs, shape: Shape) -> Footprint:
     if shape[0] < 2:
         raise ValueError(f"class_attention needs a class token and at least one other token; got {shape[0]} tokens")
     head_dim_of(args.heads, None, dim)  # d divides into the heads
-    parameters = {**layernorm("norm", dim, present=args.norm), **linear("qkv", dim, 3 * dim, bias=args.qkv_bias),
-                  **linear("proj", dim, dim)}
+    parameters = {
+        **layernorm("norm", dim, present=args.norm),
+        **linear("qkv", dim, 3 * dim, bias=args.qkv_bias),
+        **linear("proj", dim, dim),
+    }
     return Footprint(shape, parameters, residual=True)
 
 
@@ -181,8 +186,10 @@ class ClassMLPArgs(Args):
     kind="mlp",
     objective="none (refines the class token)",
     equation="CaiT (Touvron et al. 2021) Sec. 3; XCiT ClassAttentionBlock (tokens_norm); ToST (002 Table 5.3)",
-    update=lambda args: ("[Y_cls + W₂ GELU(W₁ Y_cls);  " + ("2 Y_patches]" if args.patches == "doubled" else "Y_patches]"))
-    + (",  Y = LN Z" if args.norm else ",  Y = Z"),
+    update=lambda args: (
+        ("[Y_cls + W₂ GELU(W₁ Y_cls);  " + ("2 Y_patches]" if args.patches == "doubled" else "Y_patches]"))
+        + (",  Y = LN Z" if args.norm else ",  Y = Z")
+    ),
     description="MLP on the class token only, after a LayerNorm over all tokens (second half of XCiT's class-attention block).",
     example=Example(args={"ratio": 2.0}, shape=(5, 16)),
     footprint=lambda args, shape, context: mlp_footprint(args, shape, "class_mlp"),
@@ -191,6 +198,4 @@ def class_mlp(args: ClassMLPArgs, shape: Shape) -> nn.Module:
     from ..modules.tost import ClassMLP
 
     dim = shape[-1]
-    return ClassMLP(
-        dim, int(round(dim * args.ratio)), doubled=args.patches == "doubled", norm=args.norm, eps=args.eps
-    )
+    return ClassMLP(dim, int(round(dim * args.ratio)), doubled=args.patches == "doubled", norm=args.norm, eps=args.eps)

@@ -49,8 +49,11 @@ class TSSAArgs(Args):
     )
     norm: bool = Field(default=True, description="Apply LayerNorm before the step (ToST: yes).")
     eps: float = Field(default=1e-5, gt=0, description="LayerNorm epsilon (ToST: 1e-6).")
-    biases: bool = Field(default=True, description="Biases in the projections and the LayerNorm (nanoGPT's `bias`; "
-                       "the ToST language models were trained without: false).")
+    biases: bool = Field(
+        default=True,
+        description="Biases in the projections and the LayerNorm (nanoGPT's `bias`; "
+        "the ToST language models were trained without: false).",
+    )
 
 
 @primitive(
@@ -81,8 +84,12 @@ def _footprint(args: TSSAArgs, shape: Shape) -> Footprint:
     dim = token_dim(shape, "tssa")
     if dim % args.heads:
         raise ValueError(f"tssa: token dimension {dim} is not divisible by heads={args.heads}")
-    parameters = {**layernorm("norm", dim, present=args.norm, bias=args.biases), **linear("qkv", dim, dim, bias=args.biases),
-                  "temp": (args.heads, 1), **linear("to_out", dim, dim, bias=args.biases)}
+    parameters = {
+        **layernorm("norm", dim, present=args.norm, bias=args.biases),
+        **linear("qkv", dim, dim, bias=args.biases),
+        "temp": (args.heads, 1),
+        **linear("to_out", dim, dim, bias=args.biases),
+    }
     if args.causal:
         parameters["denom_bias"] = (args.heads, shape[0], 1)
     return Footprint(shape, parameters, residual=True)

@@ -85,7 +85,11 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
             meta = node.meta
             layer = meta["layer"]
             drawn_layer = layer if expand or layer is None else 0
-            key = f"{meta['role']}_{drawn_layer}_{meta['step']}" if layer is not None else f"{meta['role']}_{meta['step']}"
+            key = (
+                f"{meta['role']}_{drawn_layer}_{meta['step']}"
+                if layer is not None
+                else f"{meta['role']}_{meta['step']}"
+            )
             shape = meta["shape"] or next(iter(node.users)).meta["shape"]
             if key not in steps:
                 depth = _stack(spec, meta["spec_path"]).depth if layer is not None and not expand else 1
@@ -95,8 +99,17 @@ def _steps(module: fx.GraphModule, expand: bool) -> tuple[list[DrawnStep], dict]
                 if step.layer_scale is not None:
                     update += f"  (γ₀ = {step.layer_scale:g})"
                 steps[key] = DrawnStep(
-                    key, meta["step"], meta["primitive"], meta["role"], drawn_layer, meta["spec_path"], shape,
-                    _params(module, node.target, ties), update, meta.get("part"), depth,
+                    key,
+                    meta["step"],
+                    meta["primitive"],
+                    meta["role"],
+                    drawn_layer,
+                    meta["spec_path"],
+                    shape,
+                    _params(module, node.target, ties),
+                    update,
+                    meta.get("part"),
+                    depth,
                     tied=dict(step.tie),
                 )
                 for arg in node.args:
@@ -166,10 +179,18 @@ def diagram(
     steps, ends = _steps(module, expand)
     by_key = {s.key: s for s in steps}
     total = sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
-    dot = graphviz.Digraph(spec.name, graph_attr={
-        "rankdir": direction, "label": _title(spec.name, total, mirrored=_is_mirrored(spec), tied=bool(tied(spec))), "labelloc": "t",
-        "fontname": "Helvetica", "newrank": "true", "nodesep": "0.35", "ranksep": "0.3",
-    })
+    dot = graphviz.Digraph(
+        spec.name,
+        graph_attr={
+            "rankdir": direction,
+            "label": _title(spec.name, total, mirrored=_is_mirrored(spec), tied=bool(tied(spec))),
+            "labelloc": "t",
+            "fontname": "Helvetica",
+            "newrank": "true",
+            "nodesep": "0.35",
+            "ranksep": "0.3",
+        },
+    )
     dot.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="11", margin="0.12,0.05")
     dot.attr("edge", fontname="Helvetica", fontsize="9", color="#444444")
     in_name, in_shape = ends["input"]
@@ -197,13 +218,21 @@ def diagram(
     mirrored = {s.key for s in steps if s.role == "decoder"} if _is_mirrored(spec) else set()
     for step in steps:
         for source, value in step.inputs:
-            _edge(dot, source, step.key, by_key, value, edge_shapes, backward=step.key in mirrored and source in mirrored)
+            _edge(
+                dot, source, step.key, by_key, value, edge_shapes, backward=step.key in mirrored and source in mirrored
+            )
     if not expand:  # one "repeat" edge per collapsed stack, from its last step back to its first
         for role in roles:
             layer_steps = [s for s in steps if s.role == role and s.layer is not None]
             if layer_steps and layer_steps[0].depth > 1:
-                dot.edge(layer_steps[-1].key, layer_steps[0].key, label=f"× {layer_steps[0].depth}",
-                         style="bold", color="#777777", constraint="false")
+                dot.edge(
+                    layer_steps[-1].key,
+                    layer_steps[0].key,
+                    label=f"× {layer_steps[0].depth}",
+                    style="bold",
+                    color="#777777",
+                    constraint="false",
+                )
     outputs = ends["outputs"]
     rows = "<br/>".join(f"<b>{html.escape(name)}</b> {_shape(shape)}" for name, _, shape in outputs)
     dot.node("output", f"<{rows}>", shape="oval", fillcolor="white")
@@ -219,17 +248,35 @@ def diagram(
         inverts = _inverts(spec, step)
         if inverts is not None:
             for target in steps:
-                if target.role in ("preprocess", "encoder") and _spec_name(target) == inverts and (
-                    expand is False or target.layer in (None, spec.encoder.depth - 1 - (step.layer or 0))
+                if (
+                    target.role in ("preprocess", "encoder")
+                    and _spec_name(target) == inverts
+                    and (expand is False or target.layer in (None, spec.encoder.depth - 1 - (step.layer or 0)))
                 ):
-                    dot.edge(target.key, step.key, style="dashed", color="#aa3333", arrowhead="empty",
-                             constraint="false", tooltip="inverse")
+                    dot.edge(
+                        target.key,
+                        step.key,
+                        style="dashed",
+                        color="#aa3333",
+                        arrowhead="empty",
+                        constraint="false",
+                        tooltip="inverse",
+                    )
     for step in steps:  # dashed blue edges: a tied weight, from the step that holds it
         for own, source in step.tied.items():
             owner = max((m for m in ends["modules"] if source.startswith(m + ".")), key=len, default=None)
             if owner is not None:
-                dot.edge(ends["modules"][owner], step.key, label=f"tied: {own}", style="dashed", color="#3355aa",
-                         fontcolor="#3355aa", arrowhead="none", constraint="false", tooltip=f"{own} = {source}")
+                dot.edge(
+                    ends["modules"][owner],
+                    step.key,
+                    label=f"tied: {own}",
+                    style="dashed",
+                    color="#3355aa",
+                    fontcolor="#3355aa",
+                    arrowhead="none",
+                    constraint="false",
+                    tooltip=f"{own} = {source}",
+                )
     return dot
 
 

@@ -42,8 +42,9 @@ def _drop_empty(data: dict) -> None:
         for part in ("pre", "post"):
             if stack.get(part) == []:
                 del stack[part]
-    lists = [data.get("preprocess"), data.get("head")] + [s.get(p) for s in stacks if isinstance(s, dict)
-                                                           for p in ("pre", "layer", "post")]
+    lists = [data.get("preprocess"), data.get("head")] + [
+        s.get(p) for s in stacks if isinstance(s, dict) for p in ("pre", "layer", "post")
+    ]
     for steps in [one for one in lists if isinstance(one, list)]:
         for step in steps:
             for key in ("layer_scale", "inverts"):

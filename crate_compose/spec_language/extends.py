@@ -87,7 +87,7 @@ def _move_marks(marks: dict, old: KeyPath, new: KeyPath, into: dict) -> None:
     """Copy the marks under ``old`` to the same places under ``new``."""
     for sub, mark in marks.items():
         if sub[: len(old)] == old:
-            into[new + sub[len(old):]] = mark
+            into[new + sub[len(old) :]] = mark
 
 
 def _replaced(path: KeyPath, over: Any) -> bool:
@@ -122,8 +122,9 @@ def load_source(ref: str | Path, _chain: tuple[Path, ...] = ()) -> Source:
     """Read a spec file or zoo preset and everything it ``extends``, merged."""
     path = zoo.locate(ref)
     if len(_chain) >= MAX_EXTENDS:
-        raise SpecError([Problem(f"an extends chain of more than {MAX_EXTENDS} files", ("extends",),
-                                 Location(str(_chain[-1])))])
+        raise SpecError(
+            [Problem(f"an extends chain of more than {MAX_EXTENDS} files", ("extends",), Location(str(_chain[-1])))]
+        )
     if path in _chain:
         cycle = " -> ".join(str(p) for p in (*_chain, path))
         raise SpecError([Problem(f"'extends' forms a cycle: {cycle}", ("extends",), Location(str(path)))])

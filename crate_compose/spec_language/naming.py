@@ -26,7 +26,9 @@ from .overrides import parse_key_path
 from .source import Source
 
 COSMETIC = frozenset({"name", "description", "reference"})  # keys that do not change the network
-GENERIC_KEYS = frozenset({"sizes", "encoder", "decoder", "stacks", "layer", "pre", "post", "args", "primitive", "preprocess", "head"})
+GENERIC_KEYS = frozenset(
+    {"sizes", "encoder", "decoder", "stacks", "layer", "pre", "post", "args", "primitive", "preprocess", "head"}
+)
 
 
 def mark_variant_of_parent(merged: Source, child: dict, path: Path, parent_path: Path) -> None:
@@ -86,8 +88,10 @@ def _variant_name(name: str, assignments: list[str]) -> str:
         parts.append(safe_name(f"{label}-{value.strip()}")[:32])
     variant = f"{name}.{'.'.join(parts)}"
     if len(variant) > 80:  # the same overrides, however spaced, give the same name
-        canonical = [f"{'.'.join(parse_key_path(a.partition('=')[0].strip()))}={_yaml_value(a.partition('=')[2])!r}"
-                     for a in assignments]
+        canonical = [
+            f"{'.'.join(parse_key_path(a.partition('=')[0].strip()))}={_yaml_value(a.partition('=')[2])!r}"
+            for a in assignments
+        ]
         digest = hashlib.sha256("\n".join(canonical).encode()).hexdigest()[:8]
         variant = f"{name}.variant-{digest}"
     return variant

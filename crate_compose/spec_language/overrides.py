@@ -74,14 +74,30 @@ def apply_override(source: Source, assignment: str, index: int) -> None:
     if not parts:
         raise SpecError([Problem("an override needs a key path before '='", (), where)])
     if any("[" in part or "]" in part for part in parts):
-        raise SpecError([Problem(f"unbalanced brackets in the key path '{key.strip()[:80]}'; an item is written "
-                                 "layer[1] or layer.1", (), where)])
+        raise SpecError(
+            [
+                Problem(
+                    f"unbalanced brackets in the key path '{key.strip()[:80]}'; an item is written layer[1] or layer.1",
+                    (),
+                    where,
+                )
+            ]
+        )
     if parts[0] == "extends":
-        raise SpecError([Problem("extends is followed when a file is read, before overrides: write it in a spec file "
-                                 "that names its base", (), where)])
+        raise SpecError(
+            [
+                Problem(
+                    "extends is followed when a file is read, before overrides: write it in a spec file "
+                    "that names its base",
+                    (),
+                    where,
+                )
+            ]
+        )
     if len(parts) > yamlread.MAX_DEPTH:
-        raise SpecError([Problem(f"a key path of {len(parts):,} parts; a spec is at most {yamlread.MAX_DEPTH} deep",
-                                 (), where)])
+        raise SpecError(
+            [Problem(f"a key path of {len(parts):,} parts; a spec is at most {yamlread.MAX_DEPTH} deep", (), where)]
+        )
     node: Any = source.data
     path: KeyPath = ()
     for i, part in enumerate(parts):
@@ -135,16 +151,21 @@ def _unused_new_sizes(source: Source, declared: list[str]) -> list[Problem]:
     """A size that overrides create and nothing references (``--set sizes.deph=6``, a misspelled
     ``depth``) would change nothing but the variant's name: refused at its ``--set``, with the
     closest declared size. A new size another override references (``${name}``) is kept."""
-    used = {match.group(1).strip() for path in reference_paths(source.data)
-            for match in REFERENCE.finditer(_at(source.data, path))}
+    used = {
+        match.group(1).strip()
+        for path in reference_paths(source.data)
+        for match in REFERENCE.finditer(_at(source.data, path))
+    }
     problems = []
     for name in _sizes(source.data):
         if str(name) not in declared and str(name) not in used:
             path = ("sizes", name)
             spec = source.data.get("name")
             message = f"no size '{name}' in spec '{spec}'" if isinstance(spec, str) else f"no size '{name}' in the spec"
-            hint = (did_you_mean(str(name), declared)
-                    or f"nothing uses ${{{name}}}; sizes declared: {', '.join(declared) or 'none'}")
+            hint = (
+                did_you_mean(str(name), declared)
+                or f"nothing uses ${{{name}}}; sizes declared: {', '.join(declared) or 'none'}"
+            )
             problems.append(Problem(message, path, source.locate(path), hint))
     return problems
 

@@ -64,9 +64,7 @@ def json_schema() -> dict[str, Any]:
             {
                 "if": {"properties": {"primitive": {"const": name}}, "required": ["primitive"]},
                 "then": {
-                    "properties": {
-                        "args": {"$ref": f"#/$defs/args_{name}", "description": f"Arguments of '{name}'."}
-                    }
+                    "properties": {"args": {"$ref": f"#/$defs/args_{name}", "description": f"Arguments of '{name}'."}}
                 },
             }
         )

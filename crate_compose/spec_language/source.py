@@ -76,8 +76,13 @@ def read_file(path: Path) -> Source:
             raise SpecError([Problem(f"cannot read spec file: {kind}", (), Location(str(path)))])
         size = path.stat().st_size
         if size > yamlread.MAX_BYTES:
-            raise SpecError([Problem(f"the file is {size:,} bytes; a spec is at most {yamlread.MAX_BYTES:,}", (),
-                                     Location(str(path)))])
+            raise SpecError(
+                [
+                    Problem(
+                        f"the file is {size:,} bytes; a spec is at most {yamlread.MAX_BYTES:,}", (), Location(str(path))
+                    )
+                ]
+            )
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise SpecError([Problem(f"cannot read spec file: {error.strerror}", (), Location(str(path)))]) from None

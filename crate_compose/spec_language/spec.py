@@ -38,19 +38,74 @@ RESERVED = ("preprocess", "encoder", "decoder", "stacks", "head", "input", "outp
 # Names a step, stack or input may not take: they become attributes of torch.nn.Module and
 # torch.fx.GraphModule objects and names in the generated forward(). Kept without importing torch;
 # tests/test_hostile_input.py checks it covers every public attribute of both classes.
-MODULE_ATTRIBUTES = frozenset({
-    "T_destination", "add_module", "add_submodule", "apply", "bfloat16", "buffers", "call_super_init", "children",
-    "code", "compile", "cpu", "cuda", "delete_all_unused_submodules", "delete_submodule", "double", "dump_patches",
-    "eval", "extra_repr", "float", "forward", "get_buffer", "get_extra_state", "get_parameter", "get_submodule",
-    "graph", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers", "named_children",
-    "named_modules", "named_parameters", "parameters", "print_readable", "recompile", "register_backward_hook",
-    "register_buffer", "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-    "register_full_backward_pre_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
-    "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
-    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty",
-    "to_folder", "train", "type", "xpu", "zero_grad",
-    "training", "meta", "self",  # instance attributes, and forward's own first parameter
-})
+MODULE_ATTRIBUTES = frozenset(
+    {
+        "T_destination",
+        "add_module",
+        "add_submodule",
+        "apply",
+        "bfloat16",
+        "buffers",
+        "call_super_init",
+        "children",
+        "code",
+        "compile",
+        "cpu",
+        "cuda",
+        "delete_all_unused_submodules",
+        "delete_submodule",
+        "double",
+        "dump_patches",
+        "eval",
+        "extra_repr",
+        "float",
+        "forward",
+        "get_buffer",
+        "get_extra_state",
+        "get_parameter",
+        "get_submodule",
+        "graph",
+        "half",
+        "ipu",
+        "load_state_dict",
+        "modules",
+        "mtia",
+        "named_buffers",
+        "named_children",
+        "named_modules",
+        "named_parameters",
+        "parameters",
+        "print_readable",
+        "recompile",
+        "register_backward_hook",
+        "register_buffer",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "register_full_backward_pre_hook",
+        "register_load_state_dict_post_hook",
+        "register_load_state_dict_pre_hook",
+        "register_module",
+        "register_parameter",
+        "register_state_dict_post_hook",
+        "register_state_dict_pre_hook",
+        "requires_grad_",
+        "set_extra_state",
+        "set_submodule",
+        "share_memory",
+        "state_dict",
+        "to",
+        "to_empty",
+        "to_folder",
+        "train",
+        "type",
+        "xpu",
+        "zero_grad",
+        "training",
+        "meta",
+        "self",  # instance attributes, and forward's own first parameter
+    }
+)
 
 
 def _usable_name(name: str) -> str:
@@ -142,7 +197,9 @@ class Stack(_Model):
         description="Steps before the layers (a decoder's mask tokens, a class token before class attention).",
     )
     depth: int = Field(
-        ge=1, le=MAX_DEPTH, description=f"Number of layers L (at most {MAX_DEPTH}); each repeats `layer` with fresh weights."
+        ge=1,
+        le=MAX_DEPTH,
+        description=f"Number of layers L (at most {MAX_DEPTH}); each repeats `layer` with fresh weights.",
     )
     layer: list[Step] = Field(min_length=1, description="The steps of one layer, in order.")
     post: list[Step] = Field(

@@ -49,8 +49,13 @@ def substitute(source: Source, problems: list[Problem]) -> Any:
         parts = [(m, lookup(m.group(1).strip(), path)) for m in REFERENCE.finditer(value)]
         length = len(value) + sum(len(str(v)) - len(m.group(0)) for m, v in parts)
         if length > MAX_TEXT:  # sizes that double a string through references grow exponentially
-            problems.append(Problem(f"the references here make a text of {length:,} characters; at most "
-                                    f"{MAX_TEXT:,}", path, source.locate(path)))
+            problems.append(
+                Problem(
+                    f"the references here make a text of {length:,} characters; at most {MAX_TEXT:,}",
+                    path,
+                    source.locate(path),
+                )
+            )
             source.unresolved.add(path)
             return None
         found = iter(str(v) for _, v in parts)

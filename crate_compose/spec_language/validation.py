@@ -50,7 +50,9 @@ def validate(data: Any, source: Source, references: list[Problem]) -> Spec:
     return spec
 
 
-def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, model: type[BaseModel]) -> list[Problem]:
+def _pydantic_problems(
+    error: ValidationError, prefix: KeyPath, source: Source, model: type[BaseModel]
+) -> list[Problem]:
     problems = []
     for item in error.errors():
         loc = tuple(item["loc"])
@@ -79,8 +81,9 @@ def _pydantic_problems(error: ValidationError, prefix: KeyPath, source: Source, 
     return problems
 
 
-BOTH_FORMS = ("a decoder is either derived (derive: inverse, form) or written as a stack (depth, layer, pre, post), "
-              "not both")
+BOTH_FORMS = (
+    "a decoder is either derived (derive: inverse, form) or written as a stack (depth, layer, pre, post), not both"
+)
 
 
 def _other_form(tag: str, key: Any) -> bool:
@@ -119,7 +122,11 @@ def _step_lists(data: dict) -> Iterable[tuple[KeyPath, Any]]:
     """The raw lists of steps, before validation (mirrors ``Spec.step_lists``)."""
     stacks = data.get("stacks")
     paths: list[KeyPath] = [("preprocess",)]
-    for stack in [("encoder",), ("decoder",), *(("stacks", name) for name in (stacks if isinstance(stacks, dict) else {}))]:
+    for stack in [
+        ("encoder",),
+        ("decoder",),
+        *(("stacks", name) for name in (stacks if isinstance(stacks, dict) else {})),
+    ]:
         paths.extend((*stack, part) for part in PARTS)
     paths.append(("head",))
     for path in paths:
@@ -178,8 +185,10 @@ def _bounded(spec: Spec, source: Source) -> None:
     total = sum(counts.values())
     if total > MAX_STEPS:
         path, count = max(counts.items(), key=lambda item: item[1])
-        message = (f"the network unrolls to {total:,} steps, {count:,} of them from here; at most {MAX_STEPS:,} "
-                   "(a deeper network takes minutes to check and build)")
+        message = (
+            f"the network unrolls to {total:,} steps, {count:,} of them from here; at most {MAX_STEPS:,} "
+            "(a deeper network takes minutes to check and build)"
+        )
         raise SpecError([Problem(message, path, source.locate(path))])
 
 

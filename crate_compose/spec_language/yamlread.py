@@ -31,9 +31,7 @@ MAX_BYTES = 2_000_000  # a spec is a few kilobytes; the largest preset is under 
 MAX_DEPTH = 64  # nesting of lists and mappings
 MAX_NODES = 10_000  # scalars, lists and mappings as written (the largest shipped spec has 161)
 MAX_VALUES = 10_000  # values after aliases are expanded
-PLAIN_TAGS = frozenset(
-    f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map")
-)
+PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map"))
 
 
 @dataclass
@@ -53,8 +51,9 @@ def _reader_problem(error: yaml.reader.ReaderError, text: str, source: str) -> P
     before = text[: error.position]
     line, column = before.count("\n") + 1, error.position - (before.rfind("\n") + 1) + 1
     character = error.character if isinstance(error.character, str) else chr(error.character)
-    return Problem(f"the control character U+{ord(character):04X} is not allowed in YAML text", (),
-                   Location(source, line, column))
+    return Problem(
+        f"the control character U+{ord(character):04X} is not allowed in YAML text", (), Location(source, line, column)
+    )
 
 
 def _check_events(text: str, source: str) -> None:
@@ -77,15 +76,29 @@ def _count_events(events: Any, source: str) -> None:
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise SpecError([Problem(f"nested more than {MAX_DEPTH} levels deep; a spec needs a handful", (),
-                                         _location(source, event.start_mark))])
+                raise SpecError(
+                    [
+                        Problem(
+                            f"nested more than {MAX_DEPTH} levels deep; a spec needs a handful",
+                            (),
+                            _location(source, event.start_mark),
+                        )
+                    ]
+                )
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
         if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.AliasEvent)):
             nodes += 1
             if nodes > MAX_NODES:
-                raise SpecError([Problem(f"more than {MAX_NODES:,} values; a spec has a few hundred", (),
-                                         _location(source, event.start_mark))])
+                raise SpecError(
+                    [
+                        Problem(
+                            f"more than {MAX_NODES:,} values; a spec has a few hundred",
+                            (),
+                            _location(source, event.start_mark),
+                        )
+                    ]
+                )
 
 
 def parse(text: str, source: str) -> Parsed:
@@ -138,19 +151,30 @@ class _Builder:
     def build(self, node: yaml.Node, path: KeyPath) -> Any:
         self.values += 1
         if self.values > MAX_VALUES:
-            raise SpecError([Problem(f"the YAML expands to more than {MAX_VALUES:,} values (aliases repeating "
-                                     "aliases?)", path, self.where(node))])
+            raise SpecError(
+                [
+                    Problem(
+                        f"the YAML expands to more than {MAX_VALUES:,} values (aliases repeating aliases?)",
+                        path,
+                        self.where(node),
+                    )
+                ]
+            )
         if node.tag not in PLAIN_TAGS:
             tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-            what = "merge keys (<<) are not supported: use extends, or write the keys" if tag == "!!merge" else \
-                f"the YAML tag '{tag}' is not allowed: a spec holds plain values (text, numbers, true/false, lists, " \
+            what = (
+                "merge keys (<<) are not supported: use extends, or write the keys"
+                if tag == "!!merge"
+                else f"the YAML tag '{tag}' is not allowed: a spec holds plain values (text, numbers, true/false, lists, "
                 "mappings)"
+            )
             self.problems.append(Problem(what, path, self.where(node)))
             return None
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
             if id(node) in self.active:
-                self.problems.append(Problem("a YAML alias refers to a collection that contains it", path,
-                                             self.where(node)))
+                self.problems.append(
+                    Problem("a YAML alias refers to a collection that contains it", path, self.where(node))
+                )
                 return None
             self.active.add(id(node))
             try:
@@ -160,8 +184,9 @@ class _Builder:
         try:
             return self.constructor.construct_object(node)
         except (yaml.YAMLError, ValueError, OverflowError) as error:  # '!!int twelve', '!!float abc'
-            self.problems.append(Problem(f"not a valid {node.tag.rsplit(':', 1)[-1]}: {node.value!r} ({error})",
-                                         path, self.where(node)))
+            self.problems.append(
+                Problem(f"not a valid {node.tag.rsplit(':', 1)[-1]}: {node.value!r} ({error})", path, self.where(node))
+            )
             return None
 
     def mapping(self, node: yaml.MappingNode, path: KeyPath) -> dict[str, Any]:
@@ -171,8 +196,9 @@ class _Builder:
                 self.build(key_node, path)  # records the problem
                 continue
             if isinstance(key_node, (yaml.MappingNode, yaml.SequenceNode)):
-                self.problems.append(Problem("a key must be a plain word, not a list or mapping", path,
-                                             self.where(key_node)))
+                self.problems.append(
+                    Problem("a key must be a plain word, not a list or mapping", path, self.where(key_node))
+                )
                 continue
             key = self.build(key_node, path)
             key = key if isinstance(key, str) else str(key)

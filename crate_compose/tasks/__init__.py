@@ -25,5 +25,17 @@ from .task_registry import (
     task_options,
 )
 
-__all__ = ["Session", "Task", "all_tasks", "columns", "get", "logged", "names", "of", "probe_inputs",
-           "settings_problems", "task", "task_options"]
+__all__ = [
+    "Session",
+    "Task",
+    "all_tasks",
+    "columns",
+    "get",
+    "logged",
+    "names",
+    "of",
+    "probe_inputs",
+    "settings_problems",
+    "task",
+    "task_options",
+]

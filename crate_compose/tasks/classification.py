@@ -37,9 +37,11 @@ class Classification(Task):
         if len(shape) != 2:
             masks = any(step.primitive == "mask" for step in spec.preprocess)
             hint = "; a spec with a mask step trains with --task mae" if masks else " (crate-compose list tasks)"
-            raise TrainError(f"spec '{spec.name}' outputs {list(shape)} (a batch of "
-                             f"{'x'.join(map(str, shape[1:]))}), not one score per class ([B, classes]): task "
-                             f"classify trains a network whose head ends in a classifier{hint}")
+            raise TrainError(
+                f"spec '{spec.name}' outputs {list(shape)} (a batch of "
+                f"{'x'.join(map(str, shape[1:]))}), not one score per class ([B, classes]): task "
+                f"classify trains a network whose head ends in a classifier{hint}"
+            )
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
         import torch.nn.functional as F
@@ -63,5 +65,8 @@ class Classification(Task):
                 if top_k:
                     among += (logits.topk(top_k, dim=-1).indices == y[:, None]).any(-1).sum().item()
                 total += len(x)
-        return {"test_accuracy": correct / total, "test_loss": loss_sum / total,
-                **({f"test_top{top_k}": among / total} if top_k else {})}
+        return {
+            "test_accuracy": correct / total,
+            "test_loss": loss_sum / total,
+            **({f"test_top{top_k}": among / total} if top_k else {}),
+        }

@@ -59,19 +59,44 @@ class CodingRateDistillation(SelfDistillation):
     recipe = "simdino"
     options = (  # the authors' --local_crops_number, --eps, --coeff, --expa_type, --reduce_cov
         LOCAL_CROPS_OPTION,
-        Option(float, 0.5, "eps of the coding rate R_eps(Z) = 1/2 logdet(I + p/(m N eps) Z^T Z) (default: 0.5, the "
-               "authors' code's; their ImageNet runs and recipe simdino: 0.05)", low=0, low_open=True, name="eps"),
-        Option(float, 1.0, "the weight of the views' alignment against the coding rate (default: 1, the authors')",
-               low=0, name="coeff"),
-        Option(str, "average", "whose features the coding rate is of: average, (student + teacher) / 2 of each "
-               "global view (the authors' expa_type 1, default), or student, the student's alone (expa_type 0)",
-               choices=RATE_FEATURES, name="rate_features"),
-        Option(bool, True, "under torchrun, sum the features' covariance over the processes, so N processes of m "
-               "images equal one of N m (default: on; the authors' reduce_cov 1)", name="reduce_cov"),
+        Option(
+            float,
+            0.5,
+            "eps of the coding rate R_eps(Z) = 1/2 logdet(I + p/(m N eps) Z^T Z) (default: 0.5, the "
+            "authors' code's; their ImageNet runs and recipe simdino: 0.05)",
+            low=0,
+            low_open=True,
+            name="eps",
+        ),
+        Option(
+            float,
+            1.0,
+            "the weight of the views' alignment against the coding rate (default: 1, the authors')",
+            low=0,
+            name="coeff",
+        ),
+        Option(
+            str,
+            "average",
+            "whose features the coding rate is of: average, (student + teacher) / 2 of each "
+            "global view (the authors' expa_type 1, default), or student, the student's alone (expa_type 0)",
+            choices=RATE_FEATURES,
+            name="rate_features",
+        ),
+        Option(
+            bool,
+            True,
+            "under torchrun, sum the features' covariance over the processes, so N processes of m "
+            "images equal one of N m (default: on; the authors' reduce_cov 1)",
+            name="reduce_cov",
+        ),
     )
-    example = ExampleRun("crate-simdino-digits", "digits", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
-                                                             "sizes.depth=1", "sizes.features=16"),
-                         settings=(("ema", 0.996),))
+    example = ExampleRun(
+        "crate-simdino-digits",
+        "digits",
+        ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1", "sizes.features=16"),
+        settings=(("ema", 0.996),),
+    )
 
     def session(self, model: Any, settings, data) -> Session:
         self.check_teacher(settings)
@@ -89,16 +114,31 @@ class SimDinoSession(Distillation):
         def option(name: str) -> Any:
             return self.task.option(self.settings, name)
 
-        loss, comp, expa = simdino_loss(student, teacher, self.crop.views, eps=option("eps"), coeff=option("coeff"),
-                                        rate_features=option("rate_features"), reduce=option("reduce_cov"),
-                                        step=step)
+        loss, comp, expa = simdino_loss(
+            student,
+            teacher,
+            self.crop.views,
+            eps=option("eps"),
+            coeff=option("coeff"),
+            rate_features=option("rate_features"),
+            reduce=option("reduce_cov"),
+            step=step,
+        )
         self.measured = {"view_cosine": float(comp), "coding_rate": float(expa)}
         return loss.float(), student  # float32 as every task's loss (its gradient flows back through the cast)
 
 
-def simdino_loss(student: "torch.Tensor", teacher: "torch.Tensor", views: int, *, eps: float, coeff: float = 1.0,
-                 rate_features: str = "average", reduce: bool = True, step: int | None = None
-                 ) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+def simdino_loss(
+    student: "torch.Tensor",
+    teacher: "torch.Tensor",
+    views: int,
+    *,
+    eps: float,
+    coeff: float = 1.0,
+    rate_features: str = "average",
+    reduce: bool = True,
+    step: int | None = None,
+) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
     """SimDINO's loss (the module docstring), ``comp`` and ``expa`` (the latter two detached): ``student``
     ``(views * B, p)`` the student's unit features of every view, the two global views first; ``teacher``
     ``(2 * B, p)`` the teacher's of the global views. Computed in float64 (float32 where the device has none)."""
@@ -119,8 +159,9 @@ def simdino_loss(student: "torch.Tensor", teacher: "torch.Tensor", views: int, *
         return -coeff * comp - expa, comp.detach(), expa.detach()
 
 
-def coding_rate(features: "torch.Tensor", eps: float, *, reduce: bool = True, step: int | None = None
-                ) -> "torch.Tensor":
+def coding_rate(
+    features: "torch.Tensor", eps: float, *, reduce: bool = True, step: int | None = None
+) -> "torch.Tensor":
     """``gamma * mean_v R_eps(Z_v)`` of ``features`` ``(views, m, p)`` (the module docstring): each process's
     ``m`` rows, their covariance summed over the processes under torchrun when ``reduce``. A matrix that is not
     positive-definite (features that are not finite) is a :class:`~crate_compose.errors.TrainError`."""
@@ -139,9 +180,11 @@ def coding_rate(features: "torch.Tensor", eps: float, *, reduce: bool = True, st
         view = int((info != 0).nonzero()[0, 0]) + 1
         where = f"at step {step}: " if step is not None else ""
         finite = "its features are not finite" if not torch.isfinite(features).all() else "rounding"
-        raise TrainError(f"{where}the coding rate's matrix I + p/(m N eps) Z^T Z of global view {view} is not "
-                         f"positive-definite ({finite}): the run diverged; lower --lr, raise --eps (now {eps:g}) or "
-                         "--warmup, and start a new run with another --out")
+        raise TrainError(
+            f"{where}the coding rate's matrix I + p/(m N eps) Z^T Z of global view {view} is not "
+            f"positive-definite ({finite}): the run diverged; lower --lr, raise --eps (now {eps:g}) or "
+            "--warmup, and start a new run with another --out"
+        )
     rate = factor.diagonal(dim1=-2, dim2=-1).log().sum(-1)  # 1/2 logdet(I + scale Z^T Z), one per view
     gamma = (p + processes * count) / (p * processes * count)
     return rate.mean() * gamma

@@ -44,8 +44,11 @@ def feature_site(model: fx.GraphModule, layer: int | None = None) -> str:
         layers = sorted({n.meta.get("layer") for n in encoder if n.meta.get("layer") is not None})
         encoder = [n for n in encoder if n.meta.get("layer") == layer]
         if not encoder:
-            raise WorkbenchError(f"--layer {layer}: the encoder has layers {layers[0]}..{layers[-1]}" if layers
-                                 else f"--layer {layer}: the encoder has no layers")
+            raise WorkbenchError(
+                f"--layer {layer}: the encoder has layers {layers[0]}..{layers[-1]}"
+                if layers
+                else f"--layer {layer}: the encoder has no layers"
+            )
     if not encoder:
         raise WorkbenchError(f"spec '{spec_of(model).name}' has no encoder to take features from")
     return encoder[-1].target
@@ -54,12 +57,15 @@ def feature_site(model: fx.GraphModule, layer: int | None = None) -> str:
 def has_class_token(model: fx.GraphModule) -> bool:
     """A class token at place 0: a ``class_token`` step, or BERT's input (a ``token_embed`` with segments reads
     windows framed ``[CLS] ... [SEP]``, as the masked-LM and labelled text sets give them)."""
-    return any(step.primitive == "class_token" or (step.primitive == "token_embed" and step.args.get("segments"))
-               for _, _, _, step in spec_of(model).stages())
+    return any(
+        step.primitive == "class_token" or (step.primitive == "token_embed" and step.args.get("segments"))
+        for _, _, _, step in spec_of(model).stages()
+    )
 
 
-def features(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = None, pool: str = "cls",
-             batch: int = BATCH) -> torch.Tensor:
+def features(
+    model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None = None, pool: str = "cls", batch: int = BATCH
+) -> torch.Tensor:
     """``(N, d)`` frozen features of ``inputs``: the class token (``pool="cls"``) or the mean of the
     tokens (``"mean"``) that the encoder step :func:`feature_site` outputs, in float64. A masked
     autoencoder's mask hides nothing meanwhile: the encoder sees every patch, as in 001's probes."""
@@ -80,7 +86,7 @@ def features(model: fx.GraphModule, inputs: torch.Tensor, *, layer: int | None =
     try:
         with torch.no_grad(), unmasked(model):
             for start in range(0, len(inputs), batch):
-                model(inputs[start:start + batch].to(device))
+                model(inputs[start : start + batch].to(device))
     finally:
         handle.remove()
         model.train(was_training)
@@ -112,21 +118,36 @@ def _classifier(c: float, seed: int):
     return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=2000, random_state=seed))
 
 
-def linear_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, *,
-                 grid: Sequence[float] = C_GRID, seed: int = 0) -> ProbeResult:
+def linear_probe(
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    *,
+    grid: Sequence[float] = C_GRID,
+    seed: int = 0,
+) -> ProbeResult:
     """Logistic regression on frozen features, ``C`` chosen on a validation split (see the module
     docstring); ties go to the smaller ``C`` (the stronger regularization)."""
     from sklearn.model_selection import train_test_split
 
-    fit_x, val_x, fit_y, val_y = train_test_split(train_x, train_y, test_size=VALIDATION, random_state=seed,
-                                                  stratify=train_y)
+    fit_x, val_x, fit_y, val_y = train_test_split(
+        train_x, train_y, test_size=VALIDATION, random_state=seed, stratify=train_y
+    )
     scores = {}
     for c in grid:
         scores[c] = float(_classifier(c, seed).fit(fit_x, fit_y).score(val_x, val_y))
     best = max(grid, key=lambda c: (scores[c], -c))
     final = _classifier(best, seed).fit(train_x, train_y)
-    return ProbeResult(float(final.score(test_x, test_y)), best, {f"{c:g}": s for c, s in scores.items()},
-                       train=len(train_x), test=len(test_x), dim=train_x.shape[1], choice=_choice(scores, best))
+    return ProbeResult(
+        float(final.score(test_x, test_y)),
+        best,
+        {f"{c:g}": s for c, s in scores.items()},
+        train=len(train_x),
+        test=len(test_x),
+        dim=train_x.shape[1],
+        choice=_choice(scores, best),
+    )
 
 
 def _choice(scores: dict[float, float], best: float) -> str:
@@ -134,15 +155,26 @@ def _choice(scores: dict[float, float], best: float) -> str:
     trained on can be separable on its own training data: every C at 1.0), as the smallest of the tied."""
     tied = [c for c, score in scores.items() if score == scores[best]]
     if len(tied) == 1:
-        return f"C={best:g}: the best validation accuracy ({scores[best]:.4f}) on a stratified fifth of the training split"
-    return (f"C={best:g}: {len(tied)} of {len(scores)} values of C tie at validation accuracy {scores[best]:.4f} on a "
-            "stratified fifth of the training split (the network's own training data: its features may separate it "
-            "whatever C is), so the smallest of them, the strongest regularization, was taken; the validation "
-            "does not tell them apart")
+        return (
+            f"C={best:g}: the best validation accuracy ({scores[best]:.4f}) on a stratified fifth of the training split"
+        )
+    return (
+        f"C={best:g}: {len(tied)} of {len(scores)} values of C tie at validation accuracy {scores[best]:.4f} on a "
+        "stratified fifth of the training split (the network's own training data: its features may separate it "
+        "whatever C is), so the smallest of them, the strongest regularization, was taken; the validation "
+        "does not tell them apart"
+    )
 
 
-def knn(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor, *,
-        k: int = KNN_K, temperature: float = KNN_T) -> float:
+def knn(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    *,
+    k: int = KNN_K,
+    temperature: float = KNN_T,
+) -> float:
     """DINO's weighted k-NN accuracy: cosine similarities, the ``k`` nearest vote with ``exp(s/T)``."""
     train = torch.nn.functional.normalize(train_x.double(), dim=1)
     test = torch.nn.functional.normalize(test_x.double(), dim=1)
@@ -150,8 +182,8 @@ def knn(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test
     k = min(k, len(train))
     correct = 0
     for start in range(0, len(test), BATCH):
-        similarity, nearest = (test[start:start + BATCH] @ train.T).topk(k, dim=1)
+        similarity, nearest = (test[start : start + BATCH] @ train.T).topk(k, dim=1)
         votes = torch.zeros(len(nearest), classes, dtype=torch.float64)
         votes.scatter_add_(1, train_y[nearest], (similarity / temperature).exp())
-        correct += int((votes.argmax(1) == test_y[start:start + BATCH]).sum())
+        correct += int((votes.argmax(1) == test_y[start : start + BATCH]).sum())
     return correct / len(test)

@@ -27,8 +27,9 @@ def evaluating(model: torch.nn.Module, seed: int) -> Iterator[torch.device]:
         model.train()
 
 
-def test_batches(data: Data, settings: Settings, device: torch.device, size: int = 256,
-                 count: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def test_batches(
+    data: Data, settings: Settings, device: torch.device, size: int = 256, count: int | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The test split in order, ``size`` at a time, decoded in ``settings.workers`` processes (the same batches
     with any number) and standardized as the training inputs were (``settings.normalize``), on ``device``."""
     for x, y in split_batches(data.test, size, settings.workers, count=count):

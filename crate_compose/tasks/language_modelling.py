@@ -27,10 +27,14 @@ EVAL_WINDOWS = 1024  # held-out windows a language model is evaluated on (the fi
 class LanguageModelling(Task):
     name = "lm"
     heads = ("lm_head",)
-    summary = ("cross-entropy of every next token (a byte, or a tokenized set's id); per token beside the unigram "
-               "baseline, per byte and per character")
-    trains_on = ("--data text or a tokenized text set (KIND:text, KIND:shakespeare, KIND:folder:PATH; KIND bytes, "
-                 "wordpiece, bpe or gpt2)")
+    summary = (
+        "cross-entropy of every next token (a byte, or a tokenized set's id); per token beside the unigram "
+        "baseline, per byte and per character"
+    )
+    trains_on = (
+        "--data text or a tokenized text set (KIND:text, KIND:shakespeare, KIND:folder:PATH; KIND bytes, "
+        "wordpiece, bpe or gpt2)"
+    )
     inputs = "tokens"
     model_name = "language model"
     data_kinds = (NEXT_BYTES,)
@@ -38,19 +42,25 @@ class LanguageModelling(Task):
     columns = ("test_loss", "test_bits_per_byte", "test_unigram_loss", "test_loss_per_char", "test_bigram_loss")
     metric = "test_loss"
     maximize = False
-    example = ExampleRun("causal-crate-bytes", "text", ("sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1"))
+    example = ExampleRun(
+        "causal-crate-bytes", "text", ("sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1")
+    )
 
     def check(self, spec: Any, data) -> None:
         super().check(spec, data)
         self.check_input(spec)
         if len(spec.input.shape) != 1:
-            raise TrainError(f"spec '{spec.name}' does not take token ids (input: shape [N], dtype int64), so it is "
-                             "no language model")
+            raise TrainError(
+                f"spec '{spec.name}' does not take token ids (input: shape [N], dtype int64), so it is "
+                "no language model"
+            )
         needed = data.sizes.get("vocab", 256)
         vocabs = [step.args.get("vocab") for _, _, _, step in spec.stages() if "vocab" in step.args]
         if any(isinstance(v, int) and v < needed for v in vocabs):
-            raise TrainError(f"spec '{spec.name}' has a vocabulary of {min(vocabs)}; the ids of {data.name} need "
-                             f"{needed} (declare sizes.vocab and it is set from the data)")
+            raise TrainError(
+                f"spec '{spec.name}' has a vocabulary of {min(vocabs)}; the ids of {data.name} need "
+                f"{needed} (declare sizes.vocab and it is set from the data)"
+            )
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
         import torch.nn.functional as F
@@ -76,8 +86,14 @@ class LanguageModelling(Task):
                 loss_sum, nats = loss_sum + loss * len(x), nats + loss * y.numel()
                 if lengths is not None:  # the bytes and characters the targets decode to
                     text = [total + int(table[y.cpu()].sum()) for total, table in zip(text, lengths)]
-        per_text = {"test_bits_per_byte": nats / text[0] / math.log(2) if text[0] else None,
-                    "test_loss_per_char": nats / text[1] if text[1] else None}
-        metrics = {"test_loss": loss_sum / count, **per_text, "test_unigram_loss": data.unigram_loss,
-                   "test_bigram_loss": data.bigram_loss}
+        per_text = {
+            "test_bits_per_byte": nats / text[0] / math.log(2) if text[0] else None,
+            "test_loss_per_char": nats / text[1] if text[1] else None,
+        }
+        metrics = {
+            "test_loss": loss_sum / count,
+            **per_text,
+            "test_unigram_loss": data.unigram_loss,
+            "test_bigram_loss": data.bigram_loss,
+        }
         return {name: metrics[name] for name in self.columns if metrics[name] is not None}

@@ -30,7 +30,9 @@ class MaskedAutoencoding(Task):
     columns = ("test_masked_mse", "test_mean_patch_mse")
     metric = "test_masked_mse"
     maximize = False
-    example = ExampleRun("crate-mae-photos", "photos", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1"))
+    example = ExampleRun(
+        "crate-mae-photos", "photos", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1")
+    )
 
     heads_said = "it trains a spec with a mask step and no other task's head"
 

@@ -50,19 +50,23 @@ class MaskedLanguageModelling(Task):
     metric = "test_mlm_loss"
     maximize = False
     logged = ("mlm_accuracy",)
-    example = ExampleRun("crate-bert-mini", "bytes:text", ("sizes.context=16", "sizes.d=16", "sizes.heads=2",
-                                                           "sizes.depth=1"))
+    example = ExampleRun(
+        "crate-bert-mini", "bytes:text", ("sizes.context=16", "sizes.d=16", "sizes.heads=2", "sizes.depth=1")
+    )
 
     def check(self, spec: Any, data) -> None:
         super().check(spec, data)
         self.check_input(spec)
         causal = [step.name for _, _, _, step in spec.stages() if step.args.get("causal")]
         if causal:
-            raise TrainError(f"spec '{spec.name}' masks later tokens ({', '.join(causal)}: causal: true); a masked "
-                             "language model reads the whole window (see specs/crate-bert.yaml)")
+            raise TrainError(
+                f"spec '{spec.name}' masks later tokens ({', '.join(causal)}: causal: true); a masked "
+                "language model reads the whole window (see specs/crate-bert.yaml)"
+            )
         if getattr(data, "tokenizer", None) is None:
-            raise TrainError(f"data set '{data.name}' has no tokenizer with a [MASK] token; task mlm trains on "
-                             f"{self.trains_on}")
+            raise TrainError(
+                f"data set '{data.name}' has no tokenizer with a [MASK] token; task mlm trains on {self.trains_on}"
+            )
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
         raise TrainError("task mlm's loss needs the masking of the batch: it is computed by its session")
@@ -87,8 +91,12 @@ class MaskedLanguageModelling(Task):
                 loss_sum, correct, chosen_total = loss_sum + loss.item() * n, correct + hits, chosen_total + n
                 targets.append(y[chosen].cpu())
         baseline_loss, baseline_accuracy = unigram_scores(data, torch.cat(targets))
-        return {"test_mlm_loss": loss_sum / max(chosen_total, 1), "test_mlm_accuracy": correct / max(chosen_total, 1),
-                "test_unigram_loss": baseline_loss, "test_unigram_accuracy": baseline_accuracy}
+        return {
+            "test_mlm_loss": loss_sum / max(chosen_total, 1),
+            "test_mlm_accuracy": correct / max(chosen_total, 1),
+            "test_unigram_loss": baseline_loss,
+            "test_unigram_accuracy": baseline_accuracy,
+        }
 
 
 class MaskingSession(Session):
@@ -114,7 +122,9 @@ class MaskingSession(Session):
         return dict(self.measured)
 
 
-def mask_tokens(x: "torch.Tensor", tokenizer: Any, generator: "torch.Generator") -> tuple["torch.Tensor", "torch.Tensor"]:
+def mask_tokens(
+    x: "torch.Tensor", tokenizer: Any, generator: "torch.Generator"
+) -> tuple["torch.Tensor", "torch.Tensor"]:
     """BERT's masking of the token ids ``x`` ``(B, N)`` (the module docstring's rule and draws): the inputs with
     the chosen positions replaced, and the chosen positions ``(B, N)`` bool."""
     import torch

@@ -64,8 +64,11 @@ def local_size(image_size: int, patch: int) -> int:
 
 def recipes(crop: MultiCrop) -> list[View]:
     """Global 1 (blur always), global 2 (blur p 0.1, solarization p 0.2), the local ones (blur p 0.5)."""
-    return [View(crop.global_size, GLOBAL_SCALE, 1.0), View(crop.global_size, GLOBAL_SCALE, 0.1, 0.2),
-            *[View(crop.local_size, LOCAL_SCALE, 0.5)] * crop.local_crops]
+    return [
+        View(crop.global_size, GLOBAL_SCALE, 1.0),
+        View(crop.global_size, GLOBAL_SCALE, 0.1, 0.2),
+        *[View(crop.local_size, LOCAL_SCALE, 0.5)] * crop.local_crops,
+    ]
 
 
 def views(pixels: torch.Tensor, crop: MultiCrop) -> list[torch.Tensor]:
@@ -149,8 +152,9 @@ def hue_shift(rgb: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     i = i.long() % 6
     p, q, t = value * (1 - saturation), value * (1 - saturation * f), value * (1 - saturation * (1 - f))
     pick = lambda *choices: torch.stack(choices, 1).gather(1, i.unsqueeze(1)).squeeze(1)  # noqa: E731
-    return torch.stack([pick(value, q, p, p, t, value), pick(t, value, value, q, p, p),
-                        pick(p, p, t, value, value, q)], 1)
+    return torch.stack(
+        [pick(value, q, p, p, t, value), pick(t, value, value, q, p, p), pick(p, p, t, value, value, q)], 1
+    )
 
 
 def grayscale(pixels: torch.Tensor, p: float) -> torch.Tensor:
@@ -181,8 +185,14 @@ def blur(pixels: torch.Tensor, p: float) -> torch.Tensor:
     kernel = kernel / kernel.sum(1, keepdim=True)  # (B, k)
     weights = kernel.repeat_interleave(channels, 0)  # one kernel per image and channel: grouped convolutions
     flat = pixels.reshape(1, count * channels, height, width)
-    flat = F.conv2d(F.pad(flat, (radius, radius, 0, 0), mode="reflect"), weights.view(-1, 1, 1, 2 * radius + 1),
-                    groups=count * channels)
-    flat = F.conv2d(F.pad(flat, (0, 0, radius, radius), mode="reflect"), weights.view(-1, 1, 2 * radius + 1, 1),
-                    groups=count * channels)
+    flat = F.conv2d(
+        F.pad(flat, (radius, radius, 0, 0), mode="reflect"),
+        weights.view(-1, 1, 1, 2 * radius + 1),
+        groups=count * channels,
+    )
+    flat = F.conv2d(
+        F.pad(flat, (0, 0, radius, radius), mode="reflect"),
+        weights.view(-1, 1, 2 * radius + 1, 1),
+        groups=count * channels,
+    )
     return torch.where(applied, flat.view(count, channels, height, width), pixels)

@@ -45,8 +45,9 @@ LOCAL_CROPS = 8  # DINO's --local_crops_number
 MIN_TEMP = 1e-3  # the coldest teacher: its logits are within +-g (a weight-normalized layer of unit vectors; g = 1
 # unless norm_last_layer is off), so dividing by 1e-3 stays finite in float32 with room to spare; DINO: 0.04-0.07
 KNN_TRAIN = 10_000  # training examples whose features the k-NN votes with (evenly spaced, always the same)
-LOCAL_CROPS_OPTION = Option(int, LOCAL_CROPS, f"local crops per image (default: {LOCAL_CROPS}, DINO's)", low=0,
-                            high=64, name="local_crops")  # DINO's and SimDINO's
+LOCAL_CROPS_OPTION = Option(
+    int, LOCAL_CROPS, f"local crops per image (default: {LOCAL_CROPS}, DINO's)", low=0, high=64, name="local_crops"
+)  # DINO's and SimDINO's
 
 
 @task
@@ -66,27 +67,46 @@ class SelfDistillation(Task):
     recipe: ClassVar[str] = "crate-dino"  # the recipe that sets what the task needs (--ema), named in the refusal
     options = (  # DINO's --local_crops_number, --teacher_temp, --warmup_teacher_temp, --warmup_teacher_temp_epochs
         LOCAL_CROPS_OPTION,
-        Option(float, 0.04, "the teacher's temperature, at least 0.001: colder, (logits - center) / T overflows "
-               "and the loss is not finite (default: 0.04, DINO's)", low=MIN_TEMP, name="teacher_temp"),
-        Option(float, 0.04, "the teacher's temperature at step 0, rising linearly to --teacher-temp, at least 0.001 "
-               "(default: 0.04)", low=MIN_TEMP, name="warmup_teacher_temp"),
+        Option(
+            float,
+            0.04,
+            "the teacher's temperature, at least 0.001: colder, (logits - center) / T overflows "
+            "and the loss is not finite (default: 0.04, DINO's)",
+            low=MIN_TEMP,
+            name="teacher_temp",
+        ),
+        Option(
+            float,
+            0.04,
+            "the teacher's temperature at step 0, rising linearly to --teacher-temp, at least 0.001 (default: 0.04)",
+            low=MIN_TEMP,
+            name="warmup_teacher_temp",
+        ),
         Option(int, 0, "over this many epochs (default: 0)", low=0, name="warmup_teacher_temp_epochs"),
     )
-    example = ExampleRun("crate-dino-digits", "digits", ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8",
-                                                          "sizes.depth=1", "sizes.prototypes=32"),
-                         settings=(("ema", 0.996),))
+    example = ExampleRun(
+        "crate-dino-digits",
+        "digits",
+        ("sizes.d=16", "sizes.heads=2", "sizes.head_dim=8", "sizes.depth=1", "sizes.prototypes=32"),
+        settings=(("ema", 0.996),),
+    )
 
     def check(self, spec: Any, data) -> None:
         super().check(spec, data)
         if not any(step.primitive == self.head_primitive for step in spec.head):
-            raise TrainError(f"spec '{spec.name}' has no {self.head_primitive}: task {self.name} trains a network "
-                             f"whose head is a {self.head_primitive} (see {self.head_spec})")
+            raise TrainError(
+                f"spec '{spec.name}' has no {self.head_primitive}: task {self.name} trains a network "
+                f"whose head is a {self.head_primitive} (see {self.head_spec})"
+            )
         if not any(step.primitive == "positions" and step.args.get("interpolate") for step in spec.preprocess):
-            raise TrainError(f"spec '{spec.name}' cannot take DINO's local crops: its positions step needs "
-                             "interpolate: true (--set preprocess[positions].args.interpolate=true)")
+            raise TrainError(
+                f"spec '{spec.name}' cannot take DINO's local crops: its positions step needs "
+                "interpolate: true (--set preprocess[positions].args.interpolate=true)"
+            )
         if len(data.input_shape) != 3 or data.input_shape[1] != data.input_shape[2]:
-            raise TrainError(f"task {self.name} crops square images; data set '{data.name}' holds "
-                             f"{list(data.input_shape)}")
+            raise TrainError(
+                f"task {self.name} crops square images; data set '{data.name}' holds {list(data.input_shape)}"
+            )
 
     def session(self, model: Any, settings, data) -> Session:
         self.check_teacher(settings)
@@ -95,8 +115,10 @@ class SelfDistillation(Task):
     def check_teacher(self, settings) -> None:
         """Refuse a run without the teacher's momentum (``--ema``): the teacher is the weights' average."""
         if not settings.ema:
-            raise TrainError(f"task {self.name} needs the teacher's momentum: --ema 0.996 (DINO's; it rises to 1 over "
-                             f"the run), or --config {self.recipe}")
+            raise TrainError(
+                f"task {self.name} needs the teacher's momentum: --ema 0.996 (DINO's; it rises to 1 over "
+                f"the run), or --config {self.recipe}"
+            )
 
     def loss(self, outputs, x, y, *, model, smoothing=0.0):
         raise TrainError(f"task {self.name}'s loss needs a teacher: it is computed by its session over a run")
@@ -112,9 +134,17 @@ class SelfDistillation(Task):
         from .held_out import evaluating, test_batches
 
         count = min(len(data.train), KNN_TRAIN) + len(data.test)
-        with evaluating(model, settings.seed) as device, \
-                tqdm(total=count, desc=f"k-NN: the features of {count:,} images", unit="image", leave=False,
-                     disable=None if count > 2048 else True) as bar:  # minutes on a CPU, after the last step
+        with (
+            evaluating(model, settings.seed) as device,
+            tqdm(
+                total=count,
+                desc=f"k-NN: the features of {count:,} images",
+                unit="image",
+                leave=False,
+                disable=None if count > 2048 else True,
+            ) as bar,
+        ):  # minutes on a CPU, after the last step
+
             def of(x, y):
                 bar.update(len(x))
                 return features(model, x), y
@@ -122,8 +152,14 @@ class SelfDistillation(Task):
             train = [of(x, y) for x, y in _batches(data.train, data, settings, device, KNN_TRAIN)]
             test = [of(x, y) for x, y in test_batches(data, settings, device)]
         cat = torch.cat
-        return {"test_knn_accuracy": knn(cat([f for f, _ in train]), cat([y for _, y in train]).cpu(),
-                                         cat([f for f, _ in test]), cat([y for _, y in test]).cpu())}
+        return {
+            "test_knn_accuracy": knn(
+                cat([f for f, _ in train]),
+                cat([y for _, y in train]).cpu(),
+                cat([f for f, _ in test]),
+                cat([y for _, y in test]).cpu(),
+            )
+        }
 
 
 def _batches(split, data, settings, device, count: int):
@@ -139,16 +175,23 @@ def _batches(split, data, settings, device, count: int):
         yield renormalize(x, data, settings.normalize).to(device), y.to(device)
 
 
-def dino_loss(student: "torch.Tensor", teacher: "torch.Tensor", center: "torch.Tensor", views: int,
-              teacher_temp: float, student_temp: float = STUDENT_TEMP) -> "torch.Tensor":
+def dino_loss(
+    student: "torch.Tensor",
+    teacher: "torch.Tensor",
+    center: "torch.Tensor",
+    views: int,
+    teacher_temp: float,
+    student_temp: float = STUDENT_TEMP,
+) -> "torch.Tensor":
     """DINO's loss (see the module docstring): ``student`` ``(views * B, K)`` the student's outputs for every
     view, the two global views first; ``teacher`` ``(2 * B, K)`` the teacher's for the global views."""
     import torch.nn.functional as F
 
     log_student = F.log_softmax(student.float() / student_temp, dim=-1).chunk(views)
     targets = F.softmax((teacher.float() - center) / teacher_temp, dim=-1).detach().chunk(2)
-    terms = [-(target * log_student[v]).sum(-1).mean() for t, target in enumerate(targets)
-             for v in range(views) if v != t]
+    terms = [
+        -(target * log_student[v]).sum(-1).mean() for t, target in enumerate(targets) for v in range(views) if v != t
+    ]
     return sum(terms) / len(terms)
 
 
@@ -160,6 +203,7 @@ def teacher_momentum(step: int, steps: int, base: float) -> float:
 def teacher_temperature(step: int, per_epoch: int, settings) -> float:
     """The teacher's temperature at ``step`` (from 0): DINO's schedule, one value per epoch, rising linearly from
     ``warmup_teacher_temp`` (epoch 0) to ``teacher_temp`` (epoch ``warmup_teacher_temp_epochs``), then constant."""
+
     def option(name: str) -> Any:
         return SelfDistillation.option(settings, name)
 
@@ -193,8 +237,9 @@ class Distillation(Session):
         self.head = next(step for step in _spec(model).head if step.primitive == task.head_primitive)
         size = int(_spec(model).input.shape[-1])
         self.crop = MultiCrop(size, local_size(size, patch_size_of(model)), self.task.option(settings, "local_crops"))
-        self.last_layer = [name for name, _ in model.named_parameters()
-                           if name.startswith(f"head.{self.head.name}.last_layer")]
+        self.last_layer = [
+            name for name, _ in model.named_parameters() if name.startswith(f"head.{self.head.name}.last_layer")
+        ]
         self.measured: dict[str, float] = {}
 
     def forwards(self, net, model, x, step, ema) -> tuple["torch.Tensor", "torch.Tensor"]:

@@ -33,13 +33,34 @@ if TYPE_CHECKING:
     from ..data.sets import Data
     from ..settings import Settings
 
-__all__ = ["ExampleRun", "Session", "Task", "all_tasks", "columns", "get", "names", "of", "probe_inputs",
-           "settings_problems", "task", "task_options"]
+__all__ = [
+    "ExampleRun",
+    "Session",
+    "Task",
+    "all_tasks",
+    "columns",
+    "get",
+    "names",
+    "of",
+    "probe_inputs",
+    "settings_problems",
+    "task",
+    "task_options",
+]
 
-BUILTIN = ("classification", "masked_autoencoding", "language_modelling", "self_distillation",  # modules of this
-           "masked_language_modelling", "coding_rate_distillation")  # package, in this order
-_TASKS: Registry["Task"] = Registry("task", tuple(f"{__package__}.{module}" for module in BUILTIN),
-                                    lambda held: f"{type(held).__module__}.{type(held).__qualname__}")
+BUILTIN = (
+    "classification",
+    "masked_autoencoding",
+    "language_modelling",
+    "self_distillation",  # modules of this
+    "masked_language_modelling",
+    "coding_rate_distillation",
+)  # package, in this order
+_TASKS: Registry["Task"] = Registry(
+    "task",
+    tuple(f"{__package__}.{module}" for module in BUILTIN),
+    lambda held: f"{type(held).__module__}.{type(held).__qualname__}",
+)
 
 
 @dataclass(frozen=True)
@@ -95,8 +116,10 @@ class Task:
         """Refuse a data set of a kind this task does not train on; ``data``: the loaded :class:`Data` or, before
         torch loads, the name's :class:`~crate_compose.data.set_registry.DataChoice` (both say what they provide)."""
         if data.provides not in self.data_kinds:
-            raise TrainError(f"task '{self.name}' does not fit data set '{data.name}' ({_which_task(data)}); "
-                             f"--task {self.name} goes with {self.trains_on}")
+            raise TrainError(
+                f"task '{self.name}' does not fit data set '{data.name}' ({_which_task(data)}); "
+                f"--task {self.name} goes with {self.trains_on}"
+            )
 
     def check_head(self, spec: Any) -> None:
         """Refuse a spec whose head is another task's (:attr:`heads`): a SimDINO head's features are no class
@@ -111,23 +134,29 @@ class Task:
         from ..registry import get as primitive
 
         output = primitive(last).description.rstrip(".")
-        wanted = getattr(self, "heads_said", None) or (f"it trains a {' or '.join(self.heads)} head" if self.heads
-                                                         else "it trains no other task's head")
+        wanted = getattr(self, "heads_said", None) or (
+            f"it trains a {' or '.join(self.heads)} head" if self.heads else "it trains no other task's head"
+        )
         example = getattr(self, "head_spec", None)
         wanted += f", as {example} has" if example else ""
-        raise TrainError(f"spec '{spec.name}' ends in {last} ({output}), which task {self.name} does not train "
-                         f"({wanted}); --task {' or --task '.join(fits)} trains this spec")
+        raise TrainError(
+            f"spec '{spec.name}' ends in {last} ({output}), which task {self.name} does not train "
+            f"({wanted}); --task {' or --task '.join(fits)} trains this spec"
+        )
 
     def check_input(self, spec: Any) -> None:
         """Refuse a spec whose input this task cannot take, from the spec alone (before torch loads)."""
         if self.inputs == "tokens" and spec.input.dtype != "int64":
-            raise TrainError(f"spec '{spec.name}' does not take token ids (input: shape [N], dtype int64), so it is "
-                             f"no {self.model_name}")
+            raise TrainError(
+                f"spec '{spec.name}' does not take token ids (input: shape [N], dtype int64), so it is "
+                f"no {self.model_name}"
+            )
 
     # ------------------------------------------------------------------ training and evaluation
 
-    def loss(self, outputs: dict, x: "torch.Tensor", y: "torch.Tensor", *, model: Any,
-             smoothing: float = 0.0) -> "torch.Tensor":
+    def loss(
+        self, outputs: dict, x: "torch.Tensor", y: "torch.Tensor", *, model: Any, smoothing: float = 0.0
+    ) -> "torch.Tensor":
         """The loss of one batch from the model's ``outputs`` on inputs ``x`` with targets ``y``."""
         raise NotImplementedError
 
@@ -163,10 +192,11 @@ def task(cls: type[Task]) -> type[Task]:
     cls.options = tuple(one if one.task == cls.name else replace(one, task=cls.name) for one in cls.options)
     for one in cls.options:
         if not one.name.isidentifier() or one.name in OPTIONS or one.name == "options":
-            raise ValueError(f"task '{cls.name}': option {one.name!r} is not a new setting name (the general "
-                             "settings are crate_compose.settings.OPTIONS)")
-        other = next((o for t in _TASKS.values() for o in t.options if o.name == one.name and t.name != cls.name),
-                     None)
+            raise ValueError(
+                f"task '{cls.name}': option {one.name!r} is not a new setting name (the general "
+                "settings are crate_compose.settings.OPTIONS)"
+            )
+        other = next((o for t in _TASKS.values() for o in t.options if o.name == one.name and t.name != cls.name), None)
         if other is not None and replace(other, task=None, help="") != replace(one, task=None, help=""):
             raise ValueError(f"task '{cls.name}': option '{one.name}' is task {other.task}'s, declared otherwise")
     _TASKS.add(cls.name, cls())
@@ -194,19 +224,24 @@ def settings_problems(settings: "Settings", task: Task | None = None) -> list[tu
             return [*problems, ("task", f"{settings.task!r} is not one of: {', '.join(names())}")]
         task = get(settings.task)
     own = {one.name: one for one in task.options}
-    for name, value in (settings.options.items() if isinstance(settings.options, dict) else ()):
+    for name, value in settings.options.items() if isinstance(settings.options, dict) else ():
         if name in own:
             message = own[name].problem(value)
             if message is not None:
                 problems.append((name, message))
             continue
         other = task_options().get(name)
-        problems.append((name, f"is an option of task {other.task}, not of {task.name!r}" if other is not None
-                         else f"is no setting of a run, nor an option of task {task.name!r}"))
+        problems.append(
+            (
+                name,
+                f"is an option of task {other.task}, not of {task.name!r}"
+                if other is not None
+                else f"is no setting of a run, nor an option of task {task.name!r}",
+            )
+        )
     for name in ("mixup", "cutmix"):
         if getattr(settings, name) and not task.mixes_labels:
-            problems.append((name, f"mixes labels into soft targets, so it goes with task classify, not "
-                             f"{task.name!r}"))
+            problems.append((name, f"mixes labels into soft targets, so it goes with task classify, not {task.name!r}"))
     return problems
 
 
@@ -278,8 +313,9 @@ class Session:
         self.per_epoch = max(1, len(data.train) // settings.batch_size)  # the steps of one pass over the data
         self.state: dict[str, "torch.Tensor"] = {}
 
-    def loss(self, net: Any, model: Any, x: "torch.Tensor", y: "torch.Tensor", step: int,
-             ema: Any = None) -> tuple["torch.Tensor", "torch.Tensor"]:
+    def loss(
+        self, net: Any, model: Any, x: "torch.Tensor", y: "torch.Tensor", step: int, ema: Any = None
+    ) -> tuple["torch.Tensor", "torch.Tensor"]:
         """The loss of a (micro-)batch at ``step`` through ``net`` (the model, or its DDP wrapper), and the
         output whose rows all equal each other when the network has collapsed."""
         outputs = net(x)

@@ -54,8 +54,15 @@ class RunDescription:
         return replace(self, overrides=overrides, spec=loader.load(self.source, list(overrides)))
 
 
-def describe(spec_ref: Any, settings: Settings, *, overrides: Iterable[str] = (), init: str | Path | None = None,
-             freeze: str = "none", recipe: str | None = None) -> RunDescription:
+def describe(
+    spec_ref: Any,
+    settings: Settings,
+    *,
+    overrides: Iterable[str] = (),
+    init: str | Path | None = None,
+    freeze: str = "none",
+    recipe: str | None = None,
+) -> RunDescription:
     """The :class:`RunDescription` of a spec (a file, a zoo preset, or a reading of one), settings and overrides;
     :class:`~crate_compose.errors.TrainError` lists every setting the run cannot use, a
     :class:`~crate_compose.errors.SpecError` says what is wrong with the spec, a
@@ -67,8 +74,17 @@ def describe(spec_ref: Any, settings: Settings, *, overrides: Iterable[str] = ()
     settings = replace(settings, options=own_options(task, settings))
     source = loader.read(spec_ref)
     overrides = tuple(overrides)
-    return RunDescription(source, overrides, loader.load(source, list(overrides)), task, resolve_data(settings.data),
-                          settings, Path(init) if init is not None else None, freeze, recipe)
+    return RunDescription(
+        source,
+        overrides,
+        loader.load(source, list(overrides)),
+        task,
+        resolve_data(settings.data),
+        settings,
+        Path(init) if init is not None else None,
+        freeze,
+        recipe,
+    )
 
 
 def own_options(task: tasks.Task, settings: Settings) -> dict[str, Any]:

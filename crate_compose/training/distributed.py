@@ -43,8 +43,10 @@ class Distributed:
     def check_batch(self, batch_size: int) -> None:
         """Every process takes an equal share of every global batch (checked before anything starts)."""
         if batch_size % self.world:
-            error = TrainError(f"--batch-size {batch_size} is not divisible by the {self.world} processes of "
-                               f"torchrun; give a multiple of {self.world}")
+            error = TrainError(
+                f"--batch-size {batch_size} is not divisible by the {self.world} processes of "
+                f"torchrun; give a multiple of {self.world}"
+            )
             error.shared = True
             raise error
 

@@ -86,12 +86,16 @@ def read_init(folder: str | Path) -> Init:
     where = f"--init {folder}"
     if not folder.is_dir():
         what = "does not exist" if not folder.exists() else "is not a folder"
-        raise TrainError(f"{where} {what}: give a build folder (spec.yaml and model.safetensors: the output of "
-                         "crate-compose build --out, a run's final/ or a checkpoint)")
+        raise TrainError(
+            f"{where} {what}: give a build folder (spec.yaml and model.safetensors: the output of "
+            "crate-compose build --out, a run's final/ or a checkpoint)"
+        )
     for name in (SPEC_FILE, WEIGHTS_FILE):
         if not (folder / name).is_file():
-            raise TrainError(f"{where}: no {name} there, so it is not a build folder (give the output of "
-                             "crate-compose build --out, a run's final/ or a checkpoint)")
+            raise TrainError(
+                f"{where}: no {name} there, so it is not a build folder (give the output of "
+                "crate-compose build --out, a run's final/ or a checkpoint)"
+            )
     spec = loader.load(folder / SPEC_FILE)
     weights = folder / WEIGHTS_FILE
     try:
@@ -161,8 +165,11 @@ def fit_init(model: torch.nn.Module, init: Init) -> Fit:
         theirs = found.get(name)
         if theirs is not None:
             used.add(name)
-        if theirs is not None and theirs.shape == tensor.shape and \
-                theirs.is_floating_point() == tensor.is_floating_point():
+        if (
+            theirs is not None
+            and theirs.shape == tensor.shape
+            and theirs.is_floating_point() == tensor.is_floating_point()
+        ):
             if theirs.is_floating_point() and not torch.isfinite(theirs).all():
                 problems.append(f"{name} holds NaN or infinite values in {weights} (a diverged run?)")
             copies.append((name, tensor, theirs))
@@ -179,16 +186,19 @@ def fit_init(model: torch.nn.Module, init: Init) -> Fit:
     for name in sorted(init.stored - used):
         step = _step_of(name, steps)
         if step is not None and step in taken and name not in ties and not name.startswith(HEAD):
-            problems.append(f"{name} {_shape(found[name])} is in {weights}, but step {step} here has no such "
-                            "tensor (a step is taken whole: the two specs' primitives differ there)")
+            problems.append(
+                f"{name} {_shape(found[name])} is in {weights}, but step {step} here has no such "
+                "tensor (a step is taken whole: the two specs' primitives differ there)"
+            )
         else:
             unused.setdefault(_step_of(name, init.steps) or name.rsplit(".", 1)[0], []).append(name)
     if problems:
         more = f"; and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
         count = f"{len(problems)} tensor{'s' * (len(problems) != 1)}"
-        raise TrainError(f"--init {folder}: {count} of the weights do not fit spec '{spec.name}' (only the head's "
-                         "may differ; it is then newly initialized): " + "; ".join(problems[:SHOWN]) + more +
-                         ". Nothing was written")
+        raise TrainError(
+            f"--init {folder}: {count} of the weights do not fit spec '{spec.name}' (only the head's "
+            "may differ; it is then newly initialized): " + "; ".join(problems[:SHOWN]) + more + ". Nothing was written"
+        )
     return Fit(copies, fresh, unused, own, steps)
 
 
@@ -202,13 +212,19 @@ def _fit_notes(fit: Fit, init: Init, spec_name: str) -> list[str]:
             notes.append(f"{step} ({len(whole)} tensors) is not in {folder}: left newly initialized")
             continue
         for name, tensor, theirs in new:
-            said = (f"{name} {_shape(tensor)} is not in {folder}" if theirs is None else
-                    f"{name} is {_shape(tensor)} here, {_shape(theirs)} in {folder}" if theirs.shape != tensor.shape
-                    else f"{name} is {tensor.dtype} here, {theirs.dtype} in {folder}")
+            said = (
+                f"{name} {_shape(tensor)} is not in {folder}"
+                if theirs is None
+                else f"{name} is {_shape(tensor)} here, {_shape(theirs)} in {folder}"
+                if theirs.shape != tensor.shape
+                else f"{name} is {tensor.dtype} here, {theirs.dtype} in {folder}"
+            )
             notes.append(f"{said}: left newly initialized")
     if unused:
-        groups = ", ".join(f"{step} ({len(names)} tensor{'s' * (len(names) != 1)})" if names != [step] else step
-                           for step, names in _grouped(unused, init.stored).items())
+        groups = ", ".join(
+            f"{step} ({len(names)} tensor{'s' * (len(names) != 1)})" if names != [step] else step
+            for step, names in _grouped(unused, init.stored).items()
+        )
         total = sum(len(names) for names in unused.values())
         notes.append(f"{total} tensor{'s' * (total != 1)} of {folder} not used by spec '{spec_name}': {groups}")
     return notes
@@ -243,6 +259,7 @@ def freeze(model: torch.nn.Module, what: str) -> int:
         name = spec_of(model).name
         heads = [n for n, _ in model.named_parameters() if n.startswith(HEAD)]
         why = "has no head" if not heads else "has a head without its own parameters (tied to frozen ones)"
-        raise TrainError(f"--freeze encoder: spec '{name}' {why}, so nothing would train; train it whole "
-                         "(--freeze none)")
+        raise TrainError(
+            f"--freeze encoder: spec '{name}' {why}, so nothing would train; train it whole (--freeze none)"
+        )
     return trainable

@@ -39,8 +39,16 @@ class Metrics:
     checkpoint was written after (``keep``, counted in the checkpoint's state)."""
 
     TESTS = tasks.columns()  # every registered task's test metrics: one header for every run
-    FIELDS = ("step", "kind", "loss", "lr", "seconds", *TESTS, *(f"ema_{name}" for name in TESTS),  # --ema: both
-              *tasks.logged())  # what a task's session measures at each step (DINO: the teacher's entropy)
+    FIELDS = (
+        "step",
+        "kind",
+        "loss",
+        "lr",
+        "seconds",
+        *TESTS,
+        *(f"ema_{name}" for name in TESTS),  # --ema: both
+        *tasks.logged(),
+    )  # what a task's session measures at each step (DINO: the teacher's entropy)
 
     def __init__(self, run: Path, keep: int, enabled: bool, board: eventlog.Board | None = None) -> None:
         self.enabled = enabled
@@ -96,7 +104,7 @@ def said(evaluation: dict[str, Any], task: tasks.Task | None = None) -> str:
         return ", ".join(f"{k} {v:.4f}" for k, v in numbers.items())
     parts = []
     for name, value in numbers.items():
-        if name.startswith("ema_") and name[len("ema_"):] in numbers:
+        if name.startswith("ema_") and name[len("ema_") :] in numbers:
             continue  # said beside the student's
         teacher = numbers.get(f"ema_{name}")
         parts.append(f"student {name} {value:.4f}" + (f", teacher {teacher:.4f}" if teacher is not None else ""))

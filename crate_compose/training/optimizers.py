@@ -46,8 +46,12 @@ def optimizer_for(model: nn.Module, settings: Settings) -> torch.optim.Optimizer
         return Lion(groups, lr=settings.lr, betas=(settings.beta1, _or(settings.beta2, 0.99)))
     if settings.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=settings.lr, momentum=settings.momentum, nesterov=settings.nesterov)
-    return torch.optim.AdamW(groups, lr=settings.lr, betas=(settings.beta1, _or(settings.beta2, 0.999)),
-                             fused=True if _fused(decay + other) else None)
+    return torch.optim.AdamW(
+        groups,
+        lr=settings.lr,
+        betas=(settings.beta1, _or(settings.beta2, 0.999)),
+        fused=True if _fused(decay + other) else None,
+    )
 
 
 def _fused(params: list[torch.Tensor]) -> bool:
@@ -107,8 +111,15 @@ class Lion(torch.optim.Optimizer):
     not take) is always stepped alone. The per-parameter path is lion_pytorch's operations less one copy.
     """
 
-    def __init__(self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0,
-                 *, foreach: bool | None = None) -> None:
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        *,
+        foreach: bool | None = None,
+    ) -> None:
         if not lr > 0:
             raise ValueError(f"Lion: lr must be positive, not {lr}")
         if not all(0.0 <= beta <= 1.0 for beta in betas):
@@ -157,6 +168,7 @@ def _kernel_devices(kind: str) -> tuple[str, ...]:
     """Torch's own list of the device types with its ``foreach`` or ``fused`` optimizer kernels."""
     try:
         from torch.utils import _foreach_utils
+
         listed = getattr(_foreach_utils, f"_get_{kind}_kernels_supported_devices")
     except (ImportError, AttributeError):  # a private module: should it move, CUDA's kernels matter most
         return ("cuda",)
@@ -295,10 +307,12 @@ def bf16_note(settings: Settings, device: torch.device, flags: set[str] | None =
     flags = cpu_flags() if flags is None else flags
     if flags is None or any(flag in flags for flag in NATIVE_BF16):
         return None
-    return ("--precision bf16 on a CPU without native bf16 (no AVX-512 BF16, no AMX): its products run emulated; "
-            "where oneDNN has no bf16 either (AVX2 only), a CRATE-B training step took 26x its float32 time (22.7 s "
-            "against 0.87 s at batch 4, 2026-11-29: benchmarks/train_step.py --onednn off), ViT-B's 35x; float32 "
-            "(--precision fp32) is the faster choice here")
+    return (
+        "--precision bf16 on a CPU without native bf16 (no AVX-512 BF16, no AMX): its products run emulated; "
+        "where oneDNN has no bf16 either (AVX2 only), a CRATE-B training step took 26x its float32 time (22.7 s "
+        "against 0.87 s at batch 4, 2026-11-29: benchmarks/train_step.py --onednn off), ViT-B's 35x; float32 "
+        "(--precision fp32) is the faster choice here"
+    )
 
 
 def autocast(settings: Settings, device: torch.device):

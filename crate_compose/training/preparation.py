@@ -39,12 +39,16 @@ def check_run(task: tasks.Task, spec, data: Data, settings: Settings) -> None:
     check_loading(settings, data, task.mixes_labels)  # crop-flip, randaugment, --normalize imagenet, --mixup, --cutmix
     if not any(data.provides in one.data_kinds for one in tasks.all_tasks()):  # say so once, not a hint per task
         trained = "; ".join(f"{one.name}: {one.trains_on}" for one in tasks.all_tasks())
-        raise TrainError(f"data set '{data.name}' holds {provided(data.provides)}, which no task trains on "
-                         f"({trained}); measure spec '{spec.name}' on it with crate-compose probe")
+        raise TrainError(
+            f"data set '{data.name}' holds {provided(data.provides)}, which no task trains on "
+            f"({trained}); measure spec '{spec.name}' on it with crate-compose probe"
+        )
     task.check(spec, data)
     if settings.batch_size > len(data.train):
-        raise TrainError(f"--batch-size {settings.batch_size:,} is larger than the training set of '{data.name}' "
-                         f"({len(data.train):,} examples)")
+        raise TrainError(
+            f"--batch-size {settings.batch_size:,} is larger than the training set of '{data.name}' "
+            f"({len(data.train):,} examples)"
+        )
 
 
 def fingerprint(data: Data) -> str:
@@ -56,8 +60,11 @@ def fingerprint(data: Data) -> str:
         digest.update(tokenizer.to_json().encode())
     for split in (data.train, data.test):
         files = getattr(split, "files", None)
-        tensors = getattr(split, "tensors", None) or [getattr(split, name) for name in ("inputs", "targets", "tokens")
-                                                       if isinstance(getattr(split, name, None), torch.Tensor)]
+        tensors = getattr(split, "tensors", None) or [
+            getattr(split, name)
+            for name in ("inputs", "targets", "tokens")
+            if isinstance(getattr(split, name, None), torch.Tensor)
+        ]
         if files is not None:
             for path, label in zip(files, split.labels):
                 digest.update(f"{path}\0{_size(path)}\0{label}\n".encode())
@@ -100,25 +107,39 @@ class Loaded:
     @staticmethod
     def _key(choice: Any, image_size: int | None, seed: int, spec: Any, memory_limit) -> tuple:
         takes = choice.takes
-        return (choice.name, image_size, str(memory_limit), seed if "seed" in takes else None,
-                (tuple(spec.input.shape), tuple(sorted(spec.sizes.items()))) if "spec" in takes else None)
+        return (
+            choice.name,
+            image_size,
+            str(memory_limit),
+            seed if "seed" in takes else None,
+            (tuple(spec.input.shape), tuple(sorted(spec.sizes.items()))) if "spec" in takes else None,
+        )
 
     def prepare(self, described: Any, memory_limit) -> tuple[Any, Data]:
         """The spec of the run ``described`` (:class:`.description.RunDescription`) fitted to its data, and the
         data: each loaded and fitted once for every run that reads them alike."""
         settings = described.settings
-        data = self.load(described.data, image_size=settings.image_size, seed=settings.seed, spec=described.spec,
-                         memory_limit=memory_limit)
+        data = self.load(
+            described.data,
+            image_size=settings.image_size,
+            seed=settings.seed,
+            spec=described.spec,
+            memory_limit=memory_limit,
+        )
         data = in_task_form(data, described.task)
-        key = (described.overrides, data.provides, self._key(described.data, settings.image_size, settings.seed,
-                                                             described.spec, memory_limit))
+        key = (
+            described.overrides,
+            data.provides,
+            self._key(described.data, settings.image_size, settings.seed, described.spec, memory_limit),
+        )
         if key not in self._fitted:
             self._fitted[key] = fit(described.source, described.spec, described.overrides, data)
         return self._fitted[key], data
 
 
-def fit(source: Any, spec: Any, overrides: Iterable[str], data: Data, keep: Iterable[str] = (), *,
-        renamed: bool = False) -> Any:
+def fit(
+    source: Any, spec: Any, overrides: Iterable[str], data: Data, keep: Iterable[str] = (), *, renamed: bool = False
+) -> Any:
     """``spec`` (``source`` resolved with ``overrides``) with the sizes ``data`` fixes (input shape, classes, a
     text's context), resolved again from the same reading when it fixes any; sizes named in ``keep`` stay the
     spec's (``classes`` for a linear probe: the head is not used, the weights' fits).
@@ -161,9 +182,18 @@ def in_task_form(data: Data, task: "tasks.Task | str | None") -> Data:
     return data if task is None else data.for_kinds(task.data_kinds)
 
 
-def prepare(spec_ref, data_name: Any, overrides: Iterable[str] = (), image_size: int | None = None, seed: int = 0,
-            memory_limit: str | float | None = None, *, keep: Iterable[str] = (), loaded: Loaded | None = None,
-            task: "tasks.Task | str | None" = None):
+def prepare(
+    spec_ref,
+    data_name: Any,
+    overrides: Iterable[str] = (),
+    image_size: int | None = None,
+    seed: int = 0,
+    memory_limit: str | float | None = None,
+    *,
+    keep: Iterable[str] = (),
+    loaded: Loaded | None = None,
+    task: "tasks.Task | str | None" = None,
+):
     """The spec and the data, the spec's input size set from the data (text: windows of the spec's context);
     images over ``memory_limit`` are refused from their headers. Sizes named in ``keep`` stay the spec's
     (:func:`fit`). ``spec_ref`` is read once (:func:`crate_compose.spec_language.loader.read`; a reading already made
@@ -185,5 +215,11 @@ def check_run_memory(spec, settings: Settings, per_process: int, device: torch.d
     """Refuse a run whose memory estimate is over the limit (:func:`crate_compose.building.budget.check_training`):
     the float32 copies its optimizer and EMA keep, the batch each process takes, and on the CPU the input
     batches its workers prepare ahead."""
-    budget.check_training(spec, per_process, str(device), memory_limit, copies=float32_copies(settings),
-                          batches=held_batches(settings, device))
+    budget.check_training(
+        spec,
+        per_process,
+        str(device),
+        memory_limit,
+        copies=float32_copies(settings),
+        batches=held_batches(settings, device),
+    )

@@ -21,8 +21,9 @@ WINDOW_S = 120.0  # the rate is measured over the updates of the last two minute
 class Lines:
     """The subset of tqdm's interface the workbench uses, as plain lines on stderr."""
 
-    def __init__(self, total: int, initial: int = 0, *, unit: str = "step", every_s: float = 60.0,
-                 elapsed: float = 0.0) -> None:
+    def __init__(
+        self, total: int, initial: int = 0, *, unit: str = "step", every_s: float = 60.0, elapsed: float = 0.0
+    ) -> None:
         self.total, self.n, self.unit, self.every_s = total, initial, unit, every_s
         self.began = time.monotonic() - elapsed  # a resumed run's clock goes on
         self.last_line, self.postfix = time.monotonic(), ""
@@ -60,8 +61,12 @@ class Lines:
         elapsed = now - self.began
         rate = self.rate()
         left = (self.total - self.n) / rate if rate > 0 else float("nan")
-        parts = [f"{self.unit} {self.n:,}/{self.total:,} ({100 * self.n / max(1, self.total):.0f}%)", self.postfix,
-                 f"{rate:.1f} {self.unit}/s", f"{elapsed:.0f} s elapsed"]
+        parts = [
+            f"{self.unit} {self.n:,}/{self.total:,} ({100 * self.n / max(1, self.total):.0f}%)",
+            self.postfix,
+            f"{rate:.1f} {self.unit}/s",
+            f"{elapsed:.0f} s elapsed",
+        ]
         if self.n < self.total and left == left:
             parts.append(f"about {left:.0f} s left")
         self.write(", ".join(p for p in parts if p))

@@ -47,7 +47,9 @@ class RecipeError(SpecError):
 
     def __str__(self) -> str:
         count = len(self.problems)
-        return "\n".join([f"{count} problem{'s' if count != 1 else ''} in the recipe:", *(f"  {p}" for p in self.problems)])
+        return "\n".join(
+            [f"{count} problem{'s' if count != 1 else ''} in the recipe:", *(f"  {p}" for p in self.problems)]
+        )
 
 
 @dataclass
@@ -91,19 +93,35 @@ def read_recipe(ref: str | Path) -> Recipe:
         raise RecipeError(error.problems) from None
     content = source.data if isinstance(source.data, dict) else {}
     if not isinstance(source.data, dict):
-        raise RecipeError([Problem("a recipe is a mapping of settings (optimizer: lion, lr: 2.4e-4, ...)", (),
-                                   Location(str(path)))])
+        raise RecipeError(
+            [Problem("a recipe is a mapping of settings (optimizer: lion, lr: 2.4e-4, ...)", (), Location(str(path)))]
+        )
     keys = (*OWN_KEYS, *setting_keys())
-    problems = [Problem(f"unknown key '{key}'", (key,), _locate(source, path, key),
-                        did_you_mean(str(key), keys) or f"expected some of: {', '.join(keys)}")
-                for key in content if key not in keys]
+    problems = [
+        Problem(
+            f"unknown key '{key}'",
+            (key,),
+            _locate(source, path, key),
+            did_you_mean(str(key), keys) or f"expected some of: {', '.join(keys)}",
+        )
+        for key in content
+        if key not in keys
+    ]
     given = {k: content[k] for k in setting_keys() if k in content}
-    problems += [Problem(message, (name,), _locate(source, path, name))
-                 for name, message in tasks.settings_problems(settings_of(given)) if name in given]
+    problems += [
+        Problem(message, (name,), _locate(source, path, name))
+        for name, message in tasks.settings_problems(settings_of(given))
+        if name in given
+    ]
     overrides = content.get("set", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
-        problems.append(Problem("set: a list of spec overrides PATH=VALUE (e.g. [sizes.image_size=224])", ("set",),
-                                _locate(source, path, "set")))
+        problems.append(
+            Problem(
+                "set: a list of spec overrides PATH=VALUE (e.g. [sizes.image_size=224])",
+                ("set",),
+                _locate(source, path, "set"),
+            )
+        )
     for key in ("description", "source"):
         if key in content and not isinstance(content[key], str):
             problems.append(Problem(f"{key}: text", (key,), _locate(source, path, key)))

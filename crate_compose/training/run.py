@@ -95,14 +95,30 @@ def train(
     ``recipe``: the text of the recipe the settings came from (``train --config``), saved as ``recipe.yaml``.
     """
     described = describe(spec_ref, settings, overrides=overrides, init=init, freeze=freeze, recipe=recipe)
-    return train_described(described, out=out, resume=resume, resume_from=resume_from, device=device,
-                           progress=progress, memory_limit=memory_limit, notes=notes)
+    return train_described(
+        described,
+        out=out,
+        resume=resume,
+        resume_from=resume_from,
+        device=device,
+        progress=progress,
+        memory_limit=memory_limit,
+        notes=notes,
+    )
 
 
-def train_described(described: RunDescription, *, out: str | Path | None = None, resume: bool = False,
-                    resume_from: int | None = None, device: str = "cpu", progress: bool = True,
-                    memory_limit: str | float | None = None, notes: Callable[[str], None] | None = None,
-                    loaded: Loaded | None = None) -> Result:
+def train_described(
+    described: RunDescription,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    resume_from: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    memory_limit: str | float | None = None,
+    notes: Callable[[str], None] | None = None,
+    loaded: Loaded | None = None,
+) -> Result:
     """Train the run ``described`` (:class:`.description.RunDescription`) into ``out`` (default
     ``runs/<spec name>``). ``loaded``: data sets (and specs fitted to them) the calling command has loaded
     already (an ablation's).
@@ -130,8 +146,10 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     if settings.epochs is not None:
         settings = replace(settings, steps=settings.epochs * per_epoch)
         if settings.steps > MAX_STEPS:
-            raise TrainError(f"--epochs {settings.epochs:,} of {per_epoch:,} steps are {settings.steps:,} steps, more "
-                             f"than the {MAX_STEPS:,} a run may take: give fewer epochs")
+            raise TrainError(
+                f"--epochs {settings.epochs:,} of {per_epoch:,} steps are {settings.steps:,} steps, more "
+                f"than the {MAX_STEPS:,} a run may take: give fewer epochs"
+            )
     if settings.warmup_epochs is not None:
         settings = replace(settings, warmup=_warmup_of_epochs(settings, per_epoch, notes or _say))
     start = finetune.read_init(described.init) if described.init is not None else None
@@ -148,8 +166,20 @@ def train_described(described: RunDescription, *, out: str | Path | None = None,
     dist.start(device)
     try:
         with contextlib.ExitStack() as stack:
-            opening = Opening(run, spec, data, settings, task, resume or resume_from is not None, resume_from, dist,
-                              device, start, described.freeze, described.recipe)
+            opening = Opening(
+                run,
+                spec,
+                data,
+                settings,
+                task,
+                resume or resume_from is not None,
+                resume_from,
+                dist,
+                device,
+                start,
+                described.freeze,
+                described.recipe,
+            )
             plan = dist.agree(lambda: opening.open(stack))
             if plan.finished is not None:
                 return plan.finished
@@ -170,13 +200,16 @@ def _warmup_of_epochs(settings: Settings, per_epoch: int, notes: Callable[[str],
     if settings.epochs is not None or warmup <= settings.steps // 2:
         return warmup
     shorter = max(1, settings.steps // 20)
-    notes(f"warmup_epochs {settings.warmup_epochs} would be {warmup:,} of this run's {settings.steps:,} steps: "
-          f"warming up for {shorter:,} (5%) instead; --warmup N to choose")
+    notes(
+        f"warmup_epochs {settings.warmup_epochs} would be {warmup:,} of this run's {settings.steps:,} steps: "
+        f"warming up for {shorter:,} (5%) instead; --warmup N to choose"
+    )
     return shorter
 
 
-def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: bool,
-          notes: Callable[[str], None]) -> Result:
+def _loop(
+    opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: bool, notes: Callable[[str], None]
+) -> Result:
     run, data, dist, device = opening.run, opening.data, opening.dist, opening.device
     settings, model, optimizer = plan.settings, opening.model, opening.optimizer
     writer = dist.rank == 0
@@ -190,8 +223,9 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
     session.settings = settings  # as the plan resolved them (a resumed run's warm-up)
     ema, scaler = opening.ema, scaler_for(settings, device)
     if plan.checkpoint is not None:
-        checkpoint.load_checkpoint(Path(plan.checkpoint), model, optimizer, ema=ema, scaler=scaler,
-                                   task_state=session.state)
+        checkpoint.load_checkpoint(
+            Path(plan.checkpoint), model, optimizer, ema=ema, scaler=scaler, task_state=session.state
+        )
     board = eventlog.open_board(run, settings.logger, plan.start, settings.batch_size, notes) if writer else None
     metrics = Metrics(run, plan.metrics_rows, writer, stack.enter_context(board) if board else None)  # logging
     stack.enter_context(use_formulas(settings.formulas))  # the run's formulas: fast paths or as written
@@ -201,15 +235,22 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
     model.train()
     before = _seconds_before(run) if plan.start else 0.0  # a resumed run's clock goes on from its checkpoint
     if writer and plan.start:
-        notes(f"resumed at step {plan.start:,} of {settings.steps:,} from {run / 'checkpoints'}/step-{plan.start:06d} "
-              f"({before:,.0f} s of training before)")
+        notes(
+            f"resumed at step {plan.start:,} of {settings.steps:,} from {run / 'checkpoints'}/step-{plan.start:06d} "
+            f"({before:,.0f} s of training before)"
+        )
     if writer and settings.compile:
-        notes("--compile: the first step compiles the network (minutes on a CPU, with nothing printed meanwhile); "
-              "the time left is estimated from the steps after it")
+        notes(
+            "--compile: the first step compiles the network (minutes on a CPU, with nothing printed meanwhile); "
+            "the time left is estimated from the steps after it"
+        )
         stack.enter_context(warnings.catch_warnings())  # torch's own deprecation inside its compiler, twice a run
-        warnings.filterwarnings("ignore", message=r"`torch\._prims_common\.check` is deprecated", category=FutureWarning)
-    bar = stack.enter_context(contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer,
-                                                              elapsed=before)))
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\._prims_common\.check` is deprecated", category=FutureWarning
+        )
+    bar = stack.enter_context(
+        contextlib.closing(progress_bar(settings.steps, plan.start, enabled=progress and writer, elapsed=before))
+    )
     began, loss_value, evaluation, constant = time.perf_counter() - before, float("nan"), {}, 0
     loading = stack.enter_context(contextlib.closing(batches(data, settings, plan.start, dist, device)))
     stop = stack.enter_context(Termination())  # SIGTERM: the run stops at the next step's start
@@ -217,8 +258,18 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
 
     def save(step: int) -> None:
         nonlocal saved
-        checkpoint.save_checkpoint(run, step, model, optimizer, flat(settings), run_hash=plan.record.hash,
-                                   metrics_rows=metrics.count, ema=ema, scaler=scaler, task_state=session.state)
+        checkpoint.save_checkpoint(
+            run,
+            step,
+            model,
+            optimizer,
+            flat(settings),
+            run_hash=plan.record.hash,
+            metrics_rows=metrics.count,
+            ema=ema,
+            scaler=scaler,
+            task_state=session.state,
+        )
         saved = time.monotonic()
 
     for step in range(plan.start + 1, settings.steps + 1):
@@ -237,8 +288,16 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             raise _collapsed(run, step - constant + 1, step, loss_value)
         logs = session.logs()  # DINO: the teacher's entropy and its KL to uniform, watched for collapse
         if step % settings.log_every == 0 or step == settings.steps:
-            metrics.add({"step": step, "kind": "train", "loss": loss_value, "lr": lr_at(step, settings),
-                         "seconds": round(time.perf_counter() - began, 3), **logs})
+            metrics.add(
+                {
+                    "step": step,
+                    "kind": "train",
+                    "loss": loss_value,
+                    "lr": lr_at(step, settings),
+                    "seconds": round(time.perf_counter() - began, 3),
+                    **logs,
+                }
+            )
         if writer and settings.compile and step == plan.start + 1:
             notes(f"compiled, and took the first step, in {time.perf_counter() - began - before:,.0f} s")
         # this step's loss (and measures) first: the line the update draws is this step's
@@ -249,24 +308,32 @@ def _loop(opening: Opening, plan: Plan, stack: contextlib.ExitStack, progress: b
             evaluation = _evaluate(model, ema, data, settings, task)
             metrics.add({"step": step, "kind": "eval", **evaluation})
             bar.write(f"step {step}: " + said(evaluation, task))
-        if writer and (last or (settings.checkpoint_every and step % settings.checkpoint_every == 0) or
-                       (settings.checkpoint_minutes and time.monotonic() - saved >= 60 * settings.checkpoint_minutes)):
+        if writer and (
+            last
+            or (settings.checkpoint_every and step % settings.checkpoint_every == 0)
+            or (settings.checkpoint_minutes and time.monotonic() - saved >= 60 * settings.checkpoint_minutes)
+        ):
             save(step)
     if stop.agreed(dist, device):  # after the last step's checkpoint: final/ and result.json are left to --resume
         raise _stopped(run, settings.steps, settings.steps, stop.signal)
     stop.restore()  # the handler SIGTERM had before the loop, from here on
     if plan.start == settings.steps:  # its last checkpoint, but result.json or final/ was lost: finish it again
-        loss_value = next((r["loss"] for r in reversed(rows_of(read_metrics(run))) if r.get("kind") == "train"),
-                          float("nan"))
+        loss_value = next(
+            (r["loss"] for r in reversed(rows_of(read_metrics(run))) if r.get("kind") == "train"), float("nan")
+        )
         evaluation = _evaluate(model, ema, data, settings, task) if writer else {}
-    result = Result(str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began,
-                    opening.trainable)
+    result = Result(
+        str(run), settings.steps, loss_value, evaluation, params, time.perf_counter() - began, opening.trainable
+    )
     if writer:
         save_build(model, run / "final", extra={"seed": str(settings.seed), "steps": str(settings.steps)})
         if ema is not None:  # the averaged weights beside the weights: a build folder of their own
             with ema.swapped_in(model):
-                save_build(model, run / EMA_FOLDER, extra={"seed": str(settings.seed), "steps": str(settings.steps),
-                                                           "ema": str(settings.ema)})
+                save_build(
+                    model,
+                    run / EMA_FOLDER,
+                    extra={"seed": str(settings.seed), "steps": str(settings.steps), "ema": str(settings.ema)},
+                )
         write_atomic(run / "result.json", json.dumps(finite(result.to_dict()), indent=2, allow_nan=False) + "\n")
     return result
 
@@ -276,8 +343,20 @@ def _seconds_before(run: Path) -> float:
     return next((float(r["seconds"]) for r in reversed(rows_of(read_metrics(run))) if "seconds" in r), 0.0)
 
 
-def _update(net, model, optimizer, scaler, ema, x, y, step: int, settings: Settings, session: tasks.Session, rank: int,
-            device: torch.device) -> torch.Tensor:
+def _update(
+    net,
+    model,
+    optimizer,
+    scaler,
+    ema,
+    x,
+    y,
+    step: int,
+    settings: Settings,
+    session: tasks.Session,
+    rank: int,
+    device: torch.device,
+) -> torch.Tensor:
     """One optimizer step on the batch ``(x, y)``: the learning rate of ``step``; ``settings.accumulate``
     equal micro-batches, each forward under the precision's autocast with the step's own random draws
     (masks, dropped paths), the gradients summed (and synchronized once, after the last); clipping, the
@@ -342,9 +421,11 @@ def _kept(run: Path, step: int) -> str:
 
 
 def _diverged(run: Path, step: int, loss: float, task: tasks.Task, settings: Settings) -> TrainError:
-    error = TrainError(f"the loss is {loss} at step {step:,}: the run diverged and was stopped ({_kept(run, step)}); "
-                       f"lower --lr or raise --warmup{_own_options(task, settings)}, and start a new run with another "
-                       "--out")
+    error = TrainError(
+        f"the loss is {loss} at step {step:,}: the run diverged and was stopped ({_kept(run, step)}); "
+        f"lower --lr or raise --warmup{_own_options(task, settings)}, and start a new run with another "
+        "--out"
+    )
     error.shared = True
     return error
 
@@ -433,9 +514,11 @@ def _stopped(run: Path, step: int, steps: int, number: int | None) -> Stopped:
 def _collapsed(run: Path, since: int, step: int, loss: float) -> TrainError:
     before = [s for s in checkpoint.checkpoints(run) if s < since]
     last = f"the last from before step {since:,} is step {max(before):,}" if before else "none is from before it"
-    error = TrainError(f"every example has had exactly the same output since step {since:,} ({COLLAPSED} steps in a "
-                       f"row; loss {loss:.4f}): the network no longer depends on its input (a layer gives the same "
-                       f"tokens, or only zeros, whatever it is given), so it cannot learn; the run was stopped "
-                       f"({_kept(run, step + 1)}; {last}); lower --lr or raise --warmup, and start a new run with another --out")
+    error = TrainError(
+        f"every example has had exactly the same output since step {since:,} ({COLLAPSED} steps in a "
+        f"row; loss {loss:.4f}): the network no longer depends on its input (a layer gives the same "
+        f"tokens, or only zeros, whatever it is given), so it cannot learn; the run was stopped "
+        f"({_kept(run, step + 1)}; {last}); lower --lr or raise --warmup, and start a new run with another --out"
+    )
     error.shared = True
     return error

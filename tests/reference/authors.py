@@ -116,6 +116,7 @@ _BUFFER_KINDS = {"bn_mean", "bn_var", "bn_count"}
 # entries share the tensor of ``other_key`` (weight tying: the authors' state_dict() lists both keys).
 # --------------------------------------------------------------------------------------------------------------
 
+
 def _head_dim(sizes: dict) -> int:
     return int(sizes.get("head_dim", sizes["d"] // sizes["heads"]))
 
@@ -213,11 +214,15 @@ def _spec_tost(z: dict) -> list:
     d, h, hidden = z["d"], z["heads"], 4 * z["d"]
     spec = [("cls_token", (1, 1, d), "tok")]
     for j, (c_in, c_out) in enumerate(_tost_conv_channels(z)):
-        pre = f"patch_embed.proj.{2 * j}"   # Sequential(conv3x3, GELU, conv3x3, GELU, ...)
-        spec += [(f"{pre}.0.weight", (c_out, c_in, 3, 3), "w"),
-                 (f"{pre}.1.weight", (c_out,), "bn_w"), (f"{pre}.1.bias", (c_out,), "bn_b"),
-                 (f"{pre}.1.running_mean", (c_out,), "bn_mean"), (f"{pre}.1.running_var", (c_out,), "bn_var"),
-                 (f"{pre}.1.num_batches_tracked", (), "bn_count")]
+        pre = f"patch_embed.proj.{2 * j}"  # Sequential(conv3x3, GELU, conv3x3, GELU, ...)
+        spec += [
+            (f"{pre}.0.weight", (c_out, c_in, 3, 3), "w"),
+            (f"{pre}.1.weight", (c_out,), "bn_w"),
+            (f"{pre}.1.bias", (c_out,), "bn_b"),
+            (f"{pre}.1.running_mean", (c_out,), "bn_mean"),
+            (f"{pre}.1.running_var", (c_out,), "bn_var"),
+            (f"{pre}.1.num_batches_tracked", (), "bn_count"),
+        ]
     for i in range(z["depth"]):
         pre = f"blocks.{i}"
         spec += [(f"{pre}.gamma1", (d,), "gamma"), (f"{pre}.gamma2", (d,), "gamma")]
@@ -230,8 +235,10 @@ def _spec_tost(z: dict) -> list:
         spec += _ln(f"{pre}.norm1", d) + _linear(f"{pre}.attn.qkv", d, 3 * d) + _linear(f"{pre}.attn.proj", d, d)
         spec += _ln(f"{pre}.norm2", d) + _linear(f"{pre}.mlp.fc1", d, hidden) + _linear(f"{pre}.mlp.fc2", hidden, d)
     spec += _ln("norm", d) + _linear("head", d, z["classes"])
-    spec += [("pos_embeder.token_projection.weight", (d, 64, 1, 1), "w"),
-             ("pos_embeder.token_projection.bias", (d,), "b")]
+    spec += [
+        ("pos_embeder.token_projection.weight", (d, 64, 1, 1), "w"),
+        ("pos_embeder.token_projection.bias", (d,), "b"),
+    ]
     return spec
 
 
@@ -265,8 +272,12 @@ def _spec_crate_lm(z: dict) -> list:
 
 
 _SPECS = {
-    "crate": _spec_crate, "crate-mae": _spec_crate_mae, "crate-alpha": _spec_crate_alpha,
-    "tost": _spec_tost, "tost-lm": _spec_tost_lm, "crate-lm": _spec_crate_lm,
+    "crate": _spec_crate,
+    "crate-mae": _spec_crate_mae,
+    "crate-alpha": _spec_crate_alpha,
+    "tost": _spec_tost,
+    "tost-lm": _spec_tost_lm,
+    "crate-lm": _spec_crate_lm,
 }
 
 
@@ -298,8 +309,9 @@ def mae_sincos_table(d: int, grid: int, dtype=torch.float64) -> torch.Tensor:
         raise ValueError("the 2-D sin-cos table needs d divisible by 4")
     quarter = d // 4
     omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float64) / quarter)
-    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64),
-                                indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij"
+    )
 
     def one_axis(pos):
         angles = pos.reshape(-1, 1) * omega
@@ -309,8 +321,9 @@ def mae_sincos_table(d: int, grid: int, dtype=torch.float64) -> torch.Tensor:
     return torch.cat([torch.zeros(1, d, dtype=torch.float64), table]).to(dtype)
 
 
-def state_dict(family: str, sizes: dict, *, seed: int = 0, dtype=torch.float64,
-               device="cpu") -> dict[str, torch.Tensor]:
+def state_dict(
+    family: str, sizes: dict, *, seed: int = 0, dtype=torch.float64, device="cpu"
+) -> dict[str, torch.Tensor]:
     """A random state dict with exactly the authors' keys, shapes and buffers (tied keys share one tensor).
 
     Values are drawn on the CPU in float64 from ``torch.Generator().manual_seed(seed)`` and then moved to
@@ -328,13 +341,16 @@ def state_dict(family: str, sizes: dict, *, seed: int = 0, dtype=torch.float64,
             out[key] = out[kind[1]]
             continue
         if kind == "bn_count":
-            out[key] = (torch.empty((), dtype=torch.int64, device=device) if meta
-                        else torch.tensor(1000, dtype=torch.int64, device=device))
+            out[key] = (
+                torch.empty((), dtype=torch.int64, device=device)
+                if meta
+                else torch.tensor(1000, dtype=torch.int64, device=device)
+            )
             continue
         if meta:
             out[key] = torch.empty(shape, dtype=dtype, device=device)
             continue
-        if isinstance(kind, tuple):   # ("w", fan_in)
+        if isinstance(kind, tuple):  # ("w", fan_in)
             value = randn(shape) * kind[1] ** -0.5
         elif kind == "w":
             value = randn(shape) * math.prod(shape[1:]) ** -0.5
@@ -344,7 +360,7 @@ def state_dict(family: str, sizes: dict, *, seed: int = 0, dtype=torch.float64,
             value = 1.0 + 0.1 * randn(shape)
         elif kind in ("bn_mean", "small"):
             value = 0.1 * randn(shape)
-        elif kind in ("bn_var", "temp"):          # must stay positive
+        elif kind in ("bn_var", "temp"):  # must stay positive
             value = 0.5 + torch.rand(shape, generator=gen, dtype=torch.float64)
         elif kind in ("tok", "pos"):
             value = 0.2 * randn(shape)
@@ -374,6 +390,7 @@ def parameter_count(family: str, sizes: dict) -> int:
 # Functional pieces.
 # --------------------------------------------------------------------------------------------------------------
 
+
 def _layer_norm(x, state, prefix, eps):
     weight = state[f"{prefix}.weight"]
     return F.layer_norm(x, weight.shape, weight, state.get(f"{prefix}.bias"), eps)
@@ -385,7 +402,7 @@ def _lin(x, state, prefix):
 
 def _split_heads(u, heads):
     b, n, inner = u.shape
-    return u.reshape(b, n, heads, inner // heads).transpose(1, 2)          # (b, h, n, hd)
+    return u.reshape(b, n, heads, inner // heads).transpose(1, 2)  # (b, h, n, hd)
 
 
 def _merge_heads(u):
@@ -420,7 +437,7 @@ def _patchify(images, p):
 
 def _conv_patches(images, state, prefix, p):
     x = F.conv2d(images, state[f"{prefix}.weight"], state[f"{prefix}.bias"], stride=p)
-    return x.flatten(2).transpose(1, 2)                                      # (b, h*w, d), row-major
+    return x.flatten(2).transpose(1, 2)  # (b, h*w, d), row-major
 
 
 def _with_class_token(x, token):
@@ -430,6 +447,7 @@ def _with_class_token(x, token):
 # --------------------------------------------------------------------------------------------------------------
 # Families.
 # --------------------------------------------------------------------------------------------------------------
+
 
 def _forward_crate(state, images, z):
     x = _patchify(images, z["patch_size"])
@@ -457,8 +475,7 @@ def _forward_crate_mae(state, images, z, mask):
     for i in range(z["depth"]):
         pre = f"blocks.{i}.layers.0"
         x = x + _mssa(_layer_norm(x, state, f"{pre}.0.norm", 1e-5), state, f"{pre}.0.fn", z["heads"])
-        x = _crate_ista(_layer_norm(x, state, f"{pre}.1.norm", 1e-5), state[f"{pre}.1.fn.weight"],
-                        **CRATE_MAE_ISTA)
+        x = _crate_ista(_layer_norm(x, state, f"{pre}.1.norm", 1e-5), state[f"{pre}.1.fn.weight"], **CRATE_MAE_ISTA)
     latent = _layer_norm(x, state, "norm", 1e-6)
     # forward_decoder starts straight from the latent (decoder_embed is never applied, nothing is added).
     x = latent
@@ -484,9 +501,13 @@ def _forward_crate_alpha(state, images, z):
     for i in range(z["depth"]):
         pre = f"transformer.layers.{i}"
         x = x + _mssa(_layer_norm(x, state, f"{pre}.0.norm", 1e-6), state, f"{pre}.0.fn", z["heads"])
-        x = x + _alpha_ista(_layer_norm(x, state, f"{pre}.1.norm", 1e-6), state[f"{pre}.1.fn.D"],
-                            state[f"{pre}.1.fn.D1"], **CRATE_ALPHA_ISTA)
-    cls = _layer_norm(x[:, 0], state, "mlp_head.0", 1e-5)   # nn.LayerNorm(dim): default eps
+        x = x + _alpha_ista(
+            _layer_norm(x, state, f"{pre}.1.norm", 1e-6),
+            state[f"{pre}.1.fn.D"],
+            state[f"{pre}.1.fn.D1"],
+            **CRATE_ALPHA_ISTA,
+        )
+    cls = _layer_norm(x[:, 0], state, "mlp_head.0", 1e-5)  # nn.LayerNorm(dim): default eps
     return {"logits": _lin(cls, state, "mlp_head.1")}
 
 
@@ -501,9 +522,9 @@ def _fourier_positions(state, height, width, dtype):
     xs = torch.arange(1, width + 1, **f32) / (width + eps) * scale
     k = torch.arange(hidden, **f32)
     dim_t = 10000 ** (2 * torch.div(k, 2, rounding_mode="floor") / hidden)
-    even = (torch.arange(hidden, device=weight.device) % 2 == 0)
+    even = torch.arange(hidden, device=weight.device) % 2 == 0
 
-    def encode(pos):        # channel k: sin(pos / dim_t[k]) for even k, cos for odd k
+    def encode(pos):  # channel k: sin(pos / dim_t[k]) for even k, cos for odd k
         angles = pos[:, None] / dim_t
         return torch.where(even, angles.sin(), angles.cos())
 
@@ -515,11 +536,11 @@ def _fourier_positions(state, height, width, dtype):
 
 def _tssa(x, state, prefix, heads):
     """ToST's token-statistics self-attention (vision, non-causal)."""
-    w = _split_heads(_lin(x, state, f"{prefix}.qkv"), heads)                  # (b, h, n, hd)
-    w_normed = F.normalize(w, dim=-2)                                         # over tokens
-    pi = torch.softmax((w_normed ** 2).sum(-1) * state[f"{prefix}.temp"], dim=1)   # (b, h, n), over heads
+    w = _split_heads(_lin(x, state, f"{prefix}.qkv"), heads)  # (b, h, n, hd)
+    w_normed = F.normalize(w, dim=-2)  # over tokens
+    pi = torch.softmax((w_normed**2).sum(-1) * state[f"{prefix}.temp"], dim=1)  # (b, h, n), over heads
     weights = pi / (pi.sum(dim=-1, keepdim=True) + 1e-8)
-    dots = weights.unsqueeze(-2) @ (w ** 2)                                   # (b, h, 1, hd)
+    dots = weights.unsqueeze(-2) @ (w**2)  # (b, h, 1, hd)
     out = -(w * pi.unsqueeze(-1)) * (1.0 / (1.0 + dots))
     return _lin(_merge_heads(out), state, f"{prefix}.to_out.0")
 
@@ -533,7 +554,7 @@ def _class_attention(x, state, prefix, heads):
     b, n, d = x.shape
     qkv = _lin(x, state, f"{prefix}.qkv").reshape(b, n, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
     q, k, v = qkv[0], qkv[1], qkv[2]
-    attn = torch.softmax((q[:, :, :1] * k).sum(-1) * (d // heads) ** -0.5, dim=-1)    # (b, h, n)
+    attn = torch.softmax((q[:, :, :1] * k).sum(-1) * (d // heads) ** -0.5, dim=-1)  # (b, h, n)
     cls = (attn.unsqueeze(2) @ v).transpose(1, 2).reshape(b, 1, d)
     return torch.cat([_lin(cls, state, f"{prefix}.proj"), x[:, 1:]], dim=1)
 
@@ -544,8 +565,15 @@ def _forward_tost(state, images, z):
     for j in range(len(convs)):
         pre = f"patch_embed.proj.{2 * j}"
         x = F.conv2d(x, state[f"{pre}.0.weight"], stride=2, padding=1)
-        x = F.batch_norm(x, state[f"{pre}.1.running_mean"], state[f"{pre}.1.running_var"],
-                         state[f"{pre}.1.weight"], state[f"{pre}.1.bias"], training=False, eps=1e-5)
+        x = F.batch_norm(
+            x,
+            state[f"{pre}.1.running_mean"],
+            state[f"{pre}.1.running_var"],
+            state[f"{pre}.1.weight"],
+            state[f"{pre}.1.bias"],
+            training=False,
+            eps=1e-5,
+        )
         if j < len(convs) - 1:
             x = F.gelu(x)
     height, width = x.shape[-2:]
@@ -553,20 +581,22 @@ def _forward_tost(state, images, z):
     x = x + _fourier_positions(state, height, width, x.dtype)
     for i in range(z["depth"]):
         pre = f"blocks.{i}"
-        x = x + state[f"{pre}.gamma1"] * _tssa(_layer_norm(x, state, f"{pre}.norm1", 1e-6), state,
-                                              f"{pre}.attn", z["heads"])
+        x = x + state[f"{pre}.gamma1"] * _tssa(
+            _layer_norm(x, state, f"{pre}.norm1", 1e-6), state, f"{pre}.attn", z["heads"]
+        )
         x = x + state[f"{pre}.gamma2"] * _mlp(_layer_norm(x, state, f"{pre}.norm2", 1e-6), state, f"{pre}.mlp")
     x = _with_class_token(x, state["cls_token"])
     for i in range(z.get("class_depth", 2)):
         pre = f"cls_attn_blocks.{i}"
-        x = x + state[f"{pre}.gamma1"] * _class_attention(_layer_norm(x, state, f"{pre}.norm1", 1e-6), state,
-                                                          f"{pre}.attn", z["heads"])
+        x = x + state[f"{pre}.gamma1"] * _class_attention(
+            _layer_norm(x, state, f"{pre}.norm1", 1e-6), state, f"{pre}.attn", z["heads"]
+        )
         if z.get("tokens_norm", True):
             x = _layer_norm(x, state, f"{pre}.norm2", 1e-6)
         else:
             x = torch.cat([_layer_norm(x[:, :1], state, f"{pre}.norm2", 1e-6), x[:, 1:]], dim=1)
         cls = state[f"{pre}.gamma2"] * _mlp(x[:, :1], state, f"{pre}.mlp")
-        x = x + torch.cat([cls, x[:, 1:]], dim=1)      # the authors' residual doubles the patch tokens
+        x = x + torch.cat([cls, x[:, 1:]], dim=1)  # the authors' residual doubles the patch tokens
     cls = _layer_norm(x, state, "norm", 1e-6)[:, 0]
     return {"logits": _lin(cls, state, "head")}
 
@@ -579,10 +609,10 @@ def _embed_tokens(state, tokens):
 def _causal_tssa(x, state, prefix, heads):
     """ToST-LM's causal TSSA: every statistic is a running (cumulative) one over positions <= t."""
     t = x.shape[1]
-    w = _split_heads(_lin(x, state, f"{prefix}.c_attn"), heads)               # (b, h, t, hd)
-    w_sq = w ** 2
+    w = _split_heads(_lin(x, state, f"{prefix}.c_attn"), heads)  # (b, h, t, hd)
+    w_sq = w**2
     ratio = w_sq / torch.cumsum(w_sq, dim=-2).clamp_min(1e-12) + state[f"{prefix}.denom_bias"][:, :t, :]
-    pi = torch.softmax(ratio.sum(-1) * state[f"{prefix}.temp"], dim=1)         # (b, h, t), over heads
+    pi = torch.softmax(ratio.sum(-1) * state[f"{prefix}.temp"], dim=1)  # (b, h, t), over heads
     dots = torch.cumsum(w_sq * pi.unsqueeze(-1), dim=-2) / (torch.cumsum(pi, dim=-1) + 1e-8).unsqueeze(-1)
     out = -(w * pi.unsqueeze(-1)) * (1.0 / (1.0 + dots))
     return _lin(_merge_heads(out), state, f"{prefix}.c_proj")
@@ -592,10 +622,12 @@ def _forward_tost_lm(state, tokens, z):
     x = _embed_tokens(state, tokens)
     for i in range(z["depth"]):
         pre = f"transformer.h.{i}"
-        x = x + state[f"{pre}.gamma1"] * _causal_tssa(_layer_norm(x, state, f"{pre}.ln_1", 1e-5), state,
-                                                     f"{pre}.attn", z["heads"])
-        x = x + state[f"{pre}.gamma2"] * _mlp(_layer_norm(x, state, f"{pre}.ln_2", 1e-5), state, f"{pre}.mlp",
-                                              "c_fc", "c_proj")
+        x = x + state[f"{pre}.gamma1"] * _causal_tssa(
+            _layer_norm(x, state, f"{pre}.ln_1", 1e-5), state, f"{pre}.attn", z["heads"]
+        )
+        x = x + state[f"{pre}.gamma2"] * _mlp(
+            _layer_norm(x, state, f"{pre}.ln_2", 1e-5), state, f"{pre}.mlp", "c_fc", "c_proj"
+        )
     x = _layer_norm(x, state, "transformer.ln_f", 1e-5)
     return {"logits": F.linear(x, state["lm_head.weight"])}
 
@@ -612,20 +644,23 @@ def _forward_crate_lm(state, tokens, z):
     x = _embed_tokens(state, tokens)
     for i in range(z["depth"]):
         pre = f"transformer.h.{i}"
-        u = _split_heads(F.linear(_layer_norm(x, state, f"{pre}.prenorm_1", 1e-5),
-                                  state[f"{pre}.attn.c_attn.weight"]), z["heads"])
+        u = _split_heads(
+            F.linear(_layer_norm(x, state, f"{pre}.prenorm_1", 1e-5), state[f"{pre}.attn.c_attn.weight"]), z["heads"]
+        )
         t = u.shape[-2]
         scores = (u @ u.transpose(-1, -2)) * u.shape[-1] ** -0.5
         scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=u.device).triu(1), float("-inf"))
         x = x + _lin(_merge_heads(torch.softmax(scores, dim=-1) @ u), state, f"{pre}.attn.c_proj")
-        x = _crate_lm_ista(_layer_norm(x, state, f"{pre}.prenorm_2", 1e-5), state[f"{pre}.ista.weight"],
-                           **CRATE_LM_ISTA)
+        x = _crate_lm_ista(
+            _layer_norm(x, state, f"{pre}.prenorm_2", 1e-5), state[f"{pre}.ista.weight"], **CRATE_LM_ISTA
+        )
     x = _layer_norm(x, state, "transformer.ln_f", 1e-5)
     return {"logits": F.linear(x, state["lm_head.weight"])}
 
 
-def forward(family: str, state: dict[str, torch.Tensor], inputs: torch.Tensor, sizes: dict, *,
-            mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def forward(
+    family: str, state: dict[str, torch.Tensor], inputs: torch.Tensor, sizes: dict, *, mask: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """The authors' model output, computed from ``state`` (eval mode, dropout 0).
 
     classifiers -> {"logits": (B, classes)}; language models (``inputs`` int64 (B, T)) -> {"logits": (B, T, vocab)}

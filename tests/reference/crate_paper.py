@@ -46,9 +46,9 @@ class FeedForward(nn.Module):
         self.lambd = lambd
 
     def forward(self, x):
-        x1 = F.linear(x, self.weight, bias=None)            # x W^T
-        grad_1 = F.linear(x1, self.weight.t(), bias=None)   # x W^T W
-        grad_2 = F.linear(x, self.weight.t(), bias=None)    # x W
+        x1 = F.linear(x, self.weight, bias=None)  # x W^T
+        grad_1 = F.linear(x1, self.weight.t(), bias=None)  # x W^T W
+        grad_2 = F.linear(x, self.weight.t(), bias=None)  # x W
         grad_update = self.step_size * (grad_2 - grad_1) - self.step_size * self.lambd
         output = F.relu(x + grad_update)
         return output
@@ -62,7 +62,7 @@ class Attention(nn.Module):
         inner_dim = dim_head * heads
         project_out = not (heads == 1 and dim_head == dim)
         self.heads = heads
-        self.scale = dim_head ** -0.5
+        self.scale = dim_head**-0.5
         self.attend = nn.Softmax(dim=-1)
         self.qkv = nn.Linear(dim, inner_dim, bias=False)
         # Sequential(Linear, Dropout(0)) in the paper; Dropout(0) is dropped, the index 0 is kept.
@@ -85,10 +85,14 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList()
         self.depth = depth
         for _ in range(depth):
-            self.layers.append(nn.ModuleList([
-                PreNorm(dim, Attention(dim, heads=heads, dim_head=dim_head, dropout=dropout)),
-                PreNorm(dim, FeedForward(dim, mlp_dim, dropout=dropout, step_size=step_size, lambd=lambd)),
-            ]))
+            self.layers.append(
+                nn.ModuleList(
+                    [
+                        PreNorm(dim, Attention(dim, heads=heads, dim_head=dim_head, dropout=dropout)),
+                        PreNorm(dim, FeedForward(dim, mlp_dim, dropout=dropout, step_size=step_size, lambd=lambd)),
+                    ]
+                )
+            )
 
     def forward(self, x):
         for attn, ff in self.layers:
@@ -100,8 +104,24 @@ class Transformer(nn.Module):
 class CRATE(nn.Module):
     """Algorithm 1."""
 
-    def __init__(self, *, image_size, patch_size, num_classes, dim, depth, heads, mlp_dim=None, pool="cls",
-                 channels=3, dim_head=64, dropout=0.0, emb_dropout=0.0, step_size=0.1, lambd=0.1):
+    def __init__(
+        self,
+        *,
+        image_size,
+        patch_size,
+        num_classes,
+        dim,
+        depth,
+        heads,
+        mlp_dim=None,
+        pool="cls",
+        channels=3,
+        dim_head=64,
+        dropout=0.0,
+        emb_dropout=0.0,
+        step_size=0.1,
+        lambd=0.1,
+    ):
         super().__init__()
         image_height, image_width = pair(image_size)
         patch_height, patch_width = pair(patch_size)
@@ -117,8 +137,16 @@ class CRATE(nn.Module):
         )
         self.pos_embedding = nn.Parameter(torch.randn(1, num_patches + 1, dim))
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
-        self.transformer = Transformer(dim, depth, heads, dim_head, mlp_dim if mlp_dim is not None else dim,
-                                       dropout, step_size=step_size, lambd=lambd)
+        self.transformer = Transformer(
+            dim,
+            depth,
+            heads,
+            dim_head,
+            mlp_dim if mlp_dim is not None else dim,
+            dropout,
+            step_size=step_size,
+            lambd=lambd,
+        )
         self.pool = pool
         self.to_latent = nn.Identity()
         self.mlp_head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, num_classes))
@@ -128,7 +156,7 @@ class CRATE(nn.Module):
         b, n, _ = x.shape
         cls_tokens = repeat(self.cls_token, "1 1 d -> b 1 d", b=b)
         x = torch.cat((cls_tokens, x), dim=1)
-        x = x + self.pos_embedding[:, :(n + 1)]
+        x = x + self.pos_embedding[:, : (n + 1)]
         x = self.transformer(x)
         x = x.mean(dim=1) if self.pool == "mean" else x[:, 0]
         x = self.to_latent(x)
@@ -153,16 +181,18 @@ def key_mapping(depth: int) -> dict[str, str]:
     }
     for i in range(depth):
         built, ref = f"encoder.layer_{i}", f"transformer.layers.{i}"
-        mapping.update({
-            f"{built}.compress.norm.weight": f"{ref}.0.norm.weight",
-            f"{built}.compress.norm.bias": f"{ref}.0.norm.bias",
-            f"{built}.compress.subspaces.weight": f"{ref}.0.fn.qkv.weight",
-            f"{built}.compress.out.weight": f"{ref}.0.fn.to_out.0.weight",
-            f"{built}.compress.out.bias": f"{ref}.0.fn.to_out.0.bias",
-            f"{built}.sparsify.dictionary": f"{ref}.1.fn.weight",
-            f"{built}.sparsify.norm.weight": f"{ref}.1.norm.weight",
-            f"{built}.sparsify.norm.bias": f"{ref}.1.norm.bias",
-        })
+        mapping.update(
+            {
+                f"{built}.compress.norm.weight": f"{ref}.0.norm.weight",
+                f"{built}.compress.norm.bias": f"{ref}.0.norm.bias",
+                f"{built}.compress.subspaces.weight": f"{ref}.0.fn.qkv.weight",
+                f"{built}.compress.out.weight": f"{ref}.0.fn.to_out.0.weight",
+                f"{built}.compress.out.bias": f"{ref}.0.fn.to_out.0.bias",
+                f"{built}.sparsify.dictionary": f"{ref}.1.fn.weight",
+                f"{built}.sparsify.norm.weight": f"{ref}.1.norm.weight",
+                f"{built}.sparsify.norm.bias": f"{ref}.1.norm.bias",
+            }
+        )
     return mapping
 
 

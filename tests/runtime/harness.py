@@ -42,8 +42,14 @@ TRACEBACK = "Traceback (most recent call last)"
 SCREEN = 40  # lines a refusal may print
 MEMORY_MARGIN = 2 * 1024**3  # address space an in-process case may add (tests/guards.py)
 SUBPROCESS_MEMORY = 3 * 1024**3  # RLIMIT_AS of a command run as its own process
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "COLUMNS": "120", "PYTHONUNBUFFERED": "1",
-       "PYTHONDONTWRITEBYTECODE": "1"}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "PYTHONHASHSEED": "0",
+    "COLUMNS": "120",
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 for _name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CRATE_COMPOSE_MEMORY_LIMIT"):
     ENV.pop(_name, None)
 
@@ -51,8 +57,25 @@ for _name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", 
 def train_args(out: Path | str, *extra: str, steps: int = 4, sets: Sequence[str] = ()) -> list[str]:
     """The session's tiny run (crate-digits, d 16, one layer, 4 steps, checkpoints at 2 and 4) into ``out``."""
     overrides = [arg for o in [*TINY, *sets] for arg in ("--set", o)]
-    return ["train", DIGITS, *overrides, "--data", "digits", "--steps", str(steps), "--batch-size", "16",
-            "--log-every", "1", "--checkpoint-every", "2", "--no-progress", "--out", str(out), *extra]
+    return [
+        "train",
+        DIGITS,
+        *overrides,
+        "--data",
+        "digits",
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "16",
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 # ---------------------------------------------------------------- a case
@@ -186,8 +209,14 @@ class Ctx:
         disk would make them fail."""
         folder = self.tmp / name
         folder.mkdir()
-        mounted = not os.environ.get("RUNTIME_CORPUS_INJECT") and shutil.which("mount") is not None and subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True).returncode == 0
+        mounted = (
+            not os.environ.get("RUNTIME_CORPUS_INJECT")
+            and shutil.which("mount") is not None
+            and subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+            ).returncode
+            == 0
+        )
         if mounted:
             self.cleanups.append(lambda: subprocess.run(["umount", "-l", str(folder)], capture_output=True))
         self.disk = Disk(folder, self.monkeypatch, real=mounted)
@@ -201,15 +230,19 @@ class Ctx:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
         self.cleanups.append(stop)
         return process
 
     def hold_lock(self, folder: Path) -> int:
         """Hold ``folder``'s lock from another process (crate_compose.training.run_folder.locks); returns its pid."""
-        code = ("import sys, time\nfrom crate_compose.training import locks\nheld = locks.hold(sys.argv[1])\n"
-                "held.__enter__()\nprint('held', flush=True)\ntime.sleep(300)\n")
-        process = self.spawn([PYTHON, "-c", code, str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             cwd=self.tmp)
+        code = (
+            "import sys, time\nfrom crate_compose.training import locks\nheld = locks.hold(sys.argv[1])\n"
+            "held.__enter__()\nprint('held', flush=True)\ntime.sleep(300)\n"
+        )
+        process = self.spawn(
+            [PYTHON, "-c", code, str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.tmp
+        )
         line = process.stdout.readline()
         if line.strip() != b"held":
             raise AssertionError(f"the lock holder did not start: {process.stderr.read()[-2000:]!r}")
@@ -246,37 +279,60 @@ class Resources:
         def make(path: Path) -> None:
             code, out, err = cli_quiet(train_args(path))
             assert code == 0, f"the session's run did not train:\n{err[-3000:]}"
+
         return self._once("run", make)
 
     def mlm_run(self) -> Path:
         """A masked language model (crate-bert-mini at context 16, d 16, one layer; task mlm, 2 steps) trained
         on a small folder of generated text with a WordPiece vocabulary of at most 64 tokens: fill reads it."""
+
         def make(path: Path) -> None:
             texts = text_folder(self.folder / "mlm-texts")
             code, out, err = cli_quiet(mlm_args(path, f"wordpiece-64:folder:{texts}", steps=2))
-            assert code == 0 and (path / "tokenizer.json").is_file(), f"the session's mlm run did not train:\n{err[-3000:]}"
+            assert code == 0 and (path / "tokenizer.json").is_file(), (
+                f"the session's mlm run did not train:\n{err[-3000:]}"
+            )
+
         return self._once("mlm-run", make)
 
     def ablation(self) -> Path:
         def make(path: Path) -> None:
             code, out, err = cli_quiet(ablate_args(path, "--steps", "3"))
             assert code == 0, f"the session's ablation did not run:\n{err[-3000:]}"
+
         return self._once("ablation", make)
 
     def bomb(self) -> Path:
         """A 13000x13000 PNG of about 164 kB (Pillow's decompression-bomb threshold is 89,478,485 pixels)."""
+
         def make(path: Path) -> None:
             from PIL import Image
 
             path.mkdir()
             Image.new("L", (13000, 13000)).save(path / "bomb.png", optimize=True)
+
         return self._once("bomb", make) / "bomb.png"
 
 
 def mlm_args(out: Path | str, data: str, *extra: str, steps: int = 1) -> list[str]:
     """A tiny masked language model (crate-bert-mini, context 16) trained on ``data`` into ``out``."""
-    return ["train", MLM, *MLM_SETS, "--task", "mlm", "--data", data, "--steps", str(steps), "--batch-size", "8",
-            "--no-progress", "--out", str(out), *extra]
+    return [
+        "train",
+        MLM,
+        *MLM_SETS,
+        "--task",
+        "mlm",
+        "--data",
+        data,
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "8",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def text_folder(root: Path, files: int = 3, lines: int = 120) -> Path:
@@ -294,8 +350,23 @@ def text_folder(root: Path, files: int = 3, lines: int = 120) -> Path:
 
 
 def ablate_args(out: Path | str, *extra: str, values: str = "ista,ista_soft") -> list[str]:
-    return ["ablate", DIGITS, *SETS, "--swap", f"encoder.layer.sparsify.primitive={values}", "--data", "digits",
-            "--batch-size", "16", "--log-every", "1", "--no-progress", "--out", str(out), *extra]
+    return [
+        "ablate",
+        DIGITS,
+        *SETS,
+        "--swap",
+        f"encoder.layer.sparsify.primitive={values}",
+        "--data",
+        "digits",
+        "--batch-size",
+        "16",
+        "--log-every",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def cli_quiet(argv: list[str]) -> tuple[int, str, str]:
@@ -317,8 +388,9 @@ def cli_quiet(argv: list[str]) -> tuple[int, str, str]:
 # ---------------------------------------------------------------- images for folder: data
 
 
-def image_folder(root: Path, classes: int = 2, per_class: int = 6, size: int = 12, mode: str = "RGB",
-                 split: bool = False) -> Path:
+def image_folder(
+    root: Path, classes: int = 2, per_class: int = 6, size: int = 12, mode: str = "RGB", split: bool = False
+) -> Path:
     """Class folders of small random PNGs (``root/<class>/<i>.png``; with ``split``, ``root/train`` and
     ``root/test``)."""
     import numpy as np
@@ -422,24 +494,45 @@ def run_inprocess(argv: list, hang_s: float) -> Result:
     return Result(status, wall=time.monotonic() - start, crash=crash)
 
 
-def run_subprocess(ctx: Ctx, argv: list, timeout: float, *, pipe: bool = False,
-                   memory: int = SUBPROCESS_MEMORY, name: str = "command") -> Result:
+def run_subprocess(
+    ctx: Ctx, argv: list, timeout: float, *, pipe: bool = False, memory: int = SUBPROCESS_MEMORY, name: str = "command"
+) -> Result:
     """``argv`` as its own process, through tests/runtime/measure.py (limits, peak RSS). An argv that
     does not start with an absolute path is a crate-compose command line (``python -m crate_compose.cli``)."""
     argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
     if not os.path.isabs(argv[0]):
         argv = [PYTHON, "-m", "crate_compose.cli", *argv]
     out, err = ctx.tmp.parent / f"{ctx.tmp.name}.{name}.out", ctx.tmp.parent / f"{ctx.tmp.name}.{name}.err"
-    wrapper = [PYTHON, str(HERE / "measure.py"), "--timeout", str(timeout), "--memory", str(memory),
-               "--stdout", str(out), "--stderr", str(err), "--cwd", str(ctx.tmp), *(["--pipe"] if pipe else []),
-               "--", *argv]
+    wrapper = [
+        PYTHON,
+        str(HERE / "measure.py"),
+        "--timeout",
+        str(timeout),
+        "--memory",
+        str(memory),
+        "--stdout",
+        str(out),
+        "--stderr",
+        str(err),
+        "--cwd",
+        str(ctx.tmp),
+        *(["--pipe"] if pipe else []),
+        "--",
+        *argv,
+    ]
     done = subprocess.run(wrapper, env=ENV, capture_output=True, timeout=timeout + 60)
     if done.returncode != 0:
         raise AssertionError(f"the wrapper failed: {done.stderr.decode(errors='replace')[-2000:]}")
     measured = json.loads(done.stdout.decode().strip().splitlines()[-1])
     status = "timeout" if measured["timed_out"] else measured["status"]
-    return Result(status, out.read_text(errors="replace"), err.read_text(errors="replace"), measured["wall_s"],
-                  measured["peak_mb"], extra={"cpu_s": measured["cpu_s"]})
+    return Result(
+        status,
+        out.read_text(errors="replace"),
+        err.read_text(errors="replace"),
+        measured["wall_s"],
+        measured["peak_mb"],
+        extra={"cpu_s": measured["cpu_s"]},
+    )
 
 
 def run_torchrun(ctx: Ctx, argv: list[str], timeout: float = 60.0, processes: int = 2) -> Result:
@@ -447,12 +540,24 @@ def run_torchrun(ctx: Ctx, argv: list[str], timeout: float = 60.0, processes: in
     stderr in its own file (``--redirects 3``). ``extra`` holds per rank its output and exit code (from
     the launcher's summary; 0 when the launcher reports no failure)."""
     logs = ctx.tmp.parent / f"{ctx.tmp.name}.torchrun-logs"
-    command = [TORCHRUN, "--standalone", f"--nproc_per_node={processes}", "--log-dir", str(logs), "--redirects", "3",
-               "-m", "crate_compose.cli", *argv]
+    command = [
+        TORCHRUN,
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "--log-dir",
+        str(logs),
+        "--redirects",
+        "3",
+        "-m",
+        "crate_compose.cli",
+        *argv,
+    ]
     result = run_subprocess(ctx, command, timeout, name="torchrun")
     ranks: dict[int, dict] = {}
     for rank in range(processes):
-        files = {kind: next(iter(sorted(logs.glob(f"*/attempt_*/{rank}/{kind}.log"))), None) for kind in ("stdout", "stderr")}
+        files = {
+            kind: next(iter(sorted(logs.glob(f"*/attempt_*/{rank}/{kind}.log"))), None) for kind in ("stdout", "stderr")
+        }
         ranks[rank] = {kind: (path.read_text(errors="replace") if path else "") for kind, path in files.items()}
         ranks[rank]["exit"] = 0
     for block in re.split(r"\n\[\d+\]:\n", result.err):

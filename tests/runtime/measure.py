@@ -48,9 +48,15 @@ def main() -> int:
 
     start = time.monotonic()
     with open(args.stdout, "wb") as out, open(args.stderr, "wb") as err:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.PIPE if args.pipe else err, cwd=args.cwd,
-                                   preexec_fn=limits, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.PIPE if args.pipe else err,
+            cwd=args.cwd,
+            preexec_fn=limits,
+            start_new_session=True,
+        )
         expired = threading.Event()
 
         def expire() -> None:
@@ -73,8 +79,17 @@ def main() -> int:
         except (ProcessLookupError, PermissionError):
             pass
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(json.dumps({"status": status, "timed_out": expired.is_set(), "wall_s": wall,
-                      "peak_mb": usage.ru_maxrss / 1024.0, "cpu_s": usage.ru_utime + usage.ru_stime}))
+    print(
+        json.dumps(
+            {
+                "status": status,
+                "timed_out": expired.is_set(),
+                "wall_s": wall,
+                "peak_mb": usage.ru_maxrss / 1024.0,
+                "cpu_s": usage.ru_utime + usage.ru_stime,
+            }
+        )
+    )
     return 0
 
 

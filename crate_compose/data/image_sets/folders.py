@@ -114,8 +114,10 @@ def _check_header(path: Path, pixels: tuple[int, int], mode: str, size: tuple[in
     check_memory(needed, f"{path}: {width}x{height} pixels", limit, "make the image smaller", held="decoded")
     bomb = Image.MAX_IMAGE_PIXELS
     if bomb is not None and width * height > bomb:
-        raise DataError(f"{path}: {width}x{height} pixels ({width * height:,}) is over Pillow's decompression-bomb "
-                        f"limit of {bomb:,} pixels; it is not decoded (make the image smaller)")
+        raise DataError(
+            f"{path}: {width}x{height} pixels ({width * height:,}) is over Pillow's decompression-bomb "
+            f"limit of {bomb:,} pixels; it is not decoded (make the image smaller)"
+        )
 
 
 # ---------------------------------------------------------------- a split read on access
@@ -219,8 +221,9 @@ def _common_size(root: Path, files: list[Path], limit: Limit) -> tuple[int, int]
     return first
 
 
-def read_folder(root: Path, image_size: int | None, split_seed: int,
-                limit: Limit) -> tuple[list[str], FolderImages, FolderImages]:
+def read_folder(
+    root: Path, image_size: int | None, split_seed: int, limit: Limit
+) -> tuple[list[str], FolderImages, FolderImages]:
     """The class names of the folder ``root`` and its train and test splits, read lazily, resized to
     ``image_size`` (default: the size every image shares, from their headers) and standardized with
     the channel statistics of up to :data:`STATS_SAMPLE` train images (a sample fixed by
@@ -240,8 +243,9 @@ def read_folder(root: Path, image_size: int | None, split_seed: int,
 # ---------------------------------------------------------------- folder
 
 
-def load_folder(path: str | Path, *, image_size: int | None = None, split_seed: int = 0,
-                memory_limit: str | float | None = None) -> Data:
+def load_folder(
+    path: str | Path, *, image_size: int | None = None, split_seed: int = 0, memory_limit: str | float | None = None
+) -> Data:
     """Images in class folders (PATH/<class>/<file>), read lazily: the ``folder:PATH`` data set; see the
     module docstring.
 

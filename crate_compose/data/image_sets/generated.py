@@ -65,14 +65,19 @@ def generate(name: str, split: str, count: int, size: int, make: Maker, chunk: i
 
     inputs, masks = torch.empty(count, 3, size, size), torch.empty(count, size, size, dtype=torch.bool)
     targets = torch.empty(count, dtype=torch.int64)
-    with tqdm(total=count, desc=f"{name}: making the {split} images", unit="image", leave=False,
-              disable=None if count > 4 * chunk else True) as bar:
+    with tqdm(
+        total=count,
+        desc=f"{name}: making the {split} images",
+        unit="image",
+        leave=False,
+        disable=None if count > 4 * chunk else True,
+    ) as bar:
         for start in range(0, count, chunk):
             n = min(chunk, count - start)
             image, mask, drawn = make(start, n)
-            inputs[start:start + n] = torch.from_numpy(image)
-            masks[start:start + n] = torch.from_numpy(mask)
-            targets[start:start + n] = torch.from_numpy(np.asarray(drawn["label"]))
+            inputs[start : start + n] = torch.from_numpy(image)
+            masks[start : start + n] = torch.from_numpy(mask)
+            targets[start : start + n] = torch.from_numpy(np.asarray(drawn["label"]))
             bar.update(n)
     return inputs, targets, masks
 
@@ -92,21 +97,31 @@ def read_cache(name: str, path: Path, count: int, size: int, classes: int) -> Sp
         return None
     from safetensors.torch import load_file
 
-    expected = {"inputs": ((count, 3, size, size), torch.float32), "targets": ((count,), torch.int64),
-                "masks": ((count, size, size), torch.bool)}
+    expected = {
+        "inputs": ((count, 3, size, size), torch.float32),
+        "targets": ((count,), torch.int64),
+        "masks": ((count, size, size), torch.bool),
+    }
     try:
         found = load_file(str(path))
-        problem = next((f"{key}: {tuple(found[key].shape) if key in found else 'missing'}"
-                        for key, (shape, dtype) in expected.items()
-                        if key not in found or tuple(found[key].shape) != shape or found[key].dtype != dtype), None)
-        if problem is None and not (0 <= int(found["targets"].min()) and int(found["targets"].max()) < classes
-                                    and bool(((found["inputs"] >= 0) & (found["inputs"] <= 1)).all())):
+        problem = next(
+            (
+                f"{key}: {tuple(found[key].shape) if key in found else 'missing'}"
+                for key, (shape, dtype) in expected.items()
+                if key not in found or tuple(found[key].shape) != shape or found[key].dtype != dtype
+            ),
+            None,
+        )
+        if problem is None and not (
+            0 <= int(found["targets"].min())
+            and int(found["targets"].max()) < classes
+            and bool(((found["inputs"] >= 0) & (found["inputs"] <= 1)).all())
+        ):
             problem = "labels or pixels out of range"
     except Exception as error:  # safetensors' own errors: a truncated or foreign file
         problem = f"not a safetensors file ({' '.join(str(error).split())[:80]})"
     if problem is not None:
-        print(f"note: {path} does not hold the {name} images it is named for ({problem}); made again",
-              file=sys.stderr)
+        print(f"note: {path} does not hold the {name} images it is named for ({problem}); made again", file=sys.stderr)
         return None
     return found["inputs"], found["targets"], found["masks"]
 
@@ -119,12 +134,23 @@ def _write_cache(name: str, path: Path, split: Split) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_tensors(dict(zip(("inputs", "targets", "masks"), split)), path)
     except OSError as error:
-        print(f"note: the {name} images are not kept in {path.parent} ({error.strerror or error}); they are made "
-              "again at the next start", file=sys.stderr)
+        print(
+            f"note: the {name} images are not kept in {path.parent} ({error.strerror or error}); they are made "
+            "again at the next start",
+            file=sys.stderr,
+        )
 
 
-def load_splits(name: str, version: int, split_seed: int, size: int, counts: Sequence[int], classes: int,
-                make: Callable[[str, int], Split], cache_from: int) -> list[Split]:
+def load_splits(
+    name: str,
+    version: int,
+    split_seed: int,
+    size: int,
+    counts: Sequence[int],
+    classes: int,
+    make: Callable[[str, int], Split],
+    cache_from: int,
+) -> list[Split]:
     """Each of :data:`SPLITS`' ``counts`` images, made by ``make(split, count)``; when there are ``cache_from`` or
     more in all, each split is kept once made (:func:`cache_file`) and read back, checked, after."""
     cached = sum(counts) >= cache_from
@@ -148,6 +174,15 @@ def labeled_data(name: str, splits: Sequence[Split], size: int, class_names: Seq
         inputs.sub_(mean.view(1, -1, 1, 1)).div_(std.view(1, -1, 1, 1))
     train, test = (Tensors(x, y, masks=m) for x, y, m in splits)
     classes = len(class_names)
-    return Data(name=name, train=train, test=test, input_shape=(3, size, size), classes=classes,
-                provides=LABELED_IMAGES, mean=tuple(mean.tolist()), std=tuple(std.tolist()),
-                class_names=list(class_names), sizes={"channels": 3, "image_size": size, "classes": classes})
+    return Data(
+        name=name,
+        train=train,
+        test=test,
+        input_shape=(3, size, size),
+        classes=classes,
+        provides=LABELED_IMAGES,
+        mean=tuple(mean.tolist()),
+        std=tuple(std.tolist()),
+        class_names=list(class_names),
+        sizes={"channels": 3, "image_size": size, "classes": classes},
+    )

@@ -55,6 +55,8 @@ CACHE_VERSION = 1  # in the cached files' names: raised whenever the drawing cha
 # which of an image's uniform numbers draws what: its background (.textures), then its digit
 COLUMNS = generated.columns([*WIDTHS, ("digit", 1), ("side", 1), ("top", 1), ("left", 1), ("colour", TRIES * 3)])
 DRAWS = max(s.stop for s in COLUMNS.values())  # uniform numbers per image
+
+
 @dataclass(frozen=True)
 class Pasted:
     """One generated image before standardization: ``image`` ``(3, S, S)`` in [0, 1], ``mask`` ``(S, S)`` bool,
@@ -81,8 +83,9 @@ def sides(size: int) -> tuple[int, int]:
 def alpha_of(digits: np.ndarray, side: int) -> np.ndarray:
     """8x8 digits ``(n, 8, 8)`` in [0, 1] resized (bilinear: torch's ``interpolate``, corners not aligned) to
     ``side`` x ``side`` and clipped to [0, 1]: the alpha each is pasted with, ``(n, side, side)`` float64."""
-    grown = torch.nn.functional.interpolate(torch.as_tensor(digits, dtype=torch.float64)[:, None],
-                                            size=(side, side), mode="bilinear", align_corners=False)
+    grown = torch.nn.functional.interpolate(
+        torch.as_tensor(digits, dtype=torch.float64)[:, None], size=(side, side), mode="bilinear", align_corners=False
+    )
     return grown[:, 0].clamp(0, 1).numpy()
 
 
@@ -115,10 +118,13 @@ def _make(u: np.ndarray, size: int, images: np.ndarray, labels: np.ndarray, pool
     for s in np.unique(side):
         chosen = np.flatnonzero(side == s)
         for i, grown in zip(chosen, alpha_of(images[digit[chosen]], int(s))):
-            alpha[i, 0, top[i]:top[i] + s, left[i]:left[i] + s] = grown
+            alpha[i, 0, top[i] : top[i] + s, left[i] : left[i] + s] = grown
     image = alpha * colour[:, :, None, None] + (1 - alpha) * back
-    return image, alpha[:, 0] > 0.5, dict(digit=digit, label=labels[digit], side=side, top=top, left=left,
-                                          colour=colour, background=kinds)
+    return (
+        image,
+        alpha[:, 0] > 0.5,
+        dict(digit=digit, label=labels[digit], side=side, top=top, left=left, colour=colour, background=kinds),
+    )
 
 
 def _uniforms(split_seed: int, split: str, count: int, start: int = 0) -> np.ndarray:
@@ -130,11 +136,21 @@ def paste(split_seed: int, split: str, index: int, size: int = SIZE) -> Pasted:
     """Image ``index`` of ``split`` (``"train"`` or ``"test"``) of the set made with ``split_seed`` at side
     ``size``, made on its own: the same as the loaded set's (before standardization)."""
     images, labels = _digits()
-    image, mask, drawn = _make(_uniforms(split_seed, split, 1, index), size, images, labels,
-                               _pools(labels, split_seed)[SPLITS.index(split)])
+    image, mask, drawn = _make(
+        _uniforms(split_seed, split, 1, index), size, images, labels, _pools(labels, split_seed)[SPLITS.index(split)]
+    )
     one = {k: v[0] for k, v in drawn.items()}
-    return Pasted(image[0], mask[0], int(one["digit"]), int(one["label"]), int(one["side"]), int(one["top"]),
-                  int(one["left"]), tuple(float(c) for c in one["colour"]), one["background"])
+    return Pasted(
+        image[0],
+        mask[0],
+        int(one["digit"]),
+        int(one["label"]),
+        int(one["side"]),
+        int(one["top"]),
+        int(one["left"]),
+        tuple(float(c) for c in one["colour"]),
+        one["background"],
+    )
 
 
 def cache_file(split_seed: int, size: int, split: str, count: int):
@@ -142,32 +158,51 @@ def cache_file(split_seed: int, size: int, split: str, count: int):
     return generated.cache_file(NAME, CACHE_VERSION, split_seed, size, split, count)
 
 
-def load_pasted_digits(*, image_size: int | None = None, split_seed: int = 0, train_count: int = 4000,
-                       test_count: int = 1000, memory_limit: str | float | None = None) -> Data:
+def load_pasted_digits(
+    *,
+    image_size: int | None = None,
+    split_seed: int = 0,
+    train_count: int = 4000,
+    test_count: int = 1000,
+    memory_limit: str | float | None = None,
+) -> Data:
     """``train_count`` / ``test_count`` images of scikit-learn's digits pasted on textured backgrounds, with
     their masks (see the module docstring); every image is fixed by ``split_seed`` (never the run's seed). A set
     of :data:`CACHE_FROM` images or more is kept once made (:func:`cache_file`) and read back, checked, after."""
     size = SIZE if image_size is None else image_size
     check_size(size, NAME)
     if size < SMALLEST:
-        raise DataError(f"{NAME}: image_size must be at least {SMALLEST} (a digit of {FEWEST} pixels or more on "
-                        f"its background); got {size}")
+        raise DataError(
+            f"{NAME}: image_size must be at least {SMALLEST} (a digit of {FEWEST} pixels or more on "
+            f"its background); got {size}"
+        )
     generated.check_counts(NAME, MAX_COUNT, train_count=train_count, test_count=test_count)
     total = train_count + test_count
     # alive at once at the peak: every image as float32 and its mask, and one chunk's float64 images,
     # backgrounds, textures and alphas while it is made
-    needed = (total * size * size * (3 * 4 + 1)
-              + min(generated.CHUNK, max(train_count, test_count)) * 3 * size * size * 8 * 6)
-    check_memory(needed, f"{NAME}: {total:,} images of 3x{size}x{size}", resolve_limit(memory_limit),
-                 "give a smaller --image-size")
+    needed = (
+        total * size * size * (3 * 4 + 1) + min(generated.CHUNK, max(train_count, test_count)) * 3 * size * size * 8 * 6
+    )
+    check_memory(
+        needed,
+        f"{NAME}: {total:,} images of 3x{size}x{size}",
+        resolve_limit(memory_limit),
+        "give a smaller --image-size",
+    )
     images, labels = _digits()
     pools = _pools(labels, split_seed)
 
     def make(split: str, count: int) -> generated.Split:
         pool = pools[SPLITS.index(split)]
-        return generated.generate(NAME, split, count, size, lambda start, n: _make(
-            _uniforms(split_seed, split, n, start), size, images, labels, pool))
+        return generated.generate(
+            NAME,
+            split,
+            count,
+            size,
+            lambda start, n: _make(_uniforms(split_seed, split, n, start), size, images, labels, pool),
+        )
 
-    splits = generated.load_splits(NAME, CACHE_VERSION, split_seed, size, (train_count, test_count), 10, make,
-                                   CACHE_FROM)
+    splits = generated.load_splits(
+        NAME, CACHE_VERSION, split_seed, size, (train_count, test_count), 10, make, CACHE_FROM
+    )
     return generated.labeled_data(NAME, splits, size, [str(digit) for digit in range(10)])

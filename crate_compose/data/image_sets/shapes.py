@@ -76,13 +76,23 @@ CHOICES, JITTER = 2, 0.2  # the colour: one of the CHOICES most contrasting, mov
 SUPERSAMPLE = 4  # sub-pixel points a side
 POOL_STREAM = 2  # the pool's stream: [split_seed, 2] (train and test are 0 and 1)
 MAX_COUNT = 1_000_000
-CHUNK, CHUNK_BYTES = 256, 2 ** 27  # images made at once: at most 256, their sub-pixel points (SUPERSAMPLE^2 a
+CHUNK, CHUNK_BYTES = 256, 2**27  # images made at once: at most 256, their sub-pixel points (SUPERSAMPLE^2 a
 # pixel, about 8 float32 numbers each while they are drawn) under 128 MiB
 CACHE_FROM = 20_000  # images (train and test) from which a made set is kept in the cache folder
 CACHE_VERSION = 1  # in the cached files' names: raised whenever the drawing changes what an image is
 
-COLUMNS = generated.columns([("class", 1), ("background", 1), ("colour", 1), ("jitter", 1), ("side", 1),
-                             ("aspect", 1), ("angle", 1), ("centre", 2)])
+COLUMNS = generated.columns(
+    [
+        ("class", 1),
+        ("background", 1),
+        ("colour", 1),
+        ("jitter", 1),
+        ("side", 1),
+        ("aspect", 1),
+        ("angle", 1),
+        ("centre", 2),
+    ]
+)
 DRAWS = max(s.stop for s in COLUMNS.values())  # uniform numbers per image
 BACKGROUND_COLUMNS = generated.columns(WIDTHS)
 
@@ -133,13 +143,13 @@ def inside(label: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if name == "triangle":
         return (y >= -1) & (np.abs(x) <= (1 - y) / 2)
     if name == "ring":
-        return (r2 <= 1) & (r2 >= 0.55 ** 2)
+        return (r2 <= 1) & (r2 >= 0.55**2)
     if name == "cross":
         return box & ((np.abs(x) <= 0.33) | (np.abs(y) <= 0.33))
     if name == "star":
         return _star(x, y)
     if name == "crescent":
-        return (r2 <= 1) & ((x - 0.5) ** 2 + y * y > 0.8 ** 2)
+        return (r2 <= 1) & ((x - 0.5) ** 2 + y * y > 0.8**2)
     if name == "L":
         return box & ((x <= -0.3) | (y <= -0.3))
     if name == "half disc":
@@ -165,8 +175,9 @@ def _contrasts(backs: np.ndarray) -> np.ndarray:
     return np.argsort(-np.quantile(distance, 0.1, axis=-1), axis=1, kind="stable")
 
 
-def _alpha(label: np.ndarray, side: np.ndarray, aspect: np.ndarray, angle: np.ndarray, centre: np.ndarray,
-           size: int) -> np.ndarray:
+def _alpha(
+    label: np.ndarray, side: np.ndarray, aspect: np.ndarray, angle: np.ndarray, centre: np.ndarray, size: int
+) -> np.ndarray:
     """Each shape's alpha ``(n, size, size)``: the share of its pixels' sub-pixel points inside it."""
     n, fine = len(label), size * SUPERSAMPLE
     points = (np.arange(fine, dtype=np.float32) + 0.5) / SUPERSAMPLE  # the sub-pixel points' places in pixels
@@ -199,8 +210,20 @@ def _make(u: np.ndarray, size: int, backs: np.ndarray, order: np.ndarray):
     centre = side[:, None] / 2 + (size - side[:, None]) * column["centre"]
     alpha = _alpha(label, side, aspect, angle, centre, size)
     image = alpha[:, None] * colour[:, :, None, None] + (1 - alpha[:, None]) * backs[background]
-    return image, alpha > 0.5, dict(label=label, alpha=alpha, background=background, colour=colour, side=side,
-                                    aspect=aspect, angle=angle, centre=centre)
+    return (
+        image,
+        alpha > 0.5,
+        dict(
+            label=label,
+            alpha=alpha,
+            background=background,
+            colour=colour,
+            side=side,
+            aspect=aspect,
+            angle=angle,
+            centre=centre,
+        ),
+    )
 
 
 def draw(split_seed: int, split: str, index: int, size: int = SIZE) -> Shape:
@@ -211,14 +234,25 @@ def draw(split_seed: int, split: str, index: int, size: int = SIZE) -> Shape:
     image, mask, drawn = _make(u, size, backs, _contrasts(pool(split_seed, SIZE)[0]))
     one = {k: v[0] for k, v in drawn.items()}
     label, background = int(one["label"]), int(one["background"])
-    return Shape(image[0], one["alpha"], mask[0], label, CLASSES[label], background, kinds[background],
-                 tuple(float(c) for c in one["colour"]), float(one["side"]), float(one["aspect"]),
-                 float(one["angle"]), tuple(float(c) for c in one["centre"]))
+    return Shape(
+        image[0],
+        one["alpha"],
+        mask[0],
+        label,
+        CLASSES[label],
+        background,
+        kinds[background],
+        tuple(float(c) for c in one["colour"]),
+        float(one["side"]),
+        float(one["aspect"]),
+        float(one["angle"]),
+        tuple(float(c) for c in one["centre"]),
+    )
 
 
 def _chunk(size: int) -> int:
     """How many images of side ``size`` are drawn at once (:data:`CHUNK`, :data:`CHUNK_BYTES`)."""
-    return max(1, min(CHUNK, CHUNK_BYTES // (size * size * SUPERSAMPLE ** 2 * 4 * 8)))
+    return max(1, min(CHUNK, CHUNK_BYTES // (size * size * SUPERSAMPLE**2 * 4 * 8)))
 
 
 def cache_file(split_seed: int, size: int, split: str, count: int):
@@ -226,8 +260,14 @@ def cache_file(split_seed: int, size: int, split: str, count: int):
     return generated.cache_file(NAME, CACHE_VERSION, split_seed, size, split, count)
 
 
-def load_shapes(*, image_size: int | None = None, split_seed: int = 0, train_count: int = 10_000,
-                test_count: int = 2_000, memory_limit: str | float | None = None) -> Data:
+def load_shapes(
+    *,
+    image_size: int | None = None,
+    split_seed: int = 0,
+    train_count: int = 10_000,
+    test_count: int = 2_000,
+    memory_limit: str | float | None = None,
+) -> Data:
     """``train_count`` / ``test_count`` images of large shapes on pooled backgrounds, with their masks (see the
     module docstring); every image is fixed by ``split_seed`` (never the run's seed). A set of :data:`CACHE_FROM`
     images or more is kept once made (:func:`cache_file`) and read back, checked, after."""
@@ -240,17 +280,31 @@ def load_shapes(*, image_size: int | None = None, split_seed: int = 0, train_cou
     chunk = _chunk(size)
     # alive at once at the peak: every image as float32 and its mask, the pool (four float64 copies while it is
     # drawn: its two textures, their mix and the muted one), and one chunk's images and sub-pixel points
-    needed = (total * size * size * (3 * 4 + 1) + POOL * 3 * size * size * 8 * 4
-              + min(chunk, max(train_count, test_count)) * size * size * (3 * 8 * 4 + SUPERSAMPLE ** 2 * 4 * 8))
-    check_memory(needed, f"{NAME}: {total:,} images of 3x{size}x{size}", resolve_limit(memory_limit),
-                 "give a smaller --image-size")
+    needed = (
+        total * size * size * (3 * 4 + 1)
+        + POOL * 3 * size * size * 8 * 4
+        + min(chunk, max(train_count, test_count)) * size * size * (3 * 8 * 4 + SUPERSAMPLE**2 * 4 * 8)
+    )
+    check_memory(
+        needed,
+        f"{NAME}: {total:,} images of 3x{size}x{size}",
+        resolve_limit(memory_limit),
+        "give a smaller --image-size",
+    )
     backs, order = pool(split_seed, size)[0], _contrasts(pool(split_seed, SIZE)[0])
 
     def make(split: str, count: int) -> generated.Split:
         stream = generated.SPLITS.index(split)
-        return generated.generate(NAME, split, count, size, lambda start, n: _make(
-            generated.uniforms(split_seed, stream, n, DRAWS, start), size, backs, order), chunk=chunk)
+        return generated.generate(
+            NAME,
+            split,
+            count,
+            size,
+            lambda start, n: _make(generated.uniforms(split_seed, stream, n, DRAWS, start), size, backs, order),
+            chunk=chunk,
+        )
 
-    splits = generated.load_splits(NAME, CACHE_VERSION, split_seed, size, (train_count, test_count),
-                                   len(CLASSES), make, CACHE_FROM)
+    splits = generated.load_splits(
+        NAME, CACHE_VERSION, split_seed, size, (train_count, test_count), len(CLASSES), make, CACHE_FROM
+    )
     return generated.labeled_data(NAME, splits, size, CLASSES)

@@ -42,15 +42,15 @@ def _check_in_memory(where: str, count: int, shape: tuple[int, ...], copies: int
     """Refuse a data set held in memory whose ``count`` float32 inputs of ``shape`` (``copies`` of
     them alive at once while it is made) would not fit, before allocating (digits at 20000x20000)."""
     needed = float(count) * math.prod(shape) * 4 * copies
-    check_memory(needed, f"{where}: {count:,} images of {'x'.join(map(str, shape))}", limit,
-                 "give a smaller --image-size")
+    check_memory(
+        needed, f"{where}: {count:,} images of {'x'.join(map(str, shape))}", limit, "give a smaller --image-size"
+    )
 
 
 # ---------------------------------------------------------------- digits
 
 
-def load_digits(*, image_size: int | None = None, split_seed: int = 0,
-                memory_limit: str | float | None = None) -> Data:
+def load_digits(*, image_size: int | None = None, split_seed: int = 0, memory_limit: str | float | None = None) -> Data:
     """scikit-learn's 8x8 digits: 1,437 train / 360 test (stratified, fixed by ``split_seed``). Resized
     digits that would not fit in ``memory_limit`` (:func:`crate_compose.memory.resolve_limit`) are
     refused before they are made."""
@@ -156,7 +156,11 @@ def _random_crops(regions: list[torch.Tensor], size: int, count: int, seed: int)
 
 
 def load_photos(
-    *, image_size: int | None = None, seed: int = 0, train_crops: int = 4096, test_crops: int = 512,
+    *,
+    image_size: int | None = None,
+    seed: int = 0,
+    train_crops: int = 4096,
+    test_crops: int = 512,
     memory_limit: str | float | None = None,
 ) -> Data:
     """Random crops of scikit-learn's sample photos: train from the left 75%, test from the right 25%.

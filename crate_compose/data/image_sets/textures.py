@@ -28,8 +28,15 @@ CELLS = (2, 5)  # a noise grid's sides
 def _widths() -> list[tuple[str, int]]:
     widths = [("kind", 1), ("weight", 1), ("textures", 2)]
     for part in (0, 1):  # the two textures of a mix (a background that is not a mix uses the first)
-        widths += [(f"{part}.cells", 1), (f"{part}.grid", CELLS[1] ** 2 * 3), (f"{part}.angle", 1),
-                   (f"{part}.periods", 1), (f"{part}.phase", 2), (f"{part}.softness", 1), (f"{part}.colours", 6)]
+        widths += [
+            (f"{part}.cells", 1),
+            (f"{part}.grid", CELLS[1] ** 2 * 3),
+            (f"{part}.angle", 1),
+            (f"{part}.periods", 1),
+            (f"{part}.phase", 2),
+            (f"{part}.softness", 1),
+            (f"{part}.colours", 6),
+        ]
     return widths
 
 
@@ -73,8 +80,9 @@ def _texture(u: np.ndarray, columns: dict[str, slice], part: int, kinds: np.ndar
         y, x = np.mgrid[0:size, 0:size]
         wave = np.sin(periods * (x * np.cos(angle) + y * np.sin(angle)) + phase[:, 0])
         checks = kinds[waves] == 2
-        wave[checks] *= np.sin(periods[checks] * (y * np.cos(angle[checks]) - x * np.sin(angle[checks]))
-                               + phase[checks, 1])
+        wave[checks] *= np.sin(
+            periods[checks] * (y * np.cos(angle[checks]) - x * np.sin(angle[checks])) + phase[checks, 1]
+        )
         share = (0.5 + 0.5 * np.tanh(softness * wave) / np.tanh(softness))[:, None]
         colours = column["colours"][waves]
         out[waves] = colours[:, :3, None, None] * share + colours[:, 3:, None, None] * (1 - share)
@@ -93,6 +101,7 @@ def backgrounds(u: np.ndarray, columns: dict[str, slice], size: int) -> tuple[np
     back = weight * _texture(u, columns, 0, first, size)
     if mixed.any():
         back[mixed] += (1 - weight[mixed]) * _texture(u[mixed], columns, 1, textures[mixed, 1], size)
-    kinds = [f"mix of {TEXTURES[a]} and {TEXTURES[b]}" if m else TEXTURES[a]
-             for m, a, b in zip(mixed, first, textures[:, 1])]
+    kinds = [
+        f"mix of {TEXTURES[a]} and {TEXTURES[b]}" if m else TEXTURES[a] for m, a, b in zip(mixed, first, textures[:, 1])
+    ]
     return back, kinds

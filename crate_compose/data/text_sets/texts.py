@@ -40,13 +40,25 @@ from .corpus import (
 )
 from .tokens import DEFAULT_VOCAB, Tokenizer, check_vocab, train_tokenizer
 
-__all__ = ["Framed", "context_of", "corpus_tokenizer", "framed_data", "is_text_folder", "labelled_snippets",
-           "load_modules", "load_text_folder", "load_tokens", "module_files", "text_files"]
+__all__ = [
+    "Framed",
+    "context_of",
+    "corpus_tokenizer",
+    "framed_data",
+    "is_text_folder",
+    "labelled_snippets",
+    "load_modules",
+    "load_text_folder",
+    "load_tokens",
+    "module_files",
+    "text_files",
+]
 
 TEXT_SUFFIXES = (".txt", ".md", ".py")
 MAX_TEXT_BYTES = 256 << 20  # of a text folder's files together (the text set's corpus is 3 MB)
 MODULES = 10  # classes of the modules set
 MODULES_HELD_OUT = 0.2  # the last 20% of each module's (or play's) snippets
+
 
 class Framed(Dataset):
     """BERT's windows of a token stream: item ``i`` is ``(x, x)`` with ``x`` = [CLS], the ``context - 2``
@@ -110,8 +122,10 @@ def framed_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: torc
     (:attr:`~..record.Data.views`) the same streams in a language model's windows (:func:`next_token_data`)."""
     for split, stream in (("train", train), ("held-out", test)):
         if len(stream) < context - 2:
-            raise DataError(f"{name}: the {split} split ({len(stream):,} tokens) is shorter than a window's "
-                            f"{context - 2} tokens (the context {context} less [CLS] and [SEP])")
+            raise DataError(
+                f"{name}: the {split} split ({len(stream):,} tokens) is shorter than a window's "
+                f"{context - 2} tokens (the context {context} less [CLS] and [SEP])"
+            )
     specials = torch.tensor(sorted(tokenizer.specials))
     return Data(
         name=name,
@@ -134,8 +148,10 @@ def next_token_data(name: str, tokenizer: Tokenizer, train: torch.Tensor, test: 
     when the streams hold no special id, else the whole tokenizer's."""
     for split, stream in (("train", train), ("held-out", test)):
         if len(stream) <= context:
-            raise DataError(f"{name}: the {split} split ({len(stream):,} tokens) is not longer than the context "
-                            f"({context}), so it holds no window and its next token")
+            raise DataError(
+                f"{name}: the {split} split ({len(stream):,} tokens) is not longer than the context "
+                f"({context}), so it holds no window and its next token"
+            )
     specials = int(max(train.max(), test.max())) >= tokenizer.text_size
     vocab = tokenizer.size if specials else tokenizer.text_size
     return next_token_windows(name, train, test, context, vocab, tokenizer)
@@ -206,15 +222,17 @@ def _read_split(root: Path) -> tuple[bytes, int]:
     is refused from the files' sizes, before any is read."""
     files = text_files(root)
     if not files:
-        raise DataError(f"{root}: no text files (looked for {', '.join('*' + s for s in TEXT_SUFFIXES)} "
-                        "under it, recursively)")
+        raise DataError(
+            f"{root}: no text files (looked for {', '.join('*' + s for s in TEXT_SUFFIXES)} under it, recursively)"
+        )
     try:
         total = sum(path.stat().st_size for path in files)
     except OSError as error:
         raise DataError(f"{error.filename}: cannot read it ({error.strerror or error})") from None
     if total > MAX_TEXT_BYTES:
-        raise DataError(f"{root}: its text files hold {total:,} bytes, more than the {MAX_TEXT_BYTES:,} a text "
-                        "folder may hold")
+        raise DataError(
+            f"{root}: its text files hold {total:,} bytes, more than the {MAX_TEXT_BYTES:,} a text folder may hold"
+        )
     parts, left = [], MAX_TEXT_BYTES
     for path in files:
         parts.append(read_input(path, limit=left, what="a text file"))
@@ -226,13 +244,16 @@ def _read_split(root: Path) -> tuple[bytes, int]:
     target = total * (1 - HELD_OUT)
     split = min(boundaries[1:-1] or [total], key=lambda b: abs(b - target))
     if split >= total:
-        raise DataError(f"{root}: one text file ({files[0].name}); the last whole files are held out for "
-                        "testing, so a text folder needs at least two")
+        raise DataError(
+            f"{root}: one text file ({files[0].name}); the last whole files are held out for "
+            "testing, so a text folder needs at least two"
+        )
     return b"".join(parts), split
 
 
-def load_text_folder(path: str | Path, kind: str = "bytes", vocab: int | None = None, *, spec: Any = None,
-                     context: int | None = None) -> Data:
+def load_text_folder(
+    path: str | Path, kind: str = "bytes", vocab: int | None = None, *, spec: Any = None, context: int | None = None
+) -> Data:
     """The ``KIND[-V]:folder:PATH`` set: a folder's text files (:func:`text_files`), the last ~10% of the
     bytes (whole files) held out, the tokenizer trained on the rest; BERT's windows as ``KIND:text``."""
     root = Path(path).expanduser()
@@ -270,8 +291,9 @@ def load_modules(kind: str, vocab: int | None, *, spec: Any = None, context: int
     return labelled_snippets(name, corpus_tokenizer(kind, vocab), _module_streams(kind, vocab), context, "module")
 
 
-def labelled_snippets(name: str, tokenizer: Tokenizer, streams: tuple[tuple[str, torch.Tensor], ...], context: int,
-                      unit: str) -> Data:
+def labelled_snippets(
+    name: str, tokenizer: Tokenizer, streams: tuple[tuple[str, torch.Tensor], ...], context: int, unit: str
+) -> Data:
     """Which of ``streams`` (``(class name, token stream)``, a ``unit`` each: a module, a play) a snippet of
     ``N - 2`` tokens comes from.
 
@@ -293,8 +315,10 @@ def labelled_snippets(name: str, tokenizer: Tokenizer, streams: tuple[tuple[str,
     for part in (0, 1):
         keep = min(len(s[part]) for s in snippets)
         if keep == 0:
-            raise DataError(f"{name}: the context {context} is too long: a {unit} has no "
-                            f"{'test' if part else 'train'} snippet of {step} tokens")
+            raise DataError(
+                f"{name}: the context {context} is too long: a {unit} has no "
+                f"{'test' if part else 'train'} snippet of {step} tokens"
+            )
         rows, labels = [], []
         for label, pair in enumerate(snippets):
             chunks = pair[part]

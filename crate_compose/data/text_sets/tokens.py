@@ -56,12 +56,22 @@ from .byte_level import SPECIALS, byte_level_bytes
 if TYPE_CHECKING:  # imported where ids become tensors: the constants and check_vocab name the data sets torch-free
     import torch
 
-__all__ = ["DEFAULT_VOCAB", "KINDS", "SPECIALS", "Tokenizer", "byte_level_bytes", "check_vocab", "gpt2_tokenizer",
-           "train_tokenizer"]
+__all__ = [
+    "DEFAULT_VOCAB",
+    "KINDS",
+    "SPECIALS",
+    "Tokenizer",
+    "byte_level_bytes",
+    "check_vocab",
+    "gpt2_tokenizer",
+    "train_tokenizer",
+]
 
 KINDS = ("bytes", "wordpiece", "bpe", "gpt2")
-FIXED = {"bytes": "its ids are the 256 bytes and 5 specials",  # the kinds that learn no vocabulary: no V
-         "gpt2": "its ids are GPT-2's 50,257 and 5 specials"}
+FIXED = {
+    "bytes": "its ids are the 256 bytes and 5 specials",  # the kinds that learn no vocabulary: no V
+    "gpt2": "its ids are GPT-2's 50,257 and 5 specials",
+}
 SPECIALS_LAST = ("bytes", "gpt2")  # the kinds whose specials follow the ids of text (the others': ids 0..4)
 DEFAULT_VOCAB = 8192
 MIN_VOCAB = {"wordpiece": 64, "bpe": 256 + len(SPECIALS)}  # bpe: every byte and the specials
@@ -109,8 +119,10 @@ class Tokenizer:
             pieces = [backend.id_to_token(i) for i in range(first, first + len(SPECIALS))]
             expected = list(range(first, first + len(SPECIALS)))
             if ids != expected or found != [[i] for i in ids] or pieces != list(SPECIALS):
-                raise DataError(f"{where}: the special tokens {', '.join(SPECIALS)} must be the ids {first}.."
-                                f"{first + 4}, each found in text; got {ids}, encoded as {found}")
+                raise DataError(
+                    f"{where}: the special tokens {', '.join(SPECIALS)} must be the ids {first}.."
+                    f"{first + 4}, each found in text; got {ids}, encoded as {found}"
+                )
         self.pad, self.unk, self.cls, self.sep, self.mask = ids
         self.text_size = self.size - len(SPECIALS) if kind in SPECIALS_LAST else self.size
         self.specials = frozenset(ids)
@@ -205,10 +217,18 @@ class Tokenizer:
             return None
         if self._lengths is None:
             table = byte_level_bytes()
-            pieces = [SPECIALS[i - self.pad].encode() if i in self.specials else bytes([i]) if self._backend is None
-                      else bytes(table[c] for c in self._backend.id_to_token(i)) for i in range(self.size)]
-            self._lengths = (torch.tensor([len(p) for p in pieces], dtype=torch.long),
-                             torch.tensor([sum((b & 0xC0) != 0x80 for b in p) for p in pieces], dtype=torch.long))
+            pieces = [
+                SPECIALS[i - self.pad].encode()
+                if i in self.specials
+                else bytes([i])
+                if self._backend is None
+                else bytes(table[c] for c in self._backend.id_to_token(i))
+                for i in range(self.size)
+            ]
+            self._lengths = (
+                torch.tensor([len(p) for p in pieces], dtype=torch.long),
+                torch.tensor([sum((b & 0xC0) != 0x80 for b in p) for p in pieces], dtype=torch.long),
+            )
         return self._lengths
 
     def _checked(self, ids: Iterable[int] | torch.Tensor) -> list[int]:
@@ -226,8 +246,17 @@ class Tokenizer:
         """The tokenizer as JSON: its kind, the specials and, trained, Hugging Face's own JSON of it."""
         if self._json is None:
             body = None if self._backend is None else json.loads(self._backend.to_str())
-            self._json = json.dumps({"format": FORMAT, "version": 1, "kind": self.kind, "size": self.size,
-                                     "specials": list(SPECIALS), "tokenizer": body}, ensure_ascii=False)
+            self._json = json.dumps(
+                {
+                    "format": FORMAT,
+                    "version": 1,
+                    "kind": self.kind,
+                    "size": self.size,
+                    "specials": list(SPECIALS),
+                    "tokenizer": body,
+                },
+                ensure_ascii=False,
+            )
         return self._json
 
     @property
@@ -246,8 +275,15 @@ class Tokenizer:
         the project's record beside it (:func:`record_path`), as ``{path: text}`` for
         :func:`crate_compose.files.write_together` (both files or neither)."""
         text = self.to_huggingface()
-        record = {"format": FORMAT, "version": 2, "kind": self.kind, "size": self.size, "specials": list(SPECIALS),
-                  "huggingface": Path(path).name, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        record = {
+            "format": FORMAT,
+            "version": 2,
+            "kind": self.kind,
+            "size": self.size,
+            "specials": list(SPECIALS),
+            "huggingface": Path(path).name,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        }
         return {Path(path): text, record_path(path): json.dumps(record, indent=1) + "\n"}
 
     @classmethod
@@ -276,15 +312,20 @@ class Tokenizer:
         beside = record_path(path)
         where = f"{what}'s record {beside}"
         if not os.path.lexists(beside):
-            raise DataError(f"{what} {path}: its record {beside.name} is missing beside it (the kind and specials "
-                            "crate-compose reads with Hugging Face's file); restore it from the run it came from")
+            raise DataError(
+                f"{what} {path}: its record {beside.name} is missing beside it (the kind and specials "
+                "crate-compose reads with Hugging Face's file); restore it from the run it came from"
+            )
         record = read_json(beside, limit=1 << 16, what=f"{what}'s record")
         if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("version") != 2:
-            raise DataError(f"{where}: not a tokenizer record (expected a JSON object with \"format\": "
-                            f"\"{FORMAT}\", \"version\": 2)")
+            raise DataError(
+                f'{where}: not a tokenizer record (expected a JSON object with "format": "{FORMAT}", "version": 2)'
+            )
         if record.get("sha256") != sha256_of(path):
-            raise DataError(f"{what} {path} is not the file its record {beside.name} describes (its SHA-256 "
-                            "differs): restore the pair from the run it came from")
+            raise DataError(
+                f"{what} {path} is not the file its record {beside.name} describes (its SHA-256 "
+                "differs): restore the pair from the run it came from"
+            )
         if record.get("kind") == "bytes" and stored != json.loads(_bytes_backend().to_str()):
             raise DataError(f"{what} {path}: its record says bytes, and it is not the bytes tokenizer")
         return cls.from_stored({**record, "tokenizer": None if record.get("kind") == "bytes" else stored}, where)
@@ -294,7 +335,7 @@ class Tokenizer:
         """The tokenizer of :meth:`to_json`'s JSON, parsed (``stored``); a DataError beginning with ``where``
         when it is not one."""
         if not isinstance(stored, dict) or stored.get("format") != FORMAT:
-            raise DataError(f"{where}: not a tokenizer file (expected a JSON object with \"format\": \"{FORMAT}\")")
+            raise DataError(f'{where}: not a tokenizer file (expected a JSON object with "format": "{FORMAT}")')
         kind, body = stored.get("kind"), stored.get("tokenizer")
         if kind not in KINDS:
             raise DataError(f"{where}: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -302,7 +343,7 @@ class Tokenizer:
             raise DataError(f"{where}: the specials must be {list(SPECIALS)}; got {stored.get('specials')!r}")
         if kind == "bytes":
             if body is not None:
-                raise DataError(f"{where}: a bytes tokenizer has no trained vocabulary (\"tokenizer\": null)")
+                raise DataError(f'{where}: a bytes tokenizer has no trained vocabulary ("tokenizer": null)')
             made = cls("bytes", where=where)
         else:
             made = cls(kind, _backend_from(kind, body, where), where=where)
@@ -320,7 +361,7 @@ def _backend_from(kind: str, body: Any, where: str = "tokenizer") -> Any:
     model = body.get("model") if isinstance(body, dict) else None
     expected = {"wordpiece": "WordPiece", "bpe": "BPE", "gpt2": "BPE"}[kind]
     if not isinstance(model, dict) or model.get("type") != expected:
-        raise DataError(f"{where}: a {kind} tokenizer needs a {expected} model under \"tokenizer\"")
+        raise DataError(f'{where}: a {kind} tokenizer needs a {expected} model under "tokenizer"')
     try:
         backend = Backend.from_str(json.dumps(body))
     except Exception as error:  # tokenizers raises its own Exception subclass for every malformed field
@@ -375,8 +416,9 @@ def _require_tokenizers() -> Any:
     try:
         import tokenizers
     except ImportError:  # pragma: no cover - a runtime dependency
-        raise DataError("tokenizer: trained vocabularies need Hugging Face's tokenizers "
-                        "(pip install 'tokenizers>=0.15')") from None
+        raise DataError(
+            "tokenizer: trained vocabularies need Hugging Face's tokenizers (pip install 'tokenizers>=0.15')"
+        ) from None
     return tokenizers
 
 
@@ -389,8 +431,9 @@ def check_vocab(kind: str, vocab: int | None) -> None:
     if kind not in KINDS:
         raise DataError(f"tokenizer: unknown kind '{kind}'; expected one of {', '.join(KINDS)}")
     if not isinstance(vocab, int) or isinstance(vocab, bool) or not MIN_VOCAB[kind] <= vocab <= MAX_VOCAB:
-        raise DataError(f"{kind}: the vocabulary must be a whole number from {MIN_VOCAB[kind]} to {MAX_VOCAB:,}; "
-                        f"got {vocab!r}")
+        raise DataError(
+            f"{kind}: the vocabulary must be a whole number from {MIN_VOCAB[kind]} to {MAX_VOCAB:,}; got {vocab!r}"
+        )
 
 
 def train_tokenizer(kind: str, vocab: int | None, texts: Iterable[str]) -> Tokenizer:
@@ -423,8 +466,12 @@ def _train_bpe(vocab: int, pieces: list[str]) -> Any:
     backend = tk.Tokenizer(tk.models.BPE())
     backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = tk.decoders.ByteLevel()
-    trainer = tk.trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIALS), show_progress=False,
-                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(SPECIALS),
+        show_progress=False,
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+    )
     backend.train_from_iterator(_capped(pieces, backend.pre_tokenizer), trainer)
     return backend
 
@@ -453,8 +500,9 @@ def _capped(pieces: Iterable[str], pre_tokenizer: Any) -> Iterator[str]:
 def _bert_parts(tk: Any) -> tuple[Any, Any]:
     """BERT's normalizer (control characters dropped, whitespace made spaces, CJK characters split;
     NOT lowercased, accents kept) and pre-tokenizer (whitespace, then every punctuation character apart)."""
-    normalizer = tk.normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False,
-                                               lowercase=False)
+    normalizer = tk.normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
+    )
     return normalizer, tk.pre_tokenizers.BertPreTokenizer()
 
 
@@ -498,8 +546,12 @@ def _train_wordpiece(vocab: int, pieces: list[str]) -> Any:
 
     learner = tk.Tokenizer(tk.models.BPE())
     learner.pre_tokenizer = tk.pre_tokenizers.WhitespaceSplit()
-    trainer = tk.trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIALS), show_progress=False,
-                                     initial_alphabet=sorted(alphabet | set(marked.values())))
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(SPECIALS),
+        show_progress=False,
+        initial_alphabet=sorted(alphabet | set(marked.values())),
+    )
     learner.train_from_iterator(lines(), trainer)
     table: dict[str, int] = {}
     for piece, id in learner.get_vocab(with_added_tokens=True).items():
@@ -511,8 +563,11 @@ def _train_wordpiece(vocab: int, pieces: list[str]) -> Any:
             table[piece[0] + "".join(unmarked[c] for c in piece[1:])] = id
     if len(table) != learner.get_vocab_size(with_added_tokens=True):  # never: "##" pieces and first pieces differ
         raise DataError(f"wordpiece: two pieces of the learned vocabulary became one ({len(table)} pieces)")
-    backend = tk.Tokenizer(tk.models.WordPiece(vocab=table, unk_token="[UNK]", continuing_subword_prefix="##",
-                                               max_input_chars_per_word=MAX_WORD))
+    backend = tk.Tokenizer(
+        tk.models.WordPiece(
+            vocab=table, unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=MAX_WORD
+        )
+    )
     backend.normalizer, backend.pre_tokenizer = normalizer, pre_tokenizer
     backend.decoder = tk.decoders.WordPiece(prefix="##")
     backend.add_special_tokens([tk.AddedToken(s, special=True, normalized=False) for s in SPECIALS])

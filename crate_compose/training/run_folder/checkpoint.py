@@ -70,9 +70,19 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, state["param_groups"]
 
 
-def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torch.optim.Optimizer,
-                    settings: dict[str, Any], *, run_hash: str = "", metrics_rows: int = 0, ema: EMA | None = None,
-                    scaler: torch.amp.GradScaler | None = None, task_state: dict[str, torch.Tensor] | None = None) -> Path:
+def save_checkpoint(
+    run: Path,
+    step: int,
+    model: fx.GraphModule,
+    optimizer: torch.optim.Optimizer,
+    settings: dict[str, Any],
+    *,
+    run_hash: str = "",
+    metrics_rows: int = 0,
+    ema: EMA | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    task_state: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Write ``RUN/checkpoints/step-NNNNNN`` atomically and return it."""
     final = run / "checkpoints" / f"step-{step:06d}"
     with staged_folder(final) as staging:  # an OSError names the file at its place in the checkpoint
@@ -87,8 +97,14 @@ def save_checkpoint(run: Path, step: int, model: fx.GraphModule, optimizer: torc
             save_tensors({k: v.detach().cpu().contiguous() for k, v in ema.tensors.items()}, staging / EMA_FILE)
         if task_state:
             save_tensors({k: v.detach().cpu().contiguous() for k, v in task_state.items()}, staging / TASK_FILE)
-        state = {"step": step, "identity": run_hash, "settings": settings, "param_groups": groups,
-                 "metrics_rows": metrics_rows, **({"scaler": scaler.state_dict()} if scaler is not None else {})}
+        state = {
+            "step": step,
+            "identity": run_hash,
+            "settings": settings,
+            "param_groups": groups,
+            "metrics_rows": metrics_rows,
+            **({"scaler": scaler.state_dict()} if scaler is not None else {}),
+        }
         write_atomic(staging / STATE_FILE, json.dumps(state, indent=2, default=str))
     return final
 
@@ -120,9 +136,19 @@ def latest_checkpoint(run: Path) -> Path | None:
 # ---------------------------------------------------------------- verification
 
 
-def verify(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, run_hash: str,
-           spec_text: str, settings: dict[str, Any], steps: int, metrics_rows: list[dict],
-           ema: EMA | None = None, task_state: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+def verify(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    run_hash: str,
+    spec_text: str,
+    settings: dict[str, Any],
+    steps: int,
+    metrics_rows: list[dict],
+    ema: EMA | None = None,
+    task_state: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
     """Check the checkpoint at ``path`` as a whole against the run (see the module docstring);
     return its state. Raises :class:`CheckpointError` naming the checkpoint and the first problem."""
     try:
@@ -172,14 +198,14 @@ def _verified_state(path: Path, optimizer, run_hash: str, settings: dict, steps:
     if not 1 <= step <= steps:
         raise ValueError(f"step {step} is outside the run's steps 1..{steps}")
     if state["identity"] != run_hash:
-        raise ValueError(f"{STATE_FILE} belongs to another run (hash {state['identity'][:12]}, "
-                         f"the run's is {run_hash[:12]})")
+        raise ValueError(
+            f"{STATE_FILE} belongs to another run (hash {state['identity'][:12]}, the run's is {run_hash[:12]})"
+        )
     saved = {**LATER, **state["settings"]}  # a checkpoint written before a setting existed had its default
     changed = sorted(k for k in settings if saved.get(k) != settings[k])
     if changed:
         key = changed[0]
-        raise ValueError(f"{STATE_FILE}: settings.{key} is {saved.get(key)!r}, the run's is "
-                         f"{settings[key]!r}")
+        raise ValueError(f"{STATE_FILE}: settings.{key} is {saved.get(key)!r}, the run's is {settings[key]!r}")
     _verify_metrics(state["metrics_rows"], step, rows)
     _verify_groups(state["param_groups"], optimizer.state_dict()["param_groups"])
     return state
@@ -196,8 +222,9 @@ def _verify_metrics(count: int, step: int, rows: list[dict]) -> None:
     if len(rows) < count:
         raise ValueError(f"metrics.jsonl has {len(rows)} rows, the checkpoint was written after {count}")
     if count and not (isinstance(rows[count - 1].get("step"), int) and rows[count - 1]["step"] <= step):
-        raise ValueError(f"metrics.jsonl row {count} is at step {rows[count - 1].get('step')!r}, after the "
-                         f"checkpoint's step {step}")
+        raise ValueError(
+            f"metrics.jsonl row {count} is at step {rows[count - 1].get('step')!r}, after the checkpoint's step {step}"
+        )
 
 
 def _verify_groups(saved: list, current: list[dict]) -> None:
@@ -214,8 +241,9 @@ def _verify_groups(saved: list, current: list[dict]) -> None:
         own = json.loads(json.dumps(own, default=str))  # as saved: tuples become lists
         for key in sorted(own):
             if key != "lr" and group[key] != own[key]:
-                raise ValueError(f"{STATE_FILE}: param group {index}: {key} is {group[key]!r}, the run's is "
-                                 f"{own[key]!r}")
+                raise ValueError(
+                    f"{STATE_FILE}: param group {index}: {key} is {group[key]!r}, the run's is {own[key]!r}"
+                )
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -251,12 +279,15 @@ def _verify_optimizer(path: Path, model: torch.nn.Module, optimizer: torch.optim
     reference = torch.get_rng_state()
     if rng is None or rng.dtype != reference.dtype or rng.shape != reference.shape:
         found = "missing" if rng is None else f"{rng.dtype} {tuple(rng.shape)}"
-        raise ValueError(f"{OPTIMIZER_FILE}: {RNG_KEY} is {found}, torch's RNG state is {reference.dtype} "
-                         f"{tuple(reference.shape)}")
+        raise ValueError(
+            f"{OPTIMIZER_FILE}: {RNG_KEY} is {found}, torch's RNG state is {reference.dtype} {tuple(reference.shape)}"
+        )
     cuda_rng = tensors.pop(CUDA_RNG_KEY, None)  # a run on a GPU's; checkpoints of CPU runs have none
     if cuda_rng is not None and (cuda_rng.dtype != torch.uint8 or cuda_rng.ndim != 1):
-        raise ValueError(f"{OPTIMIZER_FILE}: {CUDA_RNG_KEY} is {cuda_rng.dtype} {tuple(cuda_rng.shape)}, a CUDA "
-                         "generator's state is uint8 bytes")
+        raise ValueError(
+            f"{OPTIMIZER_FILE}: {CUDA_RNG_KEY} is {cuda_rng.dtype} {tuple(cuda_rng.shape)}, a CUDA "
+            "generator's state is uint8 bytes"
+        )
     groups = optimizer.param_groups
     parameters = dict(enumerate(itertools.chain.from_iterable(group["params"] for group in groups)))
     names = {id(p): n for n, p in model.named_parameters()}
@@ -272,8 +303,9 @@ def _verify_optimizer(path: Path, model: torch.nn.Module, optimizer: torch.optim
             _check_moment(tensors[f"{index}.{key}"], key, index, parameter, names.get(id(parameter)), step)
     extra = sorted(set(tensors) - seen)
     if extra:
-        raise ValueError(f"{OPTIMIZER_FILE}: {extra[0]} is not a tensor {type(optimizer).__name__} keeps for this "
-                         "model")
+        raise ValueError(
+            f"{OPTIMIZER_FILE}: {extra[0]} is not a tensor {type(optimizer).__name__} keeps for this model"
+        )
 
 
 def _verify_ema(path: Path, ema: EMA) -> None:
@@ -283,8 +315,13 @@ def _verify_ema(path: Path, ema: EMA) -> None:
 
 def _verify_task_state(path: Path, task_state: dict[str, torch.Tensor]) -> None:
     """What the task keeps (DINO's center): every tensor, of its shape and dtype, finite, and nothing else."""
-    _verify_kept(path, TASK_FILE, task_state, f"the run's task keeps {', '.join(task_state)} from step to step",
-                 "a tensor the run's task keeps")
+    _verify_kept(
+        path,
+        TASK_FILE,
+        task_state,
+        f"the run's task keeps {', '.join(task_state)} from step to step",
+        "a tensor the run's task keeps",
+    )
 
 
 def _verify_kept(path: Path, file: str, expected: dict[str, torch.Tensor], why: str, what: str) -> None:
@@ -316,15 +353,23 @@ def _check_moment(tensor: torch.Tensor, key: str, index: int, parameter: torch.T
             raise ValueError(f"{label} counts {count:g} steps, outside 1..{step}")
         return
     if tensor.shape != parameter.shape or tensor.dtype != parameter.dtype:
-        raise ValueError(f"{label} is {tensor.dtype} {tuple(tensor.shape)}, the parameter is {parameter.dtype} "
-                         f"{tuple(parameter.shape)}")
+        raise ValueError(
+            f"{label} is {tensor.dtype} {tuple(tensor.shape)}, the parameter is {parameter.dtype} "
+            f"{tuple(parameter.shape)}"
+        )
     if not torch.isfinite(tensor).all() or (key == "exp_avg_sq" and (tensor < 0).any()):
         raise ValueError(f"{label} holds NaN, infinite or (a second moment) negative values")
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, ema: EMA | None = None,
-                    scaler: torch.amp.GradScaler | None = None,
-                    task_state: dict[str, torch.Tensor] | None = None) -> None:
+def load_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    ema: EMA | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    task_state: dict[str, torch.Tensor] | None = None,
+) -> None:
     """Load weights, optimizer state, RNG, the EMA and the scaler from a checkpoint :func:`verify` has passed."""
     model.load_state_dict(read_weights(path / WEIGHTS_FILE, tied(spec_of(model))), strict=True)
     state = json.loads((path / STATE_FILE).read_text())

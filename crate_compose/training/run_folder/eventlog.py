@@ -49,8 +49,17 @@ INFIX = "tfevents"  # what TensorBoard looks for in a file's name (events.out.tf
 THROUGHPUT = ("throughput/steps_per_second", "throughput/examples_per_second")
 LEFT_OUT = ("step", "kind", "seconds")  # the fields of a metrics row that are not scalars of their own
 
-__all__ = ["FOLDER", "Board", "available", "choose", "event_files", "open_board", "probe_curves", "read_scalars",
-           "write_probe_curves"]
+__all__ = [
+    "FOLDER",
+    "Board",
+    "available",
+    "choose",
+    "event_files",
+    "open_board",
+    "probe_curves",
+    "read_scalars",
+    "write_probe_curves",
+]
 
 
 def available() -> bool:
@@ -62,8 +71,9 @@ def available() -> bool:
     return True
 
 
-def choose(logger: str | None, notes: Callable[[str], None] | None = None,
-           error: type[WorkbenchError] = WorkbenchError) -> str:
+def choose(
+    logger: str | None, notes: Callable[[str], None] | None = None, error: type[WorkbenchError] = WorkbenchError
+) -> str:
     """The logger to use, ``"tensorboard"`` or ``"none"``: ``logger`` as given; ``None`` (not given):
     tensorboard when it imports, else none, with a note. ``--logger tensorboard`` without the package
     raises ``error``."""
@@ -74,11 +84,15 @@ def choose(logger: str | None, notes: Callable[[str], None] | None = None,
     if available():
         return "tensorboard"
     if logger == "tensorboard":
-        raise error("--logger tensorboard: the tensorboard package is not installed (pip install tensorboard); "
-                    "or pass --logger none to write metrics.jsonl and metrics.csv only")
+        raise error(
+            "--logger tensorboard: the tensorboard package is not installed (pip install tensorboard); "
+            "or pass --logger none to write metrics.jsonl and metrics.csv only"
+        )
     if notes is not None:
-        notes("tensorboard is not installed, so no TensorBoard event files are written, only metrics.jsonl and "
-              "metrics.csv (pip install tensorboard to have them; --logger none leaves this note out)")
+        notes(
+            "tensorboard is not installed, so no TensorBoard event files are written, only metrics.jsonl and "
+            "metrics.csv (pip install tensorboard to have them; --logger none leaves this note out)"
+        )
     return "none"
 
 
@@ -102,8 +116,9 @@ class Board:
     does a folder that cannot be written when the board opens (a read-only folder, a file in its place):
     its earlier event files are left as they were."""
 
-    def __init__(self, folder: str | Path, *, upto: int, batch_size: int,
-                 notes: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, folder: str | Path, *, upto: int, batch_size: int, notes: Callable[[str], None] | None = None
+    ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.folder = Path(folder)
@@ -178,8 +193,10 @@ class Board:
         if self.writer is not None:
             with contextlib.suppress(Exception), _quiet_writer_threads():
                 self.writer.close()
-        self.notes(f"TensorBoard logging stopped: {self.folder} cannot be written ({self.stopped}); the run goes on, "
-                   "its metrics in metrics.jsonl and metrics.csv")
+        self.notes(
+            f"TensorBoard logging stopped: {self.folder} cannot be written ({self.stopped}); the run goes on, "
+            "its metrics in metrics.jsonl and metrics.csv"
+        )
 
     def __enter__(self) -> "Board":
         return self
@@ -238,8 +255,11 @@ def _quiet_writer_threads():
         yield
     finally:
         for thread in threading.enumerate():
-            if thread is not threading.current_thread() and _writer_thread(thread) and \
-                    getattr(thread, "exception", None) is not None:
+            if (
+                thread is not threading.current_thread()
+                and _writer_thread(thread)
+                and getattr(thread, "exception", None) is not None
+            ):
                 thread.join(timeout=5.0)
         threading.excepthook = before
 
@@ -269,8 +289,9 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
-def open_board(run: str | Path, logger: str | None, upto: int, batch_size: int,
-               notes: Callable[[str], None] | None = None) -> Board | None:
+def open_board(
+    run: str | Path, logger: str | None, upto: int, batch_size: int, notes: Callable[[str], None] | None = None
+) -> Board | None:
     """The :class:`Board` of the run folder ``run`` (``RUN/tensorboard``) when ``logger`` is (or,
     not given, picks) tensorboard, kept up to step ``upto``; None for none, which leaves an earlier
     ``RUN/tensorboard`` as it is (with a note: its points after ``upto`` predate this resume)."""
@@ -278,8 +299,10 @@ def open_board(run: str | Path, logger: str | None, upto: int, batch_size: int,
     if choose(logger, notes) == "tensorboard":
         return Board(folder, upto=upto, batch_size=batch_size, notes=notes)
     if notes is not None and event_files(folder):
-        notes(f"--logger none: {folder} is left as it was (its points after step {upto:,} predate this resume; "
-              "a resume with --logger tensorboard rewrites it)")
+        notes(
+            f"--logger none: {folder} is left as it was (its points after step {upto:,} predate this resume; "
+            "a resume with --logger tensorboard rewrites it)"
+        )
     return None
 
 
@@ -298,8 +321,9 @@ def probe_curves(runs: dict[str, Sequence[dict]]) -> dict[str, list[tuple[int, f
                 by_layer = None not in layers and len(set(layers)) == len(layers)
                 steps = [layer + 1 for layer in layers] if by_layer else list(range(1, len(group) + 1))
                 tag = f"probes/{measure}/{run}" + (f"/{role}" if len(roles) > 1 else "")
-                curves[tag] = [(step, math.nan if r["value"] is None else float(r["value"]))
-                               for step, r in zip(steps, group)]
+                curves[tag] = [
+                    (step, math.nan if r["value"] is None else float(r["value"])) for step, r in zip(steps, group)
+                ]
     return curves
 
 

@@ -50,7 +50,9 @@ from ...settings import OPTIONS, Settings
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.json"  # a text run's vocabulary (its ids' meaning) in Hugging Face's format, for fill
-TOKENIZER_RECORD = "tokenizer.record.json"  # and fine-tuning; its record beside it (crate_compose.data.text_sets.tokens)
+TOKENIZER_RECORD = (
+    "tokenizer.record.json"  # and fine-tuning; its record beside it (crate_compose.data.text_sets.tokens)
+)
 FORMAT = 1
 # what each setting is to a run, from its declaration (crate_compose.options.Option.role)
 CADENCE = tuple(name for name, one in OPTIONS.items() if one.role == "cadence")  # what is logged and saved
@@ -66,17 +68,37 @@ def learned(settings: Settings, leave: tuple[str, ...] = ()) -> dict[str, Any]:
     """The settings that shape what a run learns (not its cadence, steps, machinery or outputs, nor
     ``leave``), a later setting at its default left out (:data:`LATER`), and the task's own options as given
     (those at their default are left out when the run is described: :func:`..description.describe`)."""
-    general = {k: v for k, v in asdict(settings).items() if k in OPTIONS and OPTIONS[k].role == "learned"
-               and k not in leave and not (k in LATER and v == LATER[k])}
+    general = {
+        k: v
+        for k, v in asdict(settings).items()
+        if k in OPTIONS and OPTIONS[k].role == "learned" and k not in leave and not (k in LATER and v == LATER[k])
+    }
     return {**general, **settings.options}
 
 
 STARTS = ("init", "freeze")  # a fine-tuning run's own keys of its identity (absent otherwise)
 MAX_RECORD_BYTES = 4_000_000  # a record is a few kB; its history grows by one line per resume
 # What a run folder may hold: its own files, the lock, temporary siblings ('.NAME.*')
-OWN = frozenset({RUN_FILE, ".lock", "spec.yaml", "metrics.jsonl", "metrics.csv", "result.json", "checkpoints",
-                 "final", "final-ema", "probes", "superseded", "recipe.yaml", "tensorboard", TOKENIZER_FILE,
-                 TOKENIZER_RECORD, "launch"})  # launch/: a launcher's record of how the run was started (crate_compose.launch.jobs)
+OWN = frozenset(
+    {
+        RUN_FILE,
+        ".lock",
+        "spec.yaml",
+        "metrics.jsonl",
+        "metrics.csv",
+        "result.json",
+        "checkpoints",
+        "final",
+        "final-ema",
+        "probes",
+        "superseded",
+        "recipe.yaml",
+        "tensorboard",
+        TOKENIZER_FILE,
+        TOKENIZER_RECORD,
+        "launch",
+    }
+)  # launch/: a launcher's record of how the run was started (crate_compose.launch.jobs)
 
 
 class RunMismatch(WorkbenchError):
@@ -92,8 +114,14 @@ def warmup_of(settings: Settings) -> int:
     return settings.warmup if settings.warmup is not None else max(1, settings.steps // 20)
 
 
-def identity(spec_text: str, spec_name: str, settings: Settings, data_print: str, version: str,
-             start: dict[str, Any] | None = None) -> dict[str, Any]:
+def identity(
+    spec_text: str,
+    spec_name: str,
+    settings: Settings,
+    data_print: str,
+    version: str,
+    start: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """What defines a run (see the module docstring); ``settings.warmup`` must be resolved; ``start``:
     a fine-tuning run's ``init`` and ``freeze`` (:func:`crate_compose.training.finetune.start_identity`)."""
     trajectory = learned(settings, ("task", "data"))
@@ -128,8 +156,13 @@ class Record:
 
     def settings(self) -> dict[str, Any]:
         """The run's settings as :class:`Settings` fields (for options not given on resume)."""
-        return {"task": self.identity["task"], "data": self.identity["data"]["name"], "steps": self.steps,
-                **self.identity["settings"], **self.cadence}
+        return {
+            "task": self.identity["task"],
+            "data": self.identity["data"]["name"],
+            "steps": self.steps,
+            **self.identity["settings"],
+            **self.cadence,
+        }
 
     def start(self) -> tuple[str | None, str]:
         """The build the run started from (its recorded path, or None) and what it freezes."""
@@ -143,9 +176,17 @@ def new_record(identity_: dict[str, Any], settings: Settings) -> Record:
 
 def note_start(record: Record, from_step: int, world: int, device: str) -> None:
     """Append this invocation to the record's history."""
-    record.history.append({"command": shlex.join(sys.argv), "from_step": from_step, "steps": record.steps,
-                           **record.cadence, "world": world, "device": device,
-                           "at": time.strftime("%Y-%m-%d %H:%M:%S")})
+    record.history.append(
+        {
+            "command": shlex.join(sys.argv),
+            "from_step": from_step,
+            "steps": record.steps,
+            **record.cadence,
+            "world": world,
+            "device": device,
+            "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+    )
 
 
 def write(run: Path, record: Record) -> None:
@@ -173,8 +214,10 @@ def read(run: Path) -> Record | None:
     except TypeError as error:
         problem = f"not a run record ({error})"
     if problem:
-        raise RunRecordError(f"{where}: {problem}; the run cannot be checked, so it is not resumed "
-                             "(restore the file, or start a new run with another --out)")
+        raise RunRecordError(
+            f"{where}: {problem}; the run cannot be checked, so it is not resumed "
+            "(restore the file, or start a new run with another --out)"
+        )
     return record
 
 
@@ -191,8 +234,9 @@ def _record_problem(record: Record) -> str:
     if not keys <= set(record.identity) <= keys | set(STARTS) or not isinstance(record.identity.get("settings"), dict):
         return f"its identity must have exactly the keys {sorted(keys)} (and {' or '.join(STARTS)} when fine-tuned)"
     init = record.identity.get("init", {"path": "", "sha256": ""})
-    if not (isinstance(init, dict) and all(isinstance(init.get(k), str) for k in ("path", "sha256"))) or \
-            not isinstance(record.identity.get("freeze", "none"), str):
+    if not (isinstance(init, dict) and all(isinstance(init.get(k), str) for k in ("path", "sha256"))) or not isinstance(
+        record.identity.get("freeze", "none"), str
+    ):
         return "its init must give a path and a sha256, and its freeze a name"
     if set(record.cadence) != set(CADENCE) or not all(_whole(v) for v in record.cadence.values()):
         return f"cadence must give whole numbers >= 0 for {', '.join(CADENCE)}"
@@ -238,8 +282,9 @@ def spec_difference(recorded_text: str, now_text: str, shown: int = 3) -> str:
             after = new[j1 + k].strip() if j1 + k < j2 else "(nothing)"
             changes.append((i1 + k + 1, before, after))
     said = ("name:", "description:")  # the variant's name and description repeat what the other lines say
-    named = [c for c in changes if not (c[1].startswith(said) or c[2].startswith(said))
-             and _short(c[1]) != _short(c[2])] or changes  # a line that reads the same when shortened says nothing
+    named = [
+        c for c in changes if not (c[1].startswith(said) or c[2].startswith(said)) and _short(c[1]) != _short(c[2])
+    ] or changes  # a line that reads the same when shortened says nothing
     if not named:
         return "the texts are equal"
     more = f", and {len(named) - shown} more" if len(named) > shown else ""
@@ -269,10 +314,19 @@ def mismatch_message(run: Path, changes: list[tuple[str, Any, Any]], spec_detail
             parts.append("the data's contents differ from what the run trained on")
         else:
             parts.append(f"{key}: {_show(old)} in the run, {_show(new)} now")
-    again = (f" (to continue the run, give the spec and --set it was started with, or its own spec: train "
-             f"{run / 'spec.yaml'} --out {run} --resume)") if any(k == "spec.sha256" for k, _, _ in changes) else ""
-    return (f"--resume: {run} is another run: " + "; ".join(parts) +
-            f". A resumed run must be the same run{again}; to train this one, start a new run with another --out")
+    again = (
+        (
+            f" (to continue the run, give the spec and --set it was started with, or its own spec: train "
+            f"{run / 'spec.yaml'} --out {run} --resume)"
+        )
+        if any(k == "spec.sha256" for k, _, _ in changes)
+        else ""
+    )
+    return (
+        f"--resume: {run} is another run: "
+        + "; ".join(parts)
+        + f". A resumed run must be the same run{again}; to train this one, start a new run with another --out"
+    )
 
 
 def _init_difference(changes: list[tuple[str, Any, Any]]) -> str:
@@ -284,8 +338,10 @@ def _init_difference(changes: list[tuple[str, Any, Any]]) -> str:
         weights = " (and its weights differ)" if path_then and path_now and "init.sha256" in old else ""
         return f"--init: {path_then or 'none'} in the run, {path_now or 'none'} now{weights}"
     sha_then, sha_now = old.get("init.sha256"), new.get("init.sha256")
-    return (f"--init: the weights of the build the run started from have changed since (model.safetensors: "
-            f"sha256 {str(sha_then)[:12]}... in the run, {str(sha_now)[:12]}... now)")
+    return (
+        f"--init: the weights of the build the run started from have changed since (model.safetensors: "
+        f"sha256 {str(sha_then)[:12]}... in the run, {str(sha_now)[:12]}... now)"
+    )
 
 
 def _show(value: Any) -> str:

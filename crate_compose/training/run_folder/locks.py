@@ -42,8 +42,13 @@ class FolderBusy(WorkbenchError):
 def _holder() -> dict:
     from ..world import slurm_job
 
-    return {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv),
-            "since": time.strftime("%Y-%m-%d %H:%M:%S"), **slurm_job()}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": shlex.join(sys.argv),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        **slurm_job(),
+    }
 
 
 def _recorded(path: Path) -> dict:
@@ -66,7 +71,9 @@ def stale(holder: dict) -> str | None:
     if not isinstance(job, str):
         return None
     if mine.get("job") == job and isinstance(holder.get("restart"), int) and mine["restart"] > holder["restart"]:
-        return f"it is SLURM job {job} before its requeue (restart {holder['restart']}; this is restart {mine['restart']})"
+        return (
+            f"it is SLURM job {job} before its requeue (restart {holder['restart']}; this is restart {mine['restart']})"
+        )
     if mine.get("job") != job and not _slurm_runs(job):
         return f"SLURM no longer runs its job {job}"
     return None
@@ -85,8 +92,15 @@ def _slurm_runs(job: str) -> bool:
         return True
     if found.returncode != 0:
         return "Invalid job id" not in found.stderr  # an id SLURM forgot: long gone
-    return bool(found.stdout.strip()) and found.stdout.split()[0] not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
-                                                                          "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
+    return bool(found.stdout.strip()) and found.stdout.split()[0] not in (
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+    )
 
 
 def _describe(holder: dict) -> str:
@@ -95,8 +109,9 @@ def _describe(holder: dict) -> str:
     command = str(holder.get("command", ""))
     command = command if len(command) <= 120 else command[:117] + "..."
     job = f", SLURM job {holder['job']}" if holder.get("job") else ""
-    return (f"process {holder.get('pid')} on {holder.get('host', '?')} ({command}, since {holder.get('since', '?')}"
-            f"{job})")
+    return (
+        f"process {holder.get('pid')} on {holder.get('host', '?')} ({command}, since {holder.get('since', '?')}{job})"
+    )
 
 
 @contextlib.contextmanager
@@ -148,22 +163,27 @@ def _take_over(folder: Path, path: Path, descriptor: int, flags: int) -> int:
     holder = _recorded(path)
     reason = stale(holder)
     if reason is None:
-        raise FolderBusy(f"{folder} is in use by {_describe(holder)}: wait for it to finish or stop it, "
-                         f"or choose another folder")
+        raise FolderBusy(
+            f"{folder} is in use by {_describe(holder)}: wait for it to finish or stop it, or choose another folder"
+        )
     print(f"note: {folder}'s lock was held by {_describe(holder)}, and {reason}: taking it over", file=sys.stderr)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     try:
         taken = os.open(path, flags | os.O_EXCL, 0o644)
     except FileExistsError:  # another successor was first
-        raise FolderBusy(f"{folder} is in use by {_describe(_recorded(path))}: wait for it to finish or stop it, "
-                         "or choose another folder") from None
+        raise FolderBusy(
+            f"{folder} is in use by {_describe(_recorded(path))}: wait for it to finish or stop it, "
+            "or choose another folder"
+        ) from None
     try:
         fcntl.flock(taken, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(taken)
-        raise FolderBusy(f"{folder} is in use by {_describe(_recorded(path))}: wait for it to finish or stop it, "
-                         "or choose another folder") from None
+        raise FolderBusy(
+            f"{folder} is in use by {_describe(_recorded(path))}: wait for it to finish or stop it, "
+            "or choose another folder"
+        ) from None
     os.close(descriptor)
     return taken
 

@@ -53,9 +53,21 @@ class Plan:
 class Opening:
     """Rank 0's checks of a run folder before the first step (:meth:`open`), and the model they need."""
 
-    def __init__(self, run: Path, spec, data: Data, settings: Settings, task: tasks.Task, resume: bool,
-                 resume_from: int | None, dist: "Distributed", device: torch.device, init: finetune.Init | None = None,
-                 freeze: str = "none", recipe: str | None = None) -> None:
+    def __init__(
+        self,
+        run: Path,
+        spec,
+        data: Data,
+        settings: Settings,
+        task: tasks.Task,
+        resume: bool,
+        resume_from: int | None,
+        dist: "Distributed",
+        device: torch.device,
+        init: finetune.Init | None = None,
+        freeze: str = "none",
+        recipe: str | None = None,
+    ) -> None:
         self.run, self.spec, self.data, self.task, self.dist, self.device = run, spec, data, task, dist, device
         self.resume, self.resume_from = resume, resume_from
         self.spec_text = loader.dump(spec)
@@ -78,8 +90,9 @@ class Opening:
     def identity(self, settings: Settings) -> dict[str, Any]:
         from ...version import __version__
 
-        return identity.identity(self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__,
-                             self.start)
+        return identity.identity(
+            self.spec_text, self.spec.name, settings, fingerprint(self.data), __version__, self.start
+        )
 
     def open(self, stack: contextlib.ExitStack) -> Plan:
         run = self.run
@@ -87,8 +100,10 @@ class Opening:
         if self.resume and not (run / identity.RUN_FILE).exists():  # refused before anything is written there
             found = ", ".join(p.name for p in checkpoint.checkpoints(run).values())
             extra = f" beside its checkpoints ({found}), so they cannot be checked" if found else ""
-            raise TrainError(f"--resume: {run} holds no run to resume (no {identity.RUN_FILE}{extra}); "
-                             "leave out --resume to start one in an empty folder")
+            raise TrainError(
+                f"--resume: {run} holds no run to resume (no {identity.RUN_FILE}{extra}); "
+                "leave out --resume to start one in an empty folder"
+            )
         created = not run.exists()
         stack.enter_context(locks.hold(run, "train into"))
         try:
@@ -105,26 +120,36 @@ class Opening:
         run, settings = self.run, self.settings
         if record is None:
             if self.resume:
-                raise TrainError(f"--resume: {run} holds no run to resume (no {identity.RUN_FILE}); "
-                                 "leave out --resume to start one")
-            if any((run / name).is_file() for name in ("spec.yaml", "metrics.jsonl")) or \
-                    any((run / name).is_dir() for name in ("checkpoints", "final")):
-                raise TrainError(f"{run} holds a run without a {identity.RUN_FILE} (written by an earlier crate-compose): "
-                                 "it cannot be checked, so it is neither resumed nor replaced; choose another --out")
+                raise TrainError(
+                    f"--resume: {run} holds no run to resume (no {identity.RUN_FILE}); leave out --resume to start one"
+                )
+            if any((run / name).is_file() for name in ("spec.yaml", "metrics.jsonl")) or any(
+                (run / name).is_dir() for name in ("checkpoints", "final")
+            ):
+                raise TrainError(
+                    f"{run} holds a run without a {identity.RUN_FILE} (written by an earlier crate-compose): "
+                    "it cannot be checked, so it is neither resumed nor replaced; choose another --out"
+                )
             settings = replace(settings, warmup=identity.warmup_of(settings))
             return Plan(settings, record=identity.new_record(self.identity(settings), settings))
         if not self.resume:
-            raise TrainError(f"{run} already holds a run ({record.steps:,} steps, {reached(run)}): pass --resume "
-                             "to continue it, or choose another --out")
+            raise TrainError(
+                f"{run} already holds a run ({record.steps:,} steps, {reached(run)}): pass --resume "
+                "to continue it, or choose another --out"
+            )
         if settings.warmup is None:  # the warm-up the run started with, whatever its steps are now
             settings = replace(settings, warmup=record.identity["settings"].get("warmup"))
         changes = identity.differences(record.identity, self.identity(settings))
         if changes:
             recorded = (run / "spec.yaml").read_text() if (run / "spec.yaml").is_file() else ""
-            raise identity.RunMismatch(identity.mismatch_message(run, changes, identity.spec_difference(recorded, self.spec_text)))
+            raise identity.RunMismatch(
+                identity.mismatch_message(run, changes, identity.spec_difference(recorded, self.spec_text))
+            )
         if settings.steps < record.steps:
-            raise identity.RunMismatch(f"--resume: steps: {record.steps:,} in the run, {settings.steps:,} now; a run's "
-                                   "steps can grow, never shrink (a shorter run is another run: choose another --out)")
+            raise identity.RunMismatch(
+                f"--resume: steps: {record.steps:,} in the run, {settings.steps:,} now; a run's "
+                "steps can grow, never shrink (a shorter run is another run: choose another --out)"
+            )
         finished = finished_result(run, record.steps)
         if finished is not None and settings.steps == record.steps and self.resume_from is None:
             finished.already_finished = True
@@ -137,25 +162,39 @@ class Opening:
         found = checkpoint.checkpoints(self.run)
         if self.resume_from is not None and self.resume_from not in found:
             listed = ", ".join(map(str, found)) or "none"
-            raise TrainError(f"--resume-from {self.resume_from}: {self.run} has no checkpoint at that step "
-                             f"(checkpoints: {listed})")
+            raise TrainError(
+                f"--resume-from {self.resume_from}: {self.run} has no checkpoint at that step (checkpoints: {listed})"
+            )
         step = self.resume_from if self.resume_from is not None else max(found, default=None)
         if step is None:  # killed before its first checkpoint: the same run from step 0, and said so
             self.notes.append(f"--resume: {self.run} kept no checkpoint, so the run starts again from step 0")
             return plan
         rows = rows_of(read_metrics(self.run))
-        trajectory = {k: v for k, v in flat(plan.settings).items()
-                      if k not in (*identity.CADENCE, *identity.MACHINERY, *identity.OUTPUTS, "steps")}
+        trajectory = {
+            k: v
+            for k, v in flat(plan.settings).items()
+            if k not in (*identity.CADENCE, *identity.MACHINERY, *identity.OUTPUTS, "steps")
+        }
         try:
-            state = checkpoint.verify(found[step], self.model, self.optimizer, ema=self.ema,
-                                      task_state=self.session.state, run_hash=plan.record.hash,
-                                      spec_text=loader.dump(spec_of(self.model)),  # as built: a derived
-                                      settings=trajectory, steps=plan.settings.steps,  # decoder written out
-                                      metrics_rows=rows)
+            state = checkpoint.verify(
+                found[step],
+                self.model,
+                self.optimizer,
+                ema=self.ema,
+                task_state=self.session.state,
+                run_hash=plan.record.hash,
+                spec_text=loader.dump(spec_of(self.model)),  # as built: a derived
+                settings=trajectory,
+                steps=plan.settings.steps,  # decoder written out
+                metrics_rows=rows,
+            )
         except checkpoint.CheckpointError as error:
             earlier = [s for s in found if s < step]
-            hint = (f"; resume from an earlier one with --resume-from STEP ({', '.join(map(str, earlier))})"
-                    if earlier else "; there is no earlier checkpoint: start a new run with another --out")
+            hint = (
+                f"; resume from an earlier one with --resume-from STEP ({', '.join(map(str, earlier))})"
+                if earlier
+                else "; there is no earlier checkpoint: start a new run with another --out"
+            )
             raise checkpoint.CheckpointError(f"{error}. Nothing was changed{hint}") from None
         plan.start, plan.checkpoint, plan.metrics_rows = step, str(found[step]), state["metrics_rows"]
         return plan
@@ -192,9 +231,14 @@ class Opening:
         needed = count * each + weights
         free = shutil.disk_usage(self.run).free
         if needed > free:
-            raise OSError(errno.ENOSPC, "No space left on device: " + f"{self.run}: {count} checkpoint{'s' * (count != 1)} of {human(each)} and the final "
-                             f"build need about {human(needed)}; the disk has {human(free)} free (free space, "
-                             "checkpoint less often with --checkpoint-every, or choose another --out)", str(self.run))
+            raise OSError(
+                errno.ENOSPC,
+                "No space left on device: "
+                + f"{self.run}: {count} checkpoint{'s' * (count != 1)} of {human(each)} and the final "
+                f"build need about {human(needed)}; the disk has {human(free)} free (free space, "
+                "checkpoint less often with --checkpoint-every, or choose another --out)",
+                str(self.run),
+            )
 
 
 def reached(run: Path) -> str:

@@ -36,8 +36,9 @@ def run_folder(run: Path) -> None:
     foreign = identity.foreign_entries(run)
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise OutputError(f"{run} holds files that are not a crate-compose run ({shown}); it is left alone: "
-                          "choose another --out")
+        raise OutputError(
+            f"{run} holds files that are not a crate-compose run ({shown}); it is left alone: choose another --out"
+        )
     kept_folders(run)
 
 
@@ -57,8 +58,10 @@ def ablation_folder(out: Path) -> None:
         return
     foreign = sorted(e.name for e in out.iterdir() if e.name != LOCK_FILE)
     if foreign:
-        raise OutputError(f"{out} holds files that are not an ablation ({', '.join(foreign[:5])}); it is left "
-                          "alone: choose another --out")
+        raise OutputError(
+            f"{out} holds files that are not an ablation ({', '.join(foreign[:5])}); it is left "
+            "alone: choose another --out"
+        )
 
 
 def takes_token_ids(spec) -> bool:
@@ -88,5 +91,13 @@ def check_task_head(spec, task: str) -> None:
     tasks.Task.check_head(tasks.get(task), spec)
 
 
-__all__ = ["ABLATION_FILE", "ablation_folder", "check_language_model", "check_task_head", "check_task_input",
-           "kept_folders", "run_folder", "takes_token_ids"]
+__all__ = [
+    "ABLATION_FILE",
+    "ablation_folder",
+    "check_language_model",
+    "check_task_head",
+    "check_task_input",
+    "kept_folders",
+    "run_folder",
+    "takes_token_ids",
+]
