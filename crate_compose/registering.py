@@ -40,9 +40,12 @@ class Registry(Mapping[str, T]):
         self._loaded = False
 
     def add(self, name: str, entry: T, *, owner: Callable[[T], str | None] | None = None) -> T:
-        """Register ``entry`` as ``name`` (after the built-in entries: :meth:`load`); ``owner`` says, for the
-        message refusing a taken name, who holds it (a built-in entry, a plug-in)."""
-        self.load()
+        """Register ``entry`` as ``name``; ``owner`` says, for the message refusing a taken name, who holds it (a
+        built-in entry, a plug-in). An entry from outside the built-in modules is registered after them
+        (:meth:`load`), so that it is the one refused when it takes a built-in name; a built-in module registering
+        while another imports it does not load the rest (they may import it in turn)."""
+        if not self.is_builtin(entry):
+            self.load()
         held = self._entries.get(name)
         if held is not None and self._origin(held) != self._origin(entry):
             said = owner(held) if owner is not None else None
@@ -51,7 +54,20 @@ class Registry(Mapping[str, T]):
                 f"{f' ({said})' if said else ''}; register yours under another name"
             )
         self._entries[name] = entry
+        if self.is_builtin(entry):  # the built-in entries first, in their modules' order
+            ordered = sorted(self._entries.items(), key=lambda item: self._rank(item[1]))
+            self._entries.clear()
+            self._entries.update(ordered)
         return entry
+
+    def _rank(self, entry: T) -> int:
+        """The place of the built-in module that declared ``entry`` in :attr:`builtin`; past them for another."""
+        origin = self._origin(entry)
+        return next((i for i, module in enumerate(self.builtin) if origin.startswith(module + ".")), len(self.builtin))
+
+    def registered(self) -> dict[str, T]:
+        """The entries registered so far, without importing the built-in modules (a registration in progress)."""
+        return dict(self._entries)
 
     def load(self) -> dict[str, T]:
         """Every entry by name, the built-in modules imported first, once."""
@@ -68,9 +84,14 @@ class Registry(Mapping[str, T]):
         made._entries, made._loaded = dict(self.load()), True
         return made
 
+    def restore(self, entries: dict[str, T]) -> None:
+        """Hold exactly ``entries`` again (a test undoing what it, or a plug-in it loaded, registered)."""
+        self._entries.clear()
+        self._entries.update(entries)
+
     def is_builtin(self, entry: T) -> bool:
         """Whether ``entry`` was declared in one of the built-in modules."""
-        return any(self._origin(entry).startswith(module + ".") for module in self.builtin)
+        return self._rank(entry) < len(self.builtin)
 
     def pop(self, name: str, *default: T | None) -> T | None:
         return self.load().pop(name, *default)

@@ -77,8 +77,7 @@ def process_state_kept(*plugin_paths: str) -> Iterator[None]:
             file = getattr(sys.modules[name], "__file__", None) or ""
             if name.startswith("crate_compose_plugin_") or (plugin_paths and file.startswith(plugin_paths)):
                 del sys.modules[name]
-        registry._REGISTRY.clear()
-        registry._REGISTRY.update(primitives)
+        registry._REGISTRY.restore(primitives)
         registry._PLUGIN_FAILURES[:] = failures
         torch.set_default_dtype(dtype)
         torch.set_num_threads(threads)

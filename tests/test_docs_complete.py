@@ -131,18 +131,19 @@ def test_every_workbench_command_is_a_function_of_the_package(name):
 WORKBENCH = (ROOT / "docs" / "workbench.md").read_text(encoding="utf-8")
 
 
-def workbench_sets() -> list[str]:
-    """The names the data table of docs/workbench.md gives (its first column)."""
-    section = WORKBENCH.split("## Data, offline, by name", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| `([^`]+)` \|", section, re.M)
-
-
-def test_every_data_set_is_in_the_workbench_table_and_every_row_is_a_set():
+def test_the_data_sets_page_is_made_from_the_declarations():
+    """docs/data-sets.md is what ``crate-compose list data --markdown`` prints: each set's description lives where
+    the set is registered, and the page cannot drift from it (regenerate it with that command)."""
     from crate_compose.data import set_registry
 
-    listed = workbench_sets()
-    assert sorted(listed) == sorted(one.pattern for one in set_registry.all_sets())  # no set missing, none extra
-    assert "`crate-compose list data`" in README and "list data" in CLI
+    page = (ROOT / "docs" / "data-sets.md").read_text(encoding="utf-8")
+    assert page == set_registry.markdown(), (
+        "docs/data-sets.md: run crate-compose list data --markdown > docs/data-sets.md"
+    )
+    listed = re.findall(r"^\| `([^`]+)` \|", page, re.M)
+    assert listed == [one.pattern for one in set_registry.all_sets()]
+    assert all(one.about and one.inputs and one.targets and one.description for one in set_registry.all_sets())
+    assert "`crate-compose list data`" in README and "list data" in CLI and "(data-sets.md)" in WORKBENCH
 
 
 def test_the_readme_is_read_in_minutes():

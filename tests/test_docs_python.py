@@ -114,7 +114,7 @@ def test_blocks_are_found():
 def test_python_md_runs_as_one_script(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the examples write out/, *.yaml, my_steps.py here
     cc.all_primitives()  # load the built-ins and plug-ins, then register the examples' on a copy
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
     monkeypatch.setattr(sys, "path", list(sys.path))
     module = types.ModuleType("crate_compose_docs_python")
     monkeypatch.setitem(sys.modules, module.__name__, module)

@@ -30,9 +30,11 @@ from crate_compose import cli  # noqa: E402
 from crate_compose.errors import TrainError  # noqa: E402
 from crate_compose.settings import Settings  # noqa: E402
 from crate_compose.tasks import settings_problems  # noqa: E402
-from crate_compose.training import eventlog  # noqa: E402
 from crate_compose.training.run import train  # noqa: E402
-from crate_compose.training.run_folder import identity
+from crate_compose.training.run_folder import (
+    eventlog,  # noqa: E402
+    identity,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "specs" / "crate-digits.yaml")

@@ -49,7 +49,7 @@ class _Margin(Classification):
 @pytest.fixture
 def margin(monkeypatch):
     """Task margin registered through the public decorator, in a copy of the registry (gone after the test)."""
-    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    monkeypatch.setattr(registry, "_TASKS", registry._TASKS.copy())
     registry.task(_Margin)
     return tasks.get("margin")
 

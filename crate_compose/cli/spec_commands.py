@@ -11,6 +11,7 @@ from pathlib import Path
 import crate_compose as cc
 
 from .. import tasks
+from ..errors import WorkbenchError
 from ..files import BUILDS, write_atomic
 from ..settings import DIAGRAM_STEM, DTYPE_NAMES, FORMATS
 from .arguments import SEED, Command, device, memory_argument, spec_arguments
@@ -48,6 +49,11 @@ def add(command: Command) -> None:
 
     listing = command("list", help="list registered primitives, tasks, data sets or zoo presets")
     listing.add_argument("what", choices=["primitives", "tasks", "data", "zoo"])
+    listing.add_argument(
+        "--markdown",
+        action="store_true",
+        help="list data: print docs/data-sets.md, a table and a section per set, made from their declarations",
+    )
 
     command("schema", help="print the JSON Schema of the spec language")
 
@@ -142,8 +148,15 @@ def run_list(args: argparse.Namespace) -> int:
             print(f"{'':<{width}}  trains on {one.trains_on}; ranked by {one.metric} ({direction} is better)")
         return 0
     if args.what == "data":
-        _list_data()
+        if args.markdown:
+            from ..data import set_registry as data_registry
+
+            print(data_registry.markdown(), end="")
+        else:
+            _list_data()
         return 0
+    if args.markdown:
+        raise WorkbenchError(f"--markdown lists data sets (list data --markdown), not {args.what}")
     rows = [(p.name, p.kind, p.update_for(), p.equation, p.description) for p in cc.all_primitives().values()]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for name, kind, update, equation, description in rows:

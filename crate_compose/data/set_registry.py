@@ -153,6 +153,12 @@ class DataSet:
     forms: tuple[str, ...] = ()
     settle: Callable[[str, dict[str, Any]], "dict[str, Any] | str"] | None = None
     misnamed: Callable[[str], None] | None = None
+    # what the set holds, for its reader (docs/data-sets.md, made by :func:`markdown`): the table's "what",
+    # "inputs" and "targets" cells and the paragraph about it (Markdown)
+    about: str = ""
+    inputs: str = ""
+    targets: str = ""
+    description: str = ""
     regex: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -344,6 +350,39 @@ def get(pattern: str) -> DataSet:
     if pattern not in _SETS:
         raise DataError(f"no data set is registered as {pattern!r}; registered: {', '.join(_SETS)}")
     return _SETS[pattern]
+
+
+def markdown() -> str:
+    """``docs/data-sets.md``: a table of every registered set (its name, what it is, inputs, targets, train / test
+    sizes and split) and a section per set (its description, source, what it provides, its parameters), in
+    registration order, made from the declarations alone (``crate-compose list data --markdown``)."""
+    lines = [
+        "# Data sets",
+        "",
+        "Every data set `--data NAME` reads, as each declares itself where it is registered "
+        "(`crate_compose/data/builtin_sets.py`; a plug-in's set appears here when its module is loaded). "
+        "This page is made from those declarations by `crate-compose list data --markdown`, and a test keeps "
+        "it so; `crate-compose list data` says which sets are on this machine.",
+        "",
+        "| name | what | inputs | targets | train / test |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    sets = all_sets()
+    for one in sets:
+        held = "; ".join(part for part in (one.size, one.split) if part)
+        lines.append(f"| `{one.pattern}` | {one.about or one.summary} | {one.inputs} | {one.targets} | {held} |")
+    for one in sets:
+        lines += [
+            "",
+            f"## `{one.pattern}`",
+            "",
+            one.description or one.summary,
+            "",
+            f"Source: {one.source}. Provides `{one.provides}`: {provided(one.provides)}.",
+        ]
+        if one.parameters:
+            lines.append("Parameters: " + "; ".join(f"`{p.name}`, {p.words}" for p in one.parameters) + ".")
+    return "\n".join(lines) + "\n"
 
 
 def names() -> list[str]:

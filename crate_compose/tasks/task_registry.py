@@ -190,16 +190,20 @@ def task(cls: type[Task]) -> type[Task]:
     """Register a task class (a decorator); its name must be new, and so must each of its options' (a general
     setting's name, or another task's option declared otherwise, is refused)."""
     cls.options = tuple(one if one.task == cls.name else replace(one, task=cls.name) for one in cls.options)
+    made = cls()
+    # the tasks to check its options against: a built-in task, those registered so far (a built-in module
+    # registering while another imports it must not import the rest); any other, every built-in one too
+    known = _TASKS.registered() if _TASKS.is_builtin(made) else _TASKS.load()
     for one in cls.options:
         if not one.name.isidentifier() or one.name in OPTIONS or one.name == "options":
             raise ValueError(
                 f"task '{cls.name}': option {one.name!r} is not a new setting name (the general "
                 "settings are crate_compose.settings.OPTIONS)"
             )
-        other = next((o for t in _TASKS.values() for o in t.options if o.name == one.name and t.name != cls.name), None)
+        other = next((o for t in known.values() for o in t.options if o.name == one.name and t.name != cls.name), None)
         if other is not None and replace(other, task=None, help="") != replace(one, task=None, help=""):
             raise ValueError(f"task '{cls.name}': option '{one.name}' is task {other.task}'s, declared otherwise")
-    _TASKS.add(cls.name, cls())
+    _TASKS.add(cls.name, made)
     return cls
 
 

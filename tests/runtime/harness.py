@@ -237,7 +237,7 @@ class Ctx:
     def hold_lock(self, folder: Path) -> int:
         """Hold ``folder``'s lock from another process (crate_compose.training.run_folder.locks); returns its pid."""
         code = (
-            "import sys, time\nfrom crate_compose.training import locks\nheld = locks.hold(sys.argv[1])\n"
+            "import sys, time\nfrom crate_compose.training.run_folder import locks\nheld = locks.hold(sys.argv[1])\n"
             "held.__enter__()\nprint('held', flush=True)\ntime.sleep(300)\n"
         )
         process = self.spawn(
