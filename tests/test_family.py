@@ -75,6 +75,11 @@ def test_every_preset_counts_what_it_states(preset):
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_preset_runs_forward_on_a_small_input(preset):
+    """The forward runs, finite and of the summarized shape; and under bf16 autocast on torch's own CPU kernels (an
+    AVX2-only CPU), every product has one operand transposed, as ``nn.Linear``'s has (there a bf16 product of two
+    row-major operands is about 20x slower; each primitive alone: tests/test_every_primitive.py)."""
+    from test_every_primitive import RowMajorProducts, torchs_own_kernels
+
     model = cc.build(preset, overrides=small(preset))
     spec = cc.spec_of(model)
     if spec.input.dtype == "int64":  # token ids, a shorter sequence than the context
@@ -87,30 +92,14 @@ def test_every_preset_runs_forward_on_a_small_input(preset):
     if spec.input.dtype == "int64" and len(expected) == 2:  # per token (a classifier of token ids: per sequence)
         expected[0] = x.shape[1]
     assert out["output"].shape[1:] == tuple(expected)
-
-
-@pytest.mark.parametrize("preset", sorted(PRESETS))
-def test_every_presets_half_products_on_the_cpu_take_the_linear_layout(preset):
-    """Under bf16 autocast on the CPU every product of the forward has one operand transposed, as
-    ``nn.Linear``'s has (torch's bf16 product on a CPU without native bf16 is about 20x slower for two
-    row-major operands; each primitive alone: tests/test_every_primitive.py)."""
-    from test_every_primitive import RowMajorProducts, torchs_own_kernels
-
-    model = cc.build(preset, overrides=small(preset))
-    spec = cc.spec_of(model)
-    x = (
-        torch.randint(0, 64, (2, spec.input.shape[0] - 3))
-        if spec.input.dtype == "int64"
-        else torch.randn(2, *spec.input.shape)
-    )
     with (
         torch.no_grad(),
         torch.autocast("cpu", dtype=torch.bfloat16),
         torchs_own_kernels(),
-        RowMajorProducts() as products,
-    ):  # the products torch's own kernels compute (an AVX2-only CPU)
+        RowMajorProducts() as found,
+    ):
         model(x)
-    assert not products.found, f"{preset}: row-major half products {products.found}"
+    assert not found.found, f"{preset}: row-major half products {found.found}"
 
 
 EXACT = {  # the counts the papers give exactly (README.md, docs/language.md)
