@@ -114,3 +114,24 @@ def test_a_spec_edited_while_a_grid_trains_changes_none_of_its_variants(spec_fil
         path.parent.parent.name: load(path).encoder.depth for path in (tmp_path / "grid").glob("*/seed-0/spec.yaml")
     }
     assert len(depths) == 2 and set(depths.values()) == {4}, depths
+
+
+def test_train_looks_each_name_up_once(spec_file, tmp_path, monkeypatch):
+    """``train`` turns its task's and data set's names into objects once and hands the objects on: the checks
+    before torch loads, the run and the closing lines take the same task (it looked it up four times before)."""
+    from crate_compose import tasks
+    from crate_compose.data import set_registry
+    from crate_compose.tasks import task_registry
+
+    counts: collections.Counter = collections.Counter()
+
+    def counted(owner, name, key):
+        original = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, **k: counts.update([key]) or original(*a, **k))
+
+    counted(tasks, "get", "task")
+    counted(task_registry, "get", "task")
+    counted(set_registry, "_claim", "data")  # a data set's name parsed
+    monkeypatch.setattr(set_registry, "_RESOLVED", {})  # as in a fresh process: no name read before
+    assert cli.main(["train", str(spec_file), *SETS, *RUN, "--out", str(tmp_path / "run")]) == 0
+    assert counts == {"task": 1, "data": 1}, counts

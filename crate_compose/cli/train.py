@@ -56,6 +56,7 @@ def add(command: Command) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from ..data.set_registry import resolve as resolve_data
     from ..spec_language.loader import read as read_spec
+    from ..tasks import get as get_task
     from ..training.recipes import read_recipe
     from ..training.run_folder import preflight
     from ..training.run_folder.identity import read
@@ -78,29 +79,29 @@ def run_train(args: argparse.Namespace) -> int:
     resolve_data(settings.data)  # a data set's typo, answered before torch loads (as a spec's is)
     if launcher is not None:
         return _launched(source, settings, overrides, out, resume, args, launcher, init, freeze, recipe)
+    task = get_task(settings.task)  # looked up once: the checks, the run and what is printed all take this object
     if settings.data == "text":  # other data: the task and the data's mismatch is said first, after they load
-        preflight.check_task_input(spec, settings.task)  # --task lm of an image spec, before torch loads
-    preflight.check_task_head(spec, settings.task)  # a SimDINO head trained as a classifier, before torch loads
-    result = cc.train(
-        source,
-        settings,
-        overrides=overrides,
+        preflight.check_task_input(spec, task)  # --task lm of an image spec, before torch loads
+    preflight.check_task_head(spec, task)  # a SimDINO head trained as a classifier, before torch loads
+    from ..training.description import describe
+    from ..training.run import train_described
+
+    recipe_text = recipe.text if recipe else None
+    described = describe(source, settings, overrides=overrides, init=init, freeze=freeze, recipe=recipe_text, task=task)
+    result = train_described(
+        described,
         out=out,
         resume=resume,
         resume_from=args.resume_from,
         device=args.device,
         progress=args.progress,
         memory_limit=args.memory_limit,
-        init=init,
-        freeze=freeze,
-        recipe=recipe.text if recipe else None,
     )
     if not rank_zero():
         return 0
-    from ..tasks import get as get_task
     from ..training.metrics import said
 
-    scores = said(result.metrics, get_task(settings.task))  # DINO: the student's and the teacher's
+    scores = said(result.metrics, task)  # DINO: the student's and the teacher's
     if result.already_finished:
         print(
             f"{result.run} is finished: {result.steps:,} steps"
@@ -116,7 +117,6 @@ def run_train(args: argparse.Namespace) -> int:
     written = ("final-ema/", "recipe.yaml", "tokenizer.json", "tokenizer.record.json", "tensorboard/")
     extra = "".join(f", {name}" for name in written if (Path(result.run) / name).exists())
     print(f"wrote {result.run}/: run.json, spec.yaml, metrics.jsonl, metrics.csv, checkpoints/, final/{extra}")
-    task = get_task(settings.task)
     if task.metric == "test_knn_accuracy" and task.metric in result.metrics:  # self-supervised: what it rose from
         baseline = cc.evaluate(result.run, untrained=True)  # one more k-NN evaluation, of the seed's network
         chance = f", chance {baseline['chance']:.4f}" if baseline.get("chance") else ""

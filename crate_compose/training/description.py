@@ -62,12 +62,15 @@ def describe(
     init: str | Path | None = None,
     freeze: str = "none",
     recipe: str | None = None,
+    task: tasks.Task | None = None,
 ) -> RunDescription:
     """The :class:`RunDescription` of a spec (a file, a zoo preset, or a reading of one), settings and overrides;
     :class:`~crate_compose.errors.TrainError` lists every setting the run cannot use, a
     :class:`~crate_compose.errors.SpecError` says what is wrong with the spec, a
-    :class:`~crate_compose.errors.DataError` with the data set's name."""
-    task = tasks.get(settings.task) if isinstance(settings.task, str) and settings.task in tasks.names() else None
+    :class:`~crate_compose.errors.DataError` with the data set's name. ``task``: the task ``settings.task`` names,
+    where the caller has looked it up already (a command looks each name up once)."""
+    if task is None or task.name != settings.task:
+        task = tasks.get(settings.task) if isinstance(settings.task, str) and settings.task in tasks.names() else None
     problems = tasks.settings_problems(settings, task)
     if problems:
         raise TrainError("; ".join(f"{name}: {message}" for name, message in problems))

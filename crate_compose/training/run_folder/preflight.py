@@ -78,17 +78,17 @@ def check_language_model(spec) -> None:
         )
 
 
-def check_task_input(spec, task: str) -> None:
+def check_task_input(spec, task: "tasks.Task") -> None:
     """A task's refusal of the spec's input from the spec alone (``train --task lm`` needs token ids; the
     data sets the shape later), as :func:`crate_compose.training.run.train` refuses it after loading."""
-    tasks.get(task).check_input(spec)
+    task.check_input(spec)
 
 
-def check_task_head(spec, task: str) -> None:
+def check_task_head(spec, task: "tasks.Task") -> None:
     """A task's refusal of a spec whose head is another task's (a SimDINO head trained as a classifier), from the
     spec alone, before torch loads (the check every task makes, :meth:`crate_compose.tasks.Task.check_head`; what
     depends on the data is said once it is loaded)."""
-    tasks.Task.check_head(tasks.get(task), spec)
+    tasks.Task.check_head(task, spec)
 
 
 __all__ = [
