@@ -116,9 +116,9 @@ def test_a_spec_edited_while_a_grid_trains_changes_none_of_its_variants(spec_fil
     assert len(depths) == 2 and set(depths.values()) == {4}, depths
 
 
-def test_train_looks_each_name_up_once(spec_file, tmp_path, monkeypatch):
-    """``train`` turns its task's and data set's names into objects once and hands the objects on: the checks
-    before torch loads, the run and the closing lines take the same task (it looked it up four times before)."""
+def _count_lookups(monkeypatch) -> collections.Counter:
+    """Counters of the task lookups and data-set name parses a command makes from here on, as in a fresh process
+    (no data set's name read before)."""
     from crate_compose import tasks
     from crate_compose.data import set_registry
     from crate_compose.tasks import task_registry
@@ -132,6 +132,31 @@ def test_train_looks_each_name_up_once(spec_file, tmp_path, monkeypatch):
     counted(tasks, "get", "task")
     counted(task_registry, "get", "task")
     counted(set_registry, "_claim", "data")  # a data set's name parsed
-    monkeypatch.setattr(set_registry, "_RESOLVED", {})  # as in a fresh process: no name read before
+    monkeypatch.setattr(set_registry, "_RESOLVED", {})
+    return counts
+
+
+def test_train_looks_each_name_up_once(spec_file, tmp_path, monkeypatch):
+    """``train`` turns its task's and data set's names into objects once and hands the objects on: the checks
+    before torch loads, the run and the closing lines take the same task (it looked it up four times before)."""
+    counts = _count_lookups(monkeypatch)
     assert cli.main(["train", str(spec_file), *SETS, *RUN, "--out", str(tmp_path / "run")]) == 0
+    assert counts == {"task": 1, "data": 1}, counts
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("read-once") / "run"
+    assert cli.main(["train", "crate-digits", *SETS, *RUN, "--out", str(run)]) == 0
+    return run
+
+
+@pytest.mark.parametrize("command", ["evaluate", "linear-probe", "probe", "show"])
+def test_a_command_on_a_run_looks_its_task_and_data_up_once(command, trained, tmp_path, monkeypatch):
+    """A command reading a run turns the run's task and data set into objects once (the run's weights, the data's
+    form, the scores and the probes' inputs all take them: evaluate looked its task up three times before)."""
+    counts = _count_lookups(monkeypatch)
+    out = {"probe": ["--out", str(tmp_path / "p"), "--logger", "none"], "show": ["--out", str(tmp_path / "s")]}
+    extra = {"linear-probe": ["--no-untrained"], **out}.get(command, [])
+    assert cli.main([command, str(trained), *extra]) == 0
     assert counts == {"task": 1, "data": 1}, counts

@@ -192,10 +192,10 @@ def test_every_preset_and_task_pair_is_trained_by_its_heads_task_or_refused_nami
     assert last is None or len(owners) == 1, (preset, last, owners)  # every shipped head is one task's
     for task in tasks.all_tasks():
         if last is None or task.name in owners:
-            check_task_head(spec, task.name)  # its own task (or no head: the task's other checks decide)
+            check_task_head(spec, task)  # its own task (or no head: the task's other checks decide)
             continue
         with pytest.raises(TrainError) as refused:
-            check_task_head(spec, task.name)
+            check_task_head(spec, task)
         assert str(refused.value).startswith(f"spec '{spec.name}' ends in {last} (")
         assert f"which task {task.name} does not train" in str(refused.value)
         assert str(refused.value).endswith(f"--task {owners[0]} trains this spec")

@@ -61,7 +61,8 @@ class RunWeights:
     seed: int
     note: str
     normalize: str
-    task: str  # what the run learned (its settings' task)
+    task: "tasks.Task | None"  # what the run learned, looked up once (None: a task not registered in this process)
+    task_name: str  # its name, as the run recorded it
 
 
 def is_run(path: Any) -> bool:
@@ -114,7 +115,8 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
             "give the spec, --data and --weights RUN/final"
         )
     settings = settings_of(record.settings())  # what the record leaves out (a later setting) at its default
-    final = run / (tasks.get(settings.task).weights if settings.task in tasks.names() else "final")  # DINO: the teacher
+    task = tasks.get(settings.task) if settings.task in tasks.names() else None  # the one lookup of the run's task
+    final = run / (task.weights if task is not None else "final")  # DINO: the teacher
     if (final / WEIGHTS_FILE).is_file() and (final / SPEC_FILE).is_file():
         weights, said = final, f"its {final.name}/"
     else:
@@ -131,7 +133,7 @@ def run_weights(run: str | Path, verb: str = "probing") -> RunWeights:
     size = f", image size {image_size}" if image_size else ""
     scaled = ", standardized with ImageNet's statistics" if normalize == "imagenet" else ""
     note = f"{run}: {verb} {said}, with its spec, on {data}{size}{scaled} (seed {seed}), as the run recorded"
-    return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note, normalize, settings.task)
+    return RunWeights(run, weights, weights / SPEC_FILE, data, image_size, seed, note, normalize, task, settings.task)
 
 
 AUTHORS = "the authors' checkpoints were trained on images standardized with ImageNet's mean and std"
@@ -203,7 +205,7 @@ class Subject:
     image_size: int | None
     seed: int
     normalize: str | None
-    task: str | None = None  # a run's task; None: the data's (crate_compose.tasks.of)
+    task: "tasks.Task | None" = None  # a run's task, looked up once; None: the data's (crate_compose.tasks.of)
 
 
 def resolve_subject(

@@ -41,7 +41,7 @@ def _loaded(
     normalize: str | None,
     keep: tuple[str, ...] = (),
     untrained: bool = False,
-    task: str | None = None,
+    task: "tasks.Task | None" = None,
 ):
     """The subject (a run folder resolved: :func:`crate_compose.assessment.run_probes.resolve_subject`), the
     spec fitted to its data, the data, the model with its weights (none, or ``untrained``: the network as
@@ -113,10 +113,20 @@ def evaluate_weights(
             "an authors' checkpoint file), or a run folder: crate-compose evaluate RUN (or "
             "--untrained, the network as its seed initializes it)"
         )
+    given = tasks.get(task) if task is not None else None  # the task asked for, looked up once
     subject, spec, data, model, normalize = _loaded(
-        "evaluate", spec_ref, data_name, weights, overrides, image_size, seed, normalize, untrained=untrained, task=task
+        "evaluate",
+        spec_ref,
+        data_name,
+        weights,
+        overrides,
+        image_size,
+        seed,
+        normalize,
+        untrained=untrained,
+        task=given,
     )
-    chosen = tasks.of(task or subject.task, data)
+    chosen = tasks.of(given or subject.task, data)
     if chosen is None:
         raise WorkbenchError(
             f"data set '{data.name}' is for no task that evaluate scores ({', '.join(tasks.names())}); "

@@ -55,8 +55,10 @@ def fill(run: str | Path, text: str, *, top_k: int = 5) -> Filling:
 
     check_text(text)
     found = run_weights(run, "filling")
-    if found.task != "mlm":
-        raise WorkbenchError(f"{run} was trained for task {found.task}; fill takes a masked language model (task mlm)")
+    if found.task_name != "mlm":
+        raise WorkbenchError(
+            f"{run} was trained for task {found.task_name}; fill takes a masked language model (task mlm)"
+        )
     tokenizer = read_tokenizer(Path(run))
     spec = loader.load(found.spec)
     check_vocabulary(tokenizer, embedding_vocabulary(spec), run, found.weights)  # before any id is made

@@ -268,16 +268,20 @@ def get(name: str) -> Task:
     return _TASKS[name]
 
 
-def of(name: str | None, data: "Data") -> Task | None:
-    """The task ``name`` (a run's, or given), else the one a data set is for by default: the first registered task
-    (:func:`all_tasks`' order) that trains on what it provides (:attr:`Task.data_kinds`), else None (synthetic
-    tokens, which no task trains on)."""
+def of(name: "Task | str | None", data: "Data") -> Task | None:
+    """The task ``name`` (a run's, or given: the task itself, which needs no lookup, or its name), else the one a
+    data set is for by default: the first registered task (:func:`all_tasks`' order) that trains on what it provides
+    (:attr:`Task.data_kinds`), else None (synthetic tokens, which no task trains on)."""
+    if isinstance(name, Task):
+        return name
     if name is not None:
         return get(name)
     return next((one for one in all_tasks() if data.provides in one.data_kinds), None)
 
 
-def probe_inputs(name: str | None, data: "Data", samples: int, normalize: str = "data") -> tuple["torch.Tensor", dict]:
+def probe_inputs(
+    name: "Task | str | None", data: "Data", samples: int, normalize: str = "data"
+) -> tuple["torch.Tensor", dict]:
     """What the white-box probes measure for task ``name`` (:func:`of`) on ``data``
     (:meth:`Task.probe_inputs`; a data set without a task: its first test inputs)."""
     found = of(name, data)
