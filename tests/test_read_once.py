@@ -160,3 +160,56 @@ def test_a_command_on_a_run_looks_its_task_and_data_up_once(command, trained, tm
     extra = {"linear-probe": ["--no-untrained"], **out}.get(command, [])
     assert cli.main([command, str(trained), *extra]) == 0
     assert counts == {"task": 1, "data": 1}, counts
+
+
+@pytest.fixture(scope="module")
+def text_runs(tmp_path_factory) -> Path:
+    """A masked language model (fill), a causal one (generate) and a classifier on pasted-digits (segment), tiny."""
+    home = tmp_path_factory.mktemp("read-once-text")
+    texts = home / "texts"
+    texts.mkdir()
+    for i in range(6):
+        (texts / f"t{i}.txt").write_text(f"the quick brown fox jumps over the lazy dog {i}\n" * 40)
+    tiny = {
+        "mlm": [
+            "crate-bert-mini",
+            "--set",
+            "sizes.context=16",
+            "--task",
+            "mlm",
+            "--data",
+            f"wordpiece-64:folder:{texts}",
+        ],
+        "lm": ["causal-crate-bytes", "--set", "sizes.context=32", "--task", "lm", "--data", "text"],
+        "seg": ["crate-mini", "--set", "sizes.head_dim=8", "--data", "pasted-digits:64"],
+    }
+    for name, argv in tiny.items():
+        small = ["--set", "sizes.d=16", "--set", "sizes.heads=2", "--set", "sizes.depth=1"]
+        assert cli.main(["train", *argv, *small, *RUN, "--out", str(home / name)]) == 0
+    return home
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [("fill", {"task": 1}), ("generate", {"data": 1}), ("segment", {"task": 1, "data": 1})],
+)
+def test_the_text_and_segment_commands_look_each_name_up_once(command, expected, text_runs, monkeypatch):
+    """fill (the run's task, to refuse another than mlm), generate (the data set's name, for its tokenizer's kind)
+    and segment (the run's task and data set) each look a name up once."""
+    counts = _count_lookups(monkeypatch)
+    argv = {
+        "fill": ["fill", str(text_runs / "mlm"), "the [MASK] fox"],
+        "generate": [
+            "generate",
+            str(text_runs / "lm" / "final" / "spec.yaml"),
+            "--weights",
+            str(text_runs / "lm" / "final"),
+            "--prompt",
+            "ab",
+            "--tokens",
+            "2",
+        ],
+        "segment": ["segment", str(text_runs / "seg"), "--samples", "8"],
+    }[command]
+    assert cli.main(argv) == 0
+    assert counts == expected, counts
