@@ -74,7 +74,7 @@ def test_features_are_the_class_token_or_the_mean_of_the_last_encoder_step(train
 
 def test_the_linear_probe_is_scikit_learn_with_c_chosen_on_a_validation_fifth(trained):
     weights, model, data = trained
-    result = linear_probe_weights(DIGITS, "digits", weights)
+    result = linear_probe_weights(DIGITS, "digits", weights, baseline=False)  # the trained network alone
     (train_x, train_y), (test_x, test_y) = tensors_of(data.train), tensors_of(data.test)
     _agrees_with_scikit_learn(result, model, train_x, train_y, test_x, test_y)
     assert result["test_accuracy"] > 0.9 and (result["train"], result["test"], result["dim"]) == (1437, 360, 64)
