@@ -311,7 +311,7 @@ register(
     about=(
         "ten kinds of large filled shapes (disc, square, triangle, ring, cross, star, crescent, L, half disc,"
         " T) on backgrounds from a shared pool of 64, with ground-truth masks: made for self-supervision "
-        "(below); `:N` trains on N images"
+        "([workbench.md](workbench.md)); `:N` trains on N images"
     ),
     inputs="`(3, 32, 32)` (`--image-size`), standardized per channel",
     targets="10 classes, and each image's mask",
